@@ -1,0 +1,81 @@
+"""HRX for Python: run inference pipelines across GPUs and NPUs.
+
+    import hrx_core as hrx
+    dev = hrx.device()            # the best engine installed (HRX_ENGINE forces one)
+    s = dev.stream()
+    buf = s.allocate_from(np.arange(16, dtype=np.float32))
+    print(s.download(buf).view(np.float32))
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .budget import Charge, MemoryBudget
+from .buffer import Binding, Buffer, View
+from .completion import Completion, Event
+from .device import Device, QueueSlot
+from .engine import Access, CacheOp
+from .errors import (
+    AccessConflict,
+    ArtifactError,
+    BudgetExceeded,
+    CompileError,
+    DeviceError,
+    EngineNotFound,
+    HRXError,
+    InvalidArgument,
+    OutOfBounds,
+    Overlap,
+    PluginError,
+    Quarantined,
+    Timeout,
+    Unsupported,
+)
+from .graph import Graph, Node
+from .kernel import Kernel
+from .plugins import compile, device, devices, engine_status, engines, reload
+from .pool import BufferPool, PooledBuffer
+from .stream import PreparedLaunch, Stream
+
+__all__ = [
+    "__version__",
+    "Access",
+    "AccessConflict",
+    "ArtifactError",
+    "Binding",
+    "Buffer",
+    "BufferPool",
+    "BudgetExceeded",
+    "CacheOp",
+    "Charge",
+    "CompileError",
+    "Completion",
+    "Device",
+    "DeviceError",
+    "EngineNotFound",
+    "Event",
+    "Graph",
+    "HRXError",
+    "InvalidArgument",
+    "Kernel",
+    "MemoryBudget",
+    "Node",
+    "OutOfBounds",
+    "Overlap",
+    "PluginError",
+    "PooledBuffer",
+    "PreparedLaunch",
+    "Quarantined",
+    "QueueSlot",
+    "Stream",
+    "Timeout",
+    "Unsupported",
+    "View",
+    "compile",
+    "device",
+    "devices",
+    "engine_status",
+    "engines",
+    "reload",
+]

@@ -1,0 +1,81 @@
+"""Memory budgets: charge bytes before allocating, refuse when over.
+
+A :class:`MemoryBudget` tracks *extents HRX allocated* (buffers, staging, pools),
+not process RSS: native allocator rounding and compiler/code-object memory are not
+counted. A charge is taken before the native allocation and released when the
+allocation is freed (which pending work and owned graphs delay), so aliases and
+pending work keep the backing owner's charge.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .errors import BudgetExceeded, InvalidArgument
+
+
+class MemoryBudget:
+    """A byte budget shared by everything charged to it."""
+
+    def __init__(self, limit_bytes: int, *, name: str = "budget") -> None:
+        if isinstance(limit_bytes, bool) or not isinstance(limit_bytes, int) or limit_bytes < 0:
+            raise InvalidArgument(f"limit_bytes: expected an int >= 0, got {limit_bytes!r}")
+        self.name = name
+        self.limit_bytes = limit_bytes
+        self._used = 0
+        self._peak = 0
+        self._lock = threading.Lock()
+
+    @property
+    def used_bytes(self) -> int:
+        return self._used
+
+    @property
+    def peak_bytes(self) -> int:
+        return self._peak
+
+    @property
+    def available_bytes(self) -> int:
+        return max(0, self.limit_bytes - self._used)
+
+    def charge(self, nbytes: int, what: str = "allocation") -> Charge:
+        """Charge ``nbytes`` or raise BudgetExceeded (nothing is charged then)."""
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+            raise InvalidArgument(f"nbytes: expected an int >= 0, got {nbytes!r}")
+        with self._lock:
+            if self._used + nbytes > self.limit_bytes:
+                raise BudgetExceeded(
+                    f"{self.name}: {what} of {nbytes} bytes needs {self._used + nbytes} bytes, "
+                    f"over the limit of {self.limit_bytes} ({self._used} in use)"
+                )
+            self._used += nbytes
+            self._peak = max(self._peak, self._used)
+        return Charge(self, nbytes, what)
+
+    def _release(self, nbytes: int) -> None:
+        with self._lock:
+            self._used -= nbytes
+
+    def __repr__(self) -> str:
+        return f"<hrx.MemoryBudget {self.name}: {self._used}/{self.limit_bytes} bytes, peak {self._peak}>"
+
+
+class Charge:
+    """Bytes charged to a budget; released exactly once."""
+
+    __slots__ = ("budget", "nbytes", "what", "_released")
+
+    def __init__(self, budget: MemoryBudget, nbytes: int, what: str) -> None:
+        self.budget = budget
+        self.nbytes = nbytes
+        self.what = what
+        self._released = False
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.budget._release(self.nbytes)
+
+    @property
+    def released(self) -> bool:
+        return self._released

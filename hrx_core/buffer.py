@@ -1,0 +1,415 @@
+"""Buffers, views and bindings.
+
+A :class:`Buffer` belongs to a device; every stream of that device can use it. A
+:class:`View` is a checked byte range of a buffer (views of views compose), and a
+:class:`Binding` is a view with declared access (read, write or read_write), which
+is what graphs and the runtime use to order work.
+
+Native memory lives in an :class:`Allocation`, reference counted so that pending
+work, owned graphs and pools keep it alive exactly as long as needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Union
+
+import numpy as np
+
+from .engine import Access, CacheOp, NativeBuffer
+from .errors import AccessConflict, InvalidArgument, OutOfBounds, Unsupported
+
+if TYPE_CHECKING:
+    from .budget import Charge
+    from .completion import Completion
+    from .device import Device
+
+
+def check_int(name: str, value: Any, *, minimum: int = 0) -> int:
+    """Validate a non-negative (or >= minimum) integer argument."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidArgument(f"{name}: expected an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if value < minimum:
+        raise InvalidArgument(f"{name}: must be >= {minimum}, got {value}")
+    return value
+
+
+class Allocation:
+    """One native allocation, its charge and the bookkeeping guards need.
+
+    ``refs`` counts owners (the buffer handle, pending work, owned graphs, pools);
+    the native memory is freed and the budget charge released when it reaches 0.
+    """
+
+    __slots__ = (
+        "device",
+        "native",
+        "nbytes",
+        "shared",
+        "external",
+        "_refs",
+        "_lock",
+        "freed",
+        "charge",
+        "pending",
+        "host_maps",
+        "device_dirty",
+        "host_dirty",
+        "__weakref__",
+    )
+
+    def __init__(
+        self,
+        device: Device,
+        native: NativeBuffer,
+        nbytes: int,
+        *,
+        shared: bool,
+        charge: Charge | None = None,
+        external: Any = None,
+    ) -> None:
+        self.device = device
+        self.native = native
+        self.nbytes = nbytes
+        self.shared = shared
+        self.external = external
+        self._refs = 1
+        self._lock = threading.Lock()
+        self.freed = False
+        self.charge = charge
+        # Pending device uses: (completion, start, end, writes). Pruned lazily.
+        self.pending: list[tuple[Completion, int, int, bool]] = []
+        # Active host mappings: [start, end, writes].
+        self.host_maps: list[tuple[int, int, bool]] = []
+        # Cache-control protocol for ordinary (non-coherent) buffers.
+        self.device_dirty = False
+        self.host_dirty = False
+
+    @property
+    def refs(self) -> int:
+        return self._refs
+
+    def retain(self) -> Allocation:
+        with self._lock:
+            if self.freed:
+                raise InvalidArgument("buffer memory was already freed")
+            self._refs += 1
+        return self
+
+    def release(self) -> None:
+        with self._lock:
+            self._refs -= 1
+            if self._refs > 0 or self.freed:
+                return
+            self.freed = True
+        try:
+            self.native.free()
+        finally:
+            if self.charge is not None:
+                self.charge.release()
+                self.charge = None
+            self.device._allocation_freed(self)
+
+    # -- pending device use (host mapping guards, pool reuse) -------------------
+
+    def note_use(self, completion: Completion, start: int, end: int, writes: bool) -> None:
+        pending = self.pending
+        if len(pending) >= 32:
+            pending[:] = [p for p in pending if not p[0].is_complete]
+        pending.append((completion, start, end, writes))
+        if writes:
+            self.device_dirty = True
+
+    def busy(self, start: int = 0, end: int | None = None, *, host_writes: bool = True) -> bool:
+        """True if pending device work conflicts with host access to [start, end)."""
+        end = self.nbytes if end is None else end
+        live = [p for p in self.pending if not p[0].refresh_quiet()]
+        self.pending[:] = live
+        return any(s < end and start < e and (host_writes or w) for _, s, e, w in live)
+
+    def check_device_use(self, start: int, end: int, writes: bool) -> None:
+        """Reject device use of bytes that a live host mapping conflicts with."""
+        for s, e, w in self.host_maps:
+            if s < end and start < e and (w or writes):
+                raise AccessConflict(
+                    f"bytes [{start}, {end}) are mapped for the host "
+                    f"({'read_write' if w else 'read'}) over [{s}, {e}); close the mapping first"
+                )
+        if self.host_dirty:
+            raise InvalidArgument(
+                "buffer was written through a host mapping without "
+                "cache_control(CacheOp.FLUSH); flush before device use"
+            )
+
+
+class Buffer:
+    """Device memory. Use :meth:`binding`, :meth:`slice` or :meth:`view` to bind it."""
+
+    __slots__ = ("device", "_alloc", "_base", "nbytes", "_closed", "__weakref__")
+
+    def __init__(self, device: Device, alloc: Allocation, base: int = 0, nbytes: int | None = None) -> None:
+        self.device = device
+        self._alloc = alloc
+        self._base = base
+        self.nbytes = alloc.nbytes - base if nbytes is None else nbytes
+        self._closed = False
+
+    # -- identity ---------------------------------------------------------------
+
+    @property
+    def allocation(self) -> Allocation:
+        if self._closed:
+            raise InvalidArgument("buffer is closed")
+        return self._alloc
+
+    @property
+    def shared(self) -> bool:
+        """True for coherent host-visible memory from ``allocate_shared``."""
+        return self._alloc.shared
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        kind = "shared" if self._alloc.shared else "device"
+        state = ", closed" if self._closed else ""
+        return f"<hrx.Buffer {self.nbytes} bytes {kind} on {self.device.name}{state}>"
+
+    # -- views and bindings -----------------------------------------------------
+
+    def view(self) -> View:
+        return View(self, 0, self.nbytes)
+
+    def slice(self, offset: int, length: int) -> View:
+        return self.view().slice(offset, length)
+
+    def binding(self) -> Binding:
+        """Bind the whole buffer (read_write; narrow with .read() or .write())."""
+        return Binding(self.view(), Access.READ_WRITE)
+
+    # -- host access ------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def map(self, access: Access | str = Access.READ_WRITE, offset: int = 0, length: int | None = None) -> Iterator[np.ndarray]:
+        """Map bytes for direct host access; yields a uint8 numpy array.
+
+        Shared buffers are coherent. Ordinary buffers (where the engine can map them)
+        need :meth:`cache_control` with ``INVALIDATE`` before host reads of
+        device-written data and ``FLUSH`` after host writes, before device use.
+        A mapping that conflicts with pending device work raises AccessConflict; while
+        the mapping is open, conflicting device use raises AccessConflict.
+        """
+        access = coerce_access(access)
+        view = self.view() if length is None and offset == 0 else self.slice(offset, self.nbytes - offset if length is None else length)
+        alloc = self.allocation
+        host = alloc.native.host_view()
+        if host is None:
+            raise Unsupported(
+                f"{self.device.name}: this buffer is not host-mappable; use stream.download/upload "
+                "or allocate_shared for host-visible memory"
+            )
+        start, end = view.start, view.end
+        if alloc.busy(start, end, host_writes=access.writes):
+            raise AccessConflict(
+                f"bytes [{start - self._base}, {end - self._base}) have pending device work; "
+                "wait for its completion before mapping"
+            )
+        if not alloc.shared and (access & Access.READ) and alloc.device_dirty:
+            raise InvalidArgument(
+                "device wrote this ordinary buffer: call cache_control(CacheOp.INVALIDATE) "
+                "before host reads (or map with access='write')"
+            )
+        entry = (start, end, access.writes)
+        alloc.host_maps.append(entry)
+        array = host[start:end]
+        if not access.writes:
+            array = array.view()
+            array.flags.writeable = False
+        try:
+            yield array
+        finally:
+            alloc.host_maps.remove(entry)
+            if access.writes and not alloc.shared:
+                alloc.host_dirty = True
+
+    def cache_control(self, op: CacheOp | str, offset: int = 0, length: int | None = None) -> None:
+        """Host cache maintenance for direct host access to an ordinary buffer.
+
+        ``INVALIDATE`` before host reads (after device writes); ``FLUSH`` after host
+        writes (before device use). On shared (coherent) buffers it is a checked no-op.
+        """
+        try:
+            op = CacheOp(op)
+        except ValueError:
+            raise InvalidArgument(f"op: expected 'invalidate' or 'flush', got {op!r}") from None
+        view = self.slice(offset, self.nbytes - offset if length is None else length)
+        alloc = self.allocation
+        if alloc.busy(view.start, view.end, host_writes=True):
+            raise AccessConflict("cache_control on bytes with pending device work; wait for it first")
+        if alloc.shared:
+            return
+        alloc.native.cache_control(op, view.start, view.length)
+        if op is CacheOp.INVALIDATE:
+            alloc.device_dirty = False
+        else:
+            alloc.host_dirty = False
+
+    def is_idle(self) -> bool:
+        """True when no device work on this buffer is pending."""
+        return not self.allocation.busy()
+
+    # -- lifetime ---------------------------------------------------------------
+
+    def close(self) -> None:
+        """Drop this handle. Memory is freed once pending work and owned graphs let go."""
+        if not self._closed:
+            self._closed = True
+            self._alloc.release()
+
+    def __enter__(self) -> Buffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- interop ------------------------------------------------------------------
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.view().__dlpack_device__()
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self.view().__dlpack__(**kwargs)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return self.view().__cuda_array_interface__
+
+
+class View:
+    """A checked byte range ``[offset, offset + length)`` of a buffer."""
+
+    __slots__ = ("buffer", "offset", "length")
+
+    def __init__(self, buffer: Buffer, offset: int, length: int) -> None:
+        self.buffer = buffer
+        self.offset = offset
+        self.length = length
+
+    @property
+    def start(self) -> int:
+        """Offset inside the allocation."""
+        return self.buffer._base + self.offset
+
+    @property
+    def end(self) -> int:
+        return self.buffer._base + self.offset + self.length
+
+    def slice(self, offset: int, length: int) -> View:
+        """A subrange of this view; raises OutOfBounds if it does not fit or is empty."""
+        offset = check_int("offset", offset)
+        length = check_int("length", length)
+        if length == 0:
+            raise OutOfBounds("length: ranges must be nonempty, got 0")
+        if offset + length > self.length:
+            raise OutOfBounds(
+                f"slice(offset={offset}, length={length}) ends at {offset + length}, "
+                f"past the {self.length}-byte view"
+            )
+        return View(self.buffer, self.offset + offset, length)
+
+    def binding(self) -> Binding:
+        return Binding(self, Access.READ_WRITE)
+
+    def read(self) -> Binding:
+        return Binding(self, Access.READ)
+
+    def write(self) -> Binding:
+        return Binding(self, Access.WRITE)
+
+    def read_write(self) -> Binding:
+        return Binding(self, Access.READ_WRITE)
+
+    def __repr__(self) -> str:
+        return f"<hrx.View [{self.offset}, {self.offset + self.length}) of {self.buffer!r}>"
+
+    # -- interop ------------------------------------------------------------------
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        from .interop import dlpack_device
+
+        return dlpack_device(self)
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        from .interop import to_dlpack
+
+        return to_dlpack(self, **kwargs)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        from .interop import cuda_array_interface
+
+        return cuda_array_interface(self)
+
+
+class Binding:
+    """A view with declared access. Graphs order work by these declarations."""
+
+    __slots__ = ("view", "access")
+
+    def __init__(self, view: View, access: Access) -> None:
+        self.view = view
+        self.access = access
+
+    def read(self) -> Binding:
+        return Binding(self.view, Access.READ)
+
+    def write(self) -> Binding:
+        return Binding(self.view, Access.WRITE)
+
+    def read_write(self) -> Binding:
+        return Binding(self.view, Access.READ_WRITE)
+
+    @property
+    def buffer(self) -> Buffer:
+        return self.view.buffer
+
+    def __repr__(self) -> str:
+        return f"<hrx.Binding {self.access.name.lower()} {self.view!r}>"
+
+
+Bindable = Union[Buffer, View, Binding]
+
+
+def coerce_access(access: Access | str) -> Access:
+    if isinstance(access, Access):
+        return access
+    names = {"read": Access.READ, "r": Access.READ, "write": Access.WRITE, "w": Access.WRITE,
+             "read_write": Access.READ_WRITE, "rw": Access.READ_WRITE}
+    if isinstance(access, str) and access in names:
+        return names[access]
+    raise InvalidArgument(f"access: expected 'read', 'write' or 'read_write', got {access!r}")
+
+
+def as_binding(name: str, value: Any, default: Access = Access.READ_WRITE) -> Binding:
+    """Coerce a Buffer, View or Binding argument, checking it is usable."""
+    if isinstance(value, Binding):
+        binding = value
+    elif isinstance(value, View):
+        binding = Binding(value, default)
+    elif isinstance(value, Buffer):
+        binding = Binding(value.view(), default)
+    else:
+        raise InvalidArgument(f"{name}: expected a Buffer, View or Binding, got {type(value).__name__}")
+    if binding.view.buffer.closed:
+        raise InvalidArgument(f"{name}: buffer is closed")
+    return binding

@@ -1,0 +1,1 @@
+"""The ``hrx`` command line."""

@@ -1,0 +1,137 @@
+"""``hrx doctor``: plugins, engines, devices, queue families, limits, what is missing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .. import plugins as reg
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def report() -> dict[str, Any]:
+    """Everything doctor knows, as plain data."""
+    registry = reg.registry()
+    out: dict[str, Any] = {
+        "plugins": [
+            {"name": p.name, "module": p.module, "distribution": p.distribution, "version": p.version, "builtin": p.builtin}
+            for p in registry.plugins
+        ],
+        "failures": [
+            {"name": f.name, "value": f.value, "distribution": f.distribution, "version": f.version, "error": f.error}
+            for f in registry.failures
+        ],
+        "engines": [],
+        "devices": [],
+        "compilers": sorted(registry.compilers()),
+        "extra": [],
+    }
+    for name, engine in registry.engines().items():
+        try:
+            status = engine.probe()
+            available, reason, count = status.available, status.reason, status.device_count
+        except Exception as exc:  # probe() must not raise; report it if it does
+            available, reason, count = False, f"probe raised {type(exc).__name__}: {exc}", 0
+        out["engines"].append({"name": name, "priority": engine.priority, "available": available, "reason": reason, "devices": count})
+        if not available:
+            continue
+        for index in range(count):
+            try:
+                info = reg.device(name, index).info
+            except Exception as exc:
+                out["devices"].append({"engine": name, "index": index, "error": f"{type(exc).__name__}: {exc}"})
+                continue
+            limits = info.limits
+            out["devices"].append(
+                {
+                    "engine": name,
+                    "index": index,
+                    "name": info.name,
+                    "kind": info.kind,
+                    "memory_bytes": info.memory_bytes,
+                    "targets": list(info.targets),
+                    "queue_families": [
+                        {"name": f.name, "count": f.count, "operations": sorted(f.operations)} for f in info.queue_families
+                    ],
+                    "limits": {
+                        "max_transfer_bytes": limits.max_transfer_bytes,
+                        "alignment": limits.alignment,
+                        "max_grid": list(limits.max_grid),
+                        "max_threads_per_block": limits.max_threads_per_block,
+                    },
+                    "coherent_shared_memory": info.coherent_shared_memory,
+                    "host_mappable": info.host_mappable,
+                    "native_graphs": info.native_graphs,
+                    "properties": {k: str(v) for k, v in info.properties.items()},
+                }
+            )
+    for rows in registry.pm.hook.hrx_doctor():
+        for row in rows or ():
+            out["extra"].append([str(x) for x in row])
+    return out
+
+
+def _table(title: str, header: list[str], rows: list[list[str]]) -> str:
+    if not rows:
+        return f"{title}\n  (none)\n"
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    line = "  " + "  ".join(h.ljust(w) for h, w in zip(header, widths))
+    sep = "  " + "  ".join("-" * w for w in widths)
+    body = ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join([title, line, sep, *body]) + "\n"
+
+
+def render(data: dict[str, Any]) -> str:
+    parts = [
+        _table(
+            "Plugins",
+            ["name", "distribution", "version", "module"],
+            [[p["name"] + (" (built-in)" if p["builtin"] else ""), p["distribution"], p["version"], p["module"]] for p in data["plugins"]],
+        ),
+        _table(
+            "Engines",
+            ["engine", "priority", "available", "devices", "note"],
+            [[e["name"], str(e["priority"]), "yes" if e["available"] else "NO", str(e["devices"]), e["reason"]] for e in data["engines"]],
+        ),
+    ]
+    dev_rows = []
+    fam_rows = []
+    for d in data["devices"]:
+        if "error" in d:
+            dev_rows.append([f"{d['engine']}:{d['index']}", "ERROR", d["error"], "", ""])
+            continue
+        props = ", ".join(f"{k}={v}" for k, v in d["properties"].items())
+        dev_rows.append([f"{d['engine']}:{d['index']}", d["kind"], d["name"], _fmt_bytes(d["memory_bytes"]), props])
+        for f in d["queue_families"]:
+            fam_rows.append([f"{d['engine']}:{d['index']}", f["name"], str(f["count"]), ",".join(f["operations"])])
+        lim = d["limits"]
+        fam_rows.append([
+            f"{d['engine']}:{d['index']}",
+            "limits",
+            "",
+            f"max transfer {_fmt_bytes(lim['max_transfer_bytes'])}, align {lim['alignment']}, "
+            f"targets {','.join(d['targets'])}, shared={'coherent' if d['coherent_shared_memory'] else 'no'}, "
+            f"native graphs={'yes' if d['native_graphs'] else 'no'}",
+        ])
+    parts.append(_table("Devices", ["device", "kind", "name", "memory", "properties"], dev_rows))
+    parts.append(_table("Queue families and limits", ["device", "family", "count", "operations"], fam_rows))
+    parts.append(f"Compilers\n  targets: {', '.join(data['compilers']) or '(none)'}\n")
+    if data["extra"]:
+        parts.append(_table("Plugin reports", ["section", "item", "detail"], [r + [""] * (3 - len(r)) for r in data["extra"]]))
+    missing = [[e["name"], e["reason"]] for e in data["engines"] if not e["available"]]
+    missing += [[f["name"] + " (plugin)", f"{f['distribution']} {f['version']}: failed to load: {f['error']}"] for f in data["failures"]]
+    parts.append(_table("Missing or broken", ["what", "why"], missing))
+    return "\n".join(parts)
+
+
+def run(as_json: bool) -> int:
+    data = report()
+    print(json.dumps(data, indent=2) if as_json else render(data))
+    return 1 if data["failures"] else 0

@@ -1,0 +1,202 @@
+"""Completions and events: (timeline, value) pairs.
+
+A :class:`Completion` is complete when its queue's timeline reaches its value.
+``is_complete`` reads cached state (a memory read of the timeline); ``refresh()``
+polls and retires finished work (releasing the buffers it retained); ``wait()``
+drives progress and raises :class:`~hrx_core.errors.Timeout` -- the accepted work
+and its storage stay alive. Completions are awaitable from asyncio and accept
+done-callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+from .errors import DeviceError, HRXError, InvalidArgument, Timeout
+
+if TYPE_CHECKING:
+    from .device import QueueSlot
+
+log = logging.getLogger("hrx")
+
+
+class Completion:
+    """Completion of everything a queue ran up to ``value``."""
+
+    __slots__ = ("slot", "value", "__weakref__")
+
+    def __init__(self, slot: QueueSlot, value: int) -> None:
+        self.slot = slot
+        self.value = value
+
+    def __repr__(self) -> str:
+        state = "complete" if self.is_complete else "pending"
+        return f"<hrx.Completion {self.slot.name}@{self.value} {state}>"
+
+    @property
+    def is_complete(self) -> bool:
+        """Cheap: reads the timeline's completed value (no retirement, no driver call)."""
+        slot = self.slot
+        if slot.signaled < self.value:
+            slot.flush()
+        return slot.timeline.completed() >= self.value
+
+    def refresh_quiet(self) -> bool:
+        """Poll and retire; never raises for device failures."""
+        done = self.is_complete
+        if done:
+            self.slot.retire()
+        return done
+
+    def refresh(self) -> bool:
+        """Poll the timeline, retire finished work; raise if this work failed."""
+        done = self.refresh_quiet()
+        if done:
+            self._raise_failure()
+        return done
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until complete. Raises Timeout (work stays alive) or DeviceError."""
+        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
+            raise InvalidArgument(f"timeout: expected seconds >= 0 or None, got {timeout!r}")
+        slot = self.slot
+        if slot.signaled < self.value:
+            slot.flush()
+        timeline = slot.timeline
+        if timeline.completed() < self.value:
+            try:
+                reached = timeline.wait(self.value, timeout)
+            except HRXError:
+                raise
+            except Exception as exc:  # an engine bug must surface as an HRX error
+                raise DeviceError(f"{slot.name}: wait failed: {exc}") from exc
+            if not reached:
+                raise Timeout(
+                    f"{slot.name}: value {self.value} not reached within {timeout} s "
+                    f"(completed {timeline.completed()}); the work and its buffers stay alive"
+                )
+        slot.retire()
+        self._raise_failure()
+
+    def _raise_failure(self) -> None:
+        error = self.slot.timeline.error(self.value)
+        if error is not None:
+            if isinstance(error, HRXError):
+                raise type(error)(*error.args) from error
+            raise DeviceError(f"{self.slot.name}: work failed: {error!r}") from error
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The failure of this work once complete, else None."""
+        if not self.is_complete:
+            return None
+        return self.slot.timeline.error(self.value)
+
+    def add_done_callback(self, callback: Callable[[Completion], Any]) -> None:
+        """Call ``callback(self)`` once complete (from a notifier thread, or now)."""
+        if not callable(callback):
+            raise InvalidArgument(f"callback: expected a callable, got {type(callback).__name__}")
+        if self.refresh_quiet():
+            _call(callback, self)
+        else:
+            self.slot.device._notifier().add(self, callback)
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self._async_wait().__await__()
+
+    async def _async_wait(self) -> None:
+        if not self.refresh_quiet():
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[None] = loop.create_future()
+
+            def done(_: Completion) -> None:
+                loop.call_soon_threadsafe(_settle, future)
+
+            self.add_done_callback(done)
+            await future
+        self.wait(0)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _call(callback: Callable[[Completion], Any], completion: Completion) -> None:
+    try:
+        callback(completion)
+    except Exception:  # a callback's failure must not kill the notifier
+        log.exception("hrx: completion callback %r raised", callback)
+
+
+class Event:
+    """A point on a stream's timeline, recorded with ``stream.record_event()``."""
+
+    __slots__ = ("completion",)
+
+    def __init__(self, completion: Completion) -> None:
+        self.completion = completion
+
+    @property
+    def is_complete(self) -> bool:
+        return self.completion.is_complete
+
+    def query(self) -> bool:
+        """Poll (and retire): True once everything before the event finished."""
+        return self.completion.refresh()
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        self.completion.wait(timeout)
+
+    def __repr__(self) -> str:
+        return f"<hrx.Event {self.completion!r}>"
+
+
+class Notifier:
+    """One daemon thread per device that runs completion callbacks."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._cond = threading.Condition()
+        self._pending: list[tuple[Completion, Callable[[Completion], Any]]] = []
+        self._thread: threading.Thread | None = None
+
+    def add(self, completion: Completion, callback: Callable[[Completion], Any]) -> None:
+        with self._cond:
+            self._pending.append((completion, callback))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name=f"hrx-notify-{self._name}", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending:
+                    if not self._cond.wait(timeout=5.0):
+                        if not self._pending:
+                            self._thread = None
+                            return
+                first = self._pending[0][0]
+            try:
+                first.slot.timeline.wait(first.value, 0.005)
+            except Exception:
+                time.sleep(0.001)
+            ready: list[tuple[Completion, Callable[[Completion], Any]]] = []
+            with self._cond:
+                keep = []
+                for item in self._pending:
+                    try:
+                        done = item[0].is_complete
+                    except Exception:
+                        done = True
+                    (ready if done else keep).append(item)
+                self._pending = keep
+            for completion, callback in ready:
+                completion.refresh_quiet()
+                _call(callback, completion)

@@ -1,0 +1,371 @@
+"""Devices and their pool of native queues.
+
+Streams share up to 8 native queues per device by default (``set_stream_queue_count``
+changes that before the first stream). Each stream stays on one queue; assignment is
+round-robin; queues are created lazily, on first use.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from .buffer import Allocation, Buffer, check_int
+from .completion import Completion, Notifier
+from .engine import DeviceInfo, Engine, EngineDevice, NativeQueue, QueueFamily, Timeline
+from .errors import DeviceError, HRXError, InvalidArgument, Unsupported
+
+if TYPE_CHECKING:
+    from .budget import MemoryBudget
+    from .pool import BufferPool
+    from .stream import Stream
+
+DEFAULT_STREAM_QUEUES = 8
+#: Signal the timeline at least every this many encoded operations, so that
+#: retained buffers are released even when nobody asks for a completion.
+AUTO_FLUSH_OPS = 64
+
+
+class _Hold:
+    """Retains a plain Python object until retirement."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+    def release(self) -> None:
+        self.obj = None
+
+
+class QueueSlot:
+    """One native queue with its timeline, lock and retained owners.
+
+    Work is encoded without a signal; the value the next signal will write is
+    ``pending_value``. A completion for value v is complete once the timeline reaches
+    v, which any later signal on this FIFO queue implies. ``flush`` emits the signal.
+    """
+
+    def __init__(self, device: Device, family: str, index: int) -> None:
+        self.device = device
+        self.family = family
+        self.index = index
+        self.name = f"{device.name}/{family}{index}"
+        self.lock = threading.RLock()
+        self._native: NativeQueue | None = None
+        self._timeline: Timeline | None = None
+        self.pending_value = 1
+        self.signaled = 0
+        self.unsignaled_ops = 0
+        self.retained: collections.deque[tuple[int, Any]] = collections.deque()
+        self.closed = False
+
+    @property
+    def created(self) -> bool:
+        return self._native is not None
+
+    @property
+    def native(self) -> NativeQueue:
+        native = self._native
+        if native is None:
+            with self.lock:
+                if self._native is None:
+                    if self.closed:
+                        raise InvalidArgument(f"{self.name}: device is closed")
+                    timeline = self.device.native.create_timeline()
+                    try:
+                        self._native = self.device.native.create_queue(self.family, self.index)
+                    except BaseException:
+                        timeline.close()
+                        raise
+                    self._timeline = timeline
+                native = self._native
+        assert native is not None
+        return native
+
+    @property
+    def timeline(self) -> Timeline:
+        if self._timeline is None:
+            self.native  # noqa: B018 - creates queue and timeline together
+        assert self._timeline is not None
+        return self._timeline
+
+    def encode(self, fn: Callable[[NativeQueue], None], retain: Iterable[Any] = ()) -> int:
+        """Encode with ``fn(native_queue)``, submit, retain owners; return the value.
+
+        Owners in ``retain`` must already hold a reference; they are released at
+        retirement, or at once if encoding or submission fails.
+        """
+        native = self.native
+        with self.lock:
+            try:
+                fn(native)
+                native.submit()
+            except BaseException:
+                for obj in retain:
+                    obj.release()
+                raise
+            value = self.pending_value
+            append = self.retained.append
+            for obj in retain:
+                append((value, obj))
+            self.unsignaled_ops += 1
+            if self.unsignaled_ops >= AUTO_FLUSH_OPS:
+                self._flush_locked()
+        return value
+
+    def mark_value(self) -> int:
+        """The value covering everything encoded so far (no new work)."""
+        with self.lock:
+            return self.pending_value if self.unsignaled_ops else self.signaled
+
+    def _flush_locked(self) -> None:
+        native = self.native
+        value = self.pending_value
+        native.signal(self.timeline, value)
+        native.submit()
+        self.signaled = value
+        self.pending_value = value + 1
+        self.unsignaled_ops = 0
+        if self.retained and self.retained[0][0] <= self._timeline.completed():  # type: ignore[union-attr]
+            self._retire_locked()
+
+    def flush(self) -> None:
+        """Emit the pending signal, if any work is unsignaled."""
+        with self.lock:
+            if self.unsignaled_ops:
+                self._flush_locked()
+
+    def _retire_locked(self) -> list[Any]:
+        completed = self.timeline.completed()
+        out = []
+        retained = self.retained
+        while retained and retained[0][0] <= completed:
+            out.append(retained.popleft()[1])
+        return out
+
+    def retire(self) -> None:
+        """Release owners of work the timeline has passed."""
+        if not self.retained:
+            return
+        with self.lock:
+            done = self._retire_locked()
+        for obj in done:
+            obj.release()
+
+    def completion(self) -> Completion:
+        """Completion of everything encoded on this queue so far."""
+        return Completion(self, self.mark_value())
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            native, timeline = self._native, self._timeline
+        if native is None:
+            return
+        try:
+            self.flush()
+            self.completion().wait(timeout=30)
+        except HRXError:
+            pass
+        self.retire()
+        native.close()
+        if timeline is not None:
+            timeline.close()
+
+
+class DeviceStats:
+    """Live counters of one device (the runtime adds lanes and traces)."""
+
+    def __init__(self) -> None:
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self.allocations = 0
+        self.upload_bytes = 0
+        self.download_bytes = 0
+        self.copy_bytes = 0
+        self.fill_bytes = 0
+        self.dispatches = 0
+        self.graph_launches = 0
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(vars(self))
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{k}={v}" for k, v in vars(self).items())
+        return f"<hrx.DeviceStats {body}>"
+
+
+class Device:
+    """An engine device as users see it: streams, buffers, pools, kernels."""
+
+    def __init__(self, engine: Engine, native: EngineDevice) -> None:
+        self.engine = engine
+        self.native = native
+        self.info: DeviceInfo = native.info
+        self.name = f"{self.info.engine}:{self.info.index}"
+        self._lock = threading.Lock()
+        self._stream_queue_count = DEFAULT_STREAM_QUEUES
+        self._streams_created = False
+        self._slots: dict[str, list[QueueSlot]] = {}
+        self._round_robin: dict[str, int] = {}
+        self._notifier_obj: Notifier | None = None
+        self._streams: weakref.WeakSet[Stream] = weakref.WeakSet()
+        self.stats = DeviceStats()
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"<hrx.Device {self.name} {self.info.name!r} ({self.info.kind})>"
+
+    # -- identity ---------------------------------------------------------------
+
+    @property
+    def kind(self) -> str:
+        return self.info.kind
+
+    @property
+    def queue_families(self) -> tuple[QueueFamily, ...]:
+        return self.info.queue_families
+
+    @property
+    def limits(self):  # type: ignore[no-untyped-def]
+        return self.info.limits
+
+    # -- queues -----------------------------------------------------------------
+
+    def set_stream_queue_count(self, count: int) -> None:
+        """Set how many native queues streams share (per family); before any stream."""
+        count = check_int("count", count, minimum=1)
+        with self._lock:
+            if self._streams_created:
+                raise InvalidArgument(
+                    "set_stream_queue_count: streams already exist on "
+                    f"{self.name}; call it before creating the first stream"
+                )
+            self._stream_queue_count = count
+
+    @property
+    def stream_queue_count(self) -> int:
+        return self._stream_queue_count
+
+    def _family(self, family: str) -> QueueFamily:
+        found = self.info.family(family)
+        if found is None:
+            names = ", ".join(f.name for f in self.info.queue_families)
+            raise InvalidArgument(f"family: {self.name} has no {family!r} queues (it has {names})")
+        return found
+
+    def _next_slot(self, family: str) -> QueueSlot:
+        fam = self._family(family)
+        with self._lock:
+            if self.closed:
+                raise InvalidArgument(f"{self.name} is closed")
+            self._streams_created = True
+            slots = self._slots.get(family)
+            if slots is None:
+                count = min(self._stream_queue_count, fam.count)
+                slots = [QueueSlot(self, family, i) for i in range(count)]
+                self._slots[family] = slots
+            index = self._round_robin.get(family, 0)
+            self._round_robin[family] = index + 1
+            return slots[index % len(slots)]
+
+    def created_queues(self) -> list[str]:
+        """Names of the native queues created so far (queues are created lazily)."""
+        return [s.name for slots in self._slots.values() for s in slots if s.created]
+
+    def stream(self, family: str = "compute") -> Stream:
+        """A new stream on the next queue of ``family`` (round-robin)."""
+        from .stream import Stream
+
+        stream = Stream(self, self._next_slot(family))
+        self._streams.add(stream)
+        return stream
+
+    def _notifier(self) -> Notifier:
+        with self._lock:
+            if self._notifier_obj is None:
+                self._notifier_obj = Notifier(self.name)
+            return self._notifier_obj
+
+    # -- memory -----------------------------------------------------------------
+
+    def _allocate(self, nbytes: int, *, shared: bool, budget: MemoryBudget | None, what: str) -> Allocation:
+        nbytes = check_int("nbytes", nbytes, minimum=1)
+        limit = self.info.limits.max_allocation_bytes
+        if nbytes > limit:
+            raise InvalidArgument(f"nbytes: {nbytes} exceeds the largest allocation of {self.name} ({limit})")
+        if shared and not self.info.coherent_shared_memory:
+            raise Unsupported(f"{self.name} has no coherent shared memory")
+        charge = budget.charge(nbytes, what) if budget is not None else None
+        try:
+            native = self.native.allocate(nbytes, shared=shared)
+        except HRXError:
+            if charge is not None:
+                charge.release()
+            raise
+        except MemoryError as exc:
+            if charge is not None:
+                charge.release()
+            raise DeviceError(f"{self.name}: out of memory allocating {nbytes} bytes") from exc
+        except BaseException:
+            if charge is not None:
+                charge.release()
+            raise
+        stats = self.stats
+        with self._lock:
+            stats.live_bytes += nbytes
+            stats.allocations += 1
+            stats.peak_bytes = max(stats.peak_bytes, stats.live_bytes)
+        return Allocation(self, native, nbytes, shared=shared, charge=charge)
+
+    def _allocation_freed(self, alloc: Allocation) -> None:
+        if alloc.external is None:
+            with self._lock:
+                self.stats.live_bytes -= alloc.nbytes
+
+    def allocate(self, nbytes: int, *, budget: MemoryBudget | None = None) -> Buffer:
+        """Ordinary device memory (contents undefined)."""
+        return Buffer(self, self._allocate(nbytes, shared=False, budget=budget, what="buffer"))
+
+    def allocate_shared(self, nbytes: int, *, budget: MemoryBudget | None = None) -> Buffer:
+        """Coherent host-visible memory: map it without cache control."""
+        return Buffer(self, self._allocate(nbytes, shared=True, budget=budget, what="shared buffer"))
+
+    def wrap(self, obj: Any) -> Buffer:
+        """Wrap foreign memory (e.g. a torch or cupy tensor) as a buffer, retaining it."""
+        wrapped = self.native.wrap_external(obj)
+        if wrapped is None:
+            raise Unsupported(f"{self.name} cannot wrap {type(obj).__name__} memory")
+        native, nbytes = wrapped
+        if nbytes <= 0:
+            raise InvalidArgument("obj: wrapped memory is empty")
+        return Buffer(self, Allocation(self, native, nbytes, shared=False, external=obj))
+
+    def buffer_pool(self, **kwargs: Any) -> BufferPool:
+        from .pool import BufferPool
+
+        return BufferPool(self, **kwargs)
+
+    # -- synchronization --------------------------------------------------------
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Wait for every queue of the device."""
+        for slots in list(self._slots.values()):
+            for slot in slots:
+                if slot.created:
+                    slot.completion().wait(timeout)
+
+    def close(self) -> None:
+        """Drain and release every queue; the device cannot be used afterwards."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            slots = [s for ss in self._slots.values() for s in ss]
+        for slot in slots:
+            slot.close()
+        self.native.close()

@@ -1,0 +1,390 @@
+"""The seam between hrx_core (policy) and engines (mechanism).
+
+An engine is thin. Per device it allocates and frees native buffers, maps them for
+the host where it can, encodes copies, fills and dispatches on native queues, waits
+for and signals timeline values, loads executables and (optionally) builds native
+graphs. Everything else -- argument validation, splitting of large transfers to
+``Limits.max_transfer_bytes``, staging, hazard tracking, retention, graph
+bookkeeping, budgets, pools -- lives above this module and exists once.
+
+Contract for implementers (see docs/engines.md for a worked example):
+
+* The core never calls a queue from two threads at once; it holds a lock per queue.
+* Every encode call has already been validated: ranges are in bounds, nonempty,
+  at most ``Limits.max_transfer_bytes`` long, and copy ranges do not overlap.
+* Encoded work may start before :meth:`NativeQueue.submit`; ``submit`` only
+  guarantees that everything encoded so far will eventually run.
+* Work on one queue runs in encode order (FIFO). A signal of value ``v`` becomes
+  visible to :meth:`Timeline.completed` only after all work encoded before it has
+  finished.
+* Failures inside queued work must not crash the process. The engine records them on
+  the timeline (:meth:`Timeline.error`) at the next signalled value, and the value
+  still advances so that nothing hangs.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+
+class Access(enum.IntFlag):
+    """Declared access of a binding."""
+
+    READ = 1
+    WRITE = 2
+    READ_WRITE = 3
+
+    @property
+    def writes(self) -> bool:
+        return bool(self & Access.WRITE)
+
+
+class CacheOp(enum.Enum):
+    """Host cache maintenance around direct host access to ordinary buffers."""
+
+    #: Before host reads: discard host-cached lines so device writes become visible.
+    INVALIDATE = "invalidate"
+    #: After host writes: write host-cached lines back so the device sees them.
+    FLUSH = "flush"
+
+
+@attrs.frozen
+class QueueFamily:
+    """A family of native queues: what it can encode and how many hardware queues."""
+
+    name: str  # "compute", "copy" or "npu"
+    count: int
+    operations: frozenset[str] = frozenset({"copy", "fill", "dispatch"})
+
+    def supports(self, operation: str) -> bool:
+        return operation in self.operations
+
+
+@attrs.frozen
+class Limits:
+    """Transfer and layout limits of one device."""
+
+    #: Largest single native copy or fill; larger logical ranges are split by the core.
+    max_transfer_bytes: int
+    #: Alignment of native allocations (and of buffer bases handed to kernels).
+    alignment: int = 256
+    #: Fill pattern sizes the engine encodes natively (bytes).
+    fill_pattern_sizes: tuple[int, ...] = (1, 2, 4)
+    #: Largest grid per dimension.
+    max_grid: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
+    #: Largest block (threads per group) per dimension, and in total.
+    max_block: tuple[int, int, int] = (1024, 1024, 64)
+    max_threads_per_block: int = 1024
+    #: Largest single allocation.
+    max_allocation_bytes: int = 2**62
+
+
+@attrs.frozen
+class DeviceInfo:
+    """Identity and capabilities of one engine device."""
+
+    engine: str
+    index: int
+    name: str
+    kind: str  # "gpu", "npu" or "host"
+    queue_families: tuple[QueueFamily, ...]
+    limits: Limits
+    #: Executable targets this device runs, most preferred first ("host", "cuda", "ptx").
+    targets: tuple[str, ...]
+    memory_bytes: int = 0
+    #: ``allocate(shared=True)`` gives coherent host-visible memory.
+    coherent_shared_memory: bool = True
+    #: Ordinary (non-shared) buffers can be mapped for the host (with cache control).
+    host_mappable: bool = False
+    #: The engine implements :meth:`EngineDevice.build_graph`.
+    native_graphs: bool = False
+    #: DLPack device type of native buffers (1 = CPU, 2 = CUDA, 3 = CUDA host).
+    dlpack_device_type: int = 1
+    #: Free-form facts shown by ``hrx doctor`` (compute capability, driver, ...).
+    properties: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def family(self, name: str) -> QueueFamily | None:
+        for family in self.queue_families:
+            if family.name == name:
+                return family
+        return None
+
+
+@attrs.frozen
+class EngineStatus:
+    """Whether an engine can run here, and why not."""
+
+    available: bool
+    reason: str = ""
+    device_count: int = 0
+
+
+@attrs.frozen
+class Artifact:
+    """Compiled code for one target, as returned by :func:`hrx_core.compile`."""
+
+    target: str
+    entry: str
+    #: Engine-loadable payload: a callable for "host", PTX/cubin bytes for CUDA.
+    code: Any
+    key: str
+    log: str = ""
+
+
+@attrs.frozen
+class BufferArg:
+    """A validated buffer range handed to a dispatch."""
+
+    buffer: NativeBuffer
+    offset: int
+    length: int
+    access: Access
+
+
+#: A dispatch argument: a buffer range or a numpy scalar of a fixed dtype.
+KernelArg = BufferArg | np.generic
+
+
+@attrs.frozen
+class GraphNode:
+    """One node of a native graph description.
+
+    ``kind`` is "copy" (params: src, src_offset, dst, dst_offset, nbytes), "fill"
+    (dst, offset, nbytes, pattern), "dispatch" (executable, grid, block, args) or
+    "empty". ``deps`` are indices of earlier nodes.
+    """
+
+    kind: str
+    deps: tuple[int, ...]
+    params: Mapping[str, Any]
+
+
+class NativeBuffer(abc.ABC):
+    """A native allocation. The core frees it exactly once."""
+
+    nbytes: int
+
+    @abc.abstractmethod
+    def host_view(self) -> np.ndarray | None:
+        """A writable uint8 view of the whole buffer, or None if not host-mappable."""
+
+    def cache_control(self, op: CacheOp, offset: int, length: int) -> None:  # noqa: B027
+        """Host cache maintenance for a host-mapped ordinary buffer (default: none)."""
+
+    def pointer(self) -> int | None:
+        """The device address native clients use (CUDA pointer, host address), if any."""
+        view = self.host_view()
+        return None if view is None else int(view.ctypes.data)
+
+    @abc.abstractmethod
+    def free(self) -> None:
+        """Release the native allocation."""
+
+
+class Timeline(abc.ABC):
+    """A monotonic 64-bit counter signalled by queues."""
+
+    @abc.abstractmethod
+    def completed(self) -> int:
+        """The highest value reached. Must be cheap: a memory read, not a driver call."""
+
+    @abc.abstractmethod
+    def wait(self, value: int, timeout: float | None) -> bool:
+        """Block until ``completed() >= value``; False if ``timeout`` seconds passed.
+
+        Raises :class:`~hrx_core.errors.DeviceError` if the device failed in a way
+        that means the value will never be reached (a sticky CUDA error), so that a
+        wait never hangs on a dead device.
+        """
+
+    def error(self, value: int) -> BaseException | None:
+        """The failure recorded for work signalled at ``value``, if any."""
+        return None
+
+    def close(self) -> None:  # noqa: B027
+        """Release native resources."""
+
+
+class Executable(abc.ABC):
+    """Loaded native code for one device."""
+
+    name: str
+    target: str
+
+    def close(self) -> None:  # noqa: B027
+        """Unload."""
+
+
+class NativeGraph(abc.ABC):
+    """An instantiated native graph (optional capability)."""
+
+    @abc.abstractmethod
+    def launch(self, queue: NativeQueue) -> None:
+        """Encode one replay of the whole graph on ``queue``."""
+
+    @abc.abstractmethod
+    def update(self, index: int, node: GraphNode) -> None:
+        """Patch node ``index`` with new parameters (same kind and topology)."""
+
+    def close(self) -> None:  # noqa: B027
+        """Destroy."""
+
+
+class PreparedDispatch:
+    """A launch whose executable, geometry and arguments were bound once.
+
+    Engines override :meth:`EngineDevice.prepare_dispatch` to pack arguments ahead
+    of time; this default keeps them and encodes a plain dispatch.
+    """
+
+    def __init__(
+        self,
+        executable: Executable,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: Sequence[KernelArg],
+    ) -> None:
+        self.executable = executable
+        self.grid = grid
+        self.block = block
+        self.args = tuple(args)
+
+    def launch(self, queue: NativeQueue) -> None:
+        queue.dispatch(self.executable, self.grid, self.block, self.args)
+
+
+class NativeQueue(abc.ABC):
+    """One hardware queue (a CUDA stream, a PM4/SDMA ring, a host worker thread)."""
+
+    family: str
+
+    @abc.abstractmethod
+    def copy(self, src: NativeBuffer, src_offset: int, dst: NativeBuffer, dst_offset: int, nbytes: int) -> None:
+        """Encode a copy of ``nbytes`` (at most the transfer limit)."""
+
+    @abc.abstractmethod
+    def fill(self, dst: NativeBuffer, offset: int, nbytes: int, pattern: bytes) -> None:
+        """Encode a fill; ``nbytes`` is a multiple of ``len(pattern)``."""
+
+    @abc.abstractmethod
+    def dispatch(
+        self,
+        executable: Executable,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: Sequence[KernelArg],
+    ) -> None:
+        """Encode a kernel launch."""
+
+    @abc.abstractmethod
+    def wait(self, timeline: Timeline, value: int) -> None:
+        """Encode a wait: later work on this queue starts after ``timeline >= value``."""
+
+    @abc.abstractmethod
+    def signal(self, timeline: Timeline, value: int) -> None:
+        """Encode a signal: ``timeline`` reaches ``value`` after all earlier work."""
+
+    @abc.abstractmethod
+    def submit(self) -> None:
+        """Make everything encoded so far eligible to run."""
+
+    def close(self) -> None:  # noqa: B027
+        """Drain and destroy."""
+
+
+class EngineDevice(abc.ABC):
+    """One device of an engine."""
+
+    info: DeviceInfo
+
+    @abc.abstractmethod
+    def allocate(self, nbytes: int, *, shared: bool = False) -> NativeBuffer:
+        """Allocate ``nbytes``; ``shared`` asks for coherent host-visible memory."""
+
+    @abc.abstractmethod
+    def create_queue(self, family: str, index: int) -> NativeQueue:
+        """Create native queue ``index`` of ``family`` (called lazily by the core)."""
+
+    @abc.abstractmethod
+    def create_timeline(self) -> Timeline:
+        """Create a timeline starting at 0."""
+
+    @abc.abstractmethod
+    def load_executable(self, artifact: Artifact) -> Executable:
+        """Load compiled code for this device."""
+
+    def compile_options(self, target: str) -> tuple[str, ...]:
+        """Options the device adds when the core compiles for ``target`` (e.g. arch)."""
+        return ()
+
+    def prepare_dispatch(
+        self,
+        executable: Executable,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: Sequence[KernelArg],
+    ) -> PreparedDispatch:
+        """Bind a launch once so that repeated launches cost as little as possible."""
+        return PreparedDispatch(executable, grid, block, args)
+
+    def build_graph(self, nodes: Sequence[GraphNode]) -> NativeGraph:
+        """Build and instantiate a native graph (only if ``info.native_graphs``)."""
+        from .errors import Unsupported
+
+        raise Unsupported(f"engine {self.info.engine!r} has no native graphs")
+
+    def wrap_external(self, obj: Any) -> tuple[NativeBuffer, int] | None:
+        """Wrap foreign memory (a torch/cupy tensor) as a buffer; None if unknown."""
+        return None
+
+    def close(self) -> None:  # noqa: B027
+        """Release the device."""
+
+
+class Engine(abc.ABC):
+    """A backend: discovered through the ``hrx_engines`` hook."""
+
+    #: Unique name, the value of HRX_ENGINE that selects it ("host", "cuda").
+    name: str
+    #: Higher wins when :func:`hrx_core.device` picks the best engine.
+    priority: int = 0
+
+    @abc.abstractmethod
+    def probe(self) -> EngineStatus:
+        """Cheap check whether the engine can run here (never raises)."""
+
+    @abc.abstractmethod
+    def open_device(self, index: int, **options: Any) -> EngineDevice:
+        """Open device ``index``; unknown options raise InvalidArgument."""
+
+    def prepare(self) -> list[str]:
+        """Start each device and warm caches; return lines for ``hrx prepare``."""
+        return []
+
+
+__all__ = [
+    "Access",
+    "CacheOp",
+    "QueueFamily",
+    "Limits",
+    "DeviceInfo",
+    "EngineStatus",
+    "Artifact",
+    "BufferArg",
+    "KernelArg",
+    "GraphNode",
+    "NativeBuffer",
+    "Timeline",
+    "Executable",
+    "NativeGraph",
+    "NativeQueue",
+    "PreparedDispatch",
+    "EngineDevice",
+    "Engine",
+]

@@ -1,0 +1,410 @@
+"""Recorded graphs: record once, replay many times.
+
+* ``stream.graph()`` takes explicit predecessor lists: ``deps=[]`` starts an
+  independent branch, pass branch endings to their consumer, ``join`` adds an empty
+  dependency node.
+* ``stream.access_graph()`` infers dependencies from each binding's declared access
+  and byte range (disjoint slices of one buffer do not serialize).
+* ``stream.owned_graph()`` retains the buffers, kernels and budget charges it binds
+  through every replay; other graphs borrow them, and replaying after a bound
+  buffer was closed raises InvalidArgument.
+
+Recording executes nothing. ``input(name, buffer)`` declares a replaceable input;
+``launch(inputs={name: other})`` replays with another buffer of the same size and
+sufficient access, without re-recording. Engines with native graphs (CUDA graphs)
+build one at the first launch and patch only the changed parameters afterwards;
+others replay the nodes in recording order on the stream's queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from . import transfer
+from .buffer import Allocation, Binding, Buffer, View, as_binding
+from .completion import Completion
+from .engine import Access, BufferArg, GraphNode, NativeGraph, NativeQueue
+from .errors import InvalidArgument, OutOfBounds, Overlap
+from .hazards import HazardTracker
+from .kernel import Kernel
+from .stream import _dims
+
+if TYPE_CHECKING:
+    from .stream import Stream
+
+
+class Node:
+    """A recorded node; pass it in ``deps`` of later nodes (explicit graphs)."""
+
+    __slots__ = ("graph", "index", "kind", "deps", "refs", "params")
+
+    def __init__(self, graph: Graph, index: int, kind: str, deps: tuple[int, ...], refs: list[tuple[Buffer, int, int, Access]], params: dict[str, Any]) -> None:
+        self.graph = graph
+        self.index = index
+        self.kind = kind
+        self.deps = deps
+        # (buffer, offset in buffer, length, access) per bound range
+        self.refs = refs
+        self.params = params
+
+    def __repr__(self) -> str:
+        return f"<hrx.graph.Node #{self.index} {self.kind} deps={list(self.deps)}>"
+
+
+_Resolved = dict[int, tuple[Allocation, int]]  # id(buffer) -> (allocation, base offset)
+
+
+class Graph:
+    """A recorded graph of copies, fills, dispatches and joins."""
+
+    def __init__(self, stream: Stream, *, inferred: bool, owned: bool) -> None:
+        self.stream = stream
+        self.device = stream.device
+        self.inferred = inferred
+        self.owned = owned
+        self.nodes: list[Node] = []
+        self._buffers: dict[int, Buffer] = {}
+        self._retained: dict[int, Allocation] = {}
+        self._kernels: list[Kernel] = []
+        self._hazards = HazardTracker() if inferred else None
+        self._inputs: dict[str, Buffer] = {}
+        self._native: NativeGraph | None = None
+        self._native_map: list[list[int]] = []
+        self._last_bound: dict[int, tuple[int, int]] = {}
+        self._closed = False
+        self.launches = 0
+
+    def __repr__(self) -> str:
+        kind = "access" if self.inferred else "explicit"
+        owned = " owned" if self.owned else ""
+        return f"<hrx.Graph {kind}{owned}, {len(self.nodes)} nodes on {self.stream.queue}>"
+
+    # -- recording --------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidArgument("graph is closed")
+
+    def _deps(self, deps: Sequence[Node] | None) -> list[int]:
+        if deps is None:
+            if not self.inferred:
+                raise InvalidArgument(
+                    "deps: an explicit graph needs a predecessor list ([] starts an independent branch)"
+                )
+            return []
+        if isinstance(deps, Node) or not isinstance(deps, Sequence):
+            raise InvalidArgument("deps: expected a list of nodes of this graph")
+        out = []
+        for i, d in enumerate(deps):
+            if not isinstance(d, Node) or d.graph is not self:
+                raise InvalidArgument(f"deps[{i}]: not a node of this graph")
+            out.append(d.index)
+        return out
+
+    def _bind(self, name: str, value: Any, default: Access) -> tuple[Buffer, int, int, Access]:
+        binding = as_binding(name, value, default)
+        view = binding.view
+        buffer = view.buffer
+        if buffer.device is not self.device:
+            raise InvalidArgument(f"{name}: buffer belongs to {buffer.device.name}, not {self.device.name}")
+        return buffer, view.offset, view.length, binding.access
+
+    def _add(self, kind: str, deps: Sequence[Node] | None, refs: list[tuple[Buffer, int, int, Access]], params: dict[str, Any]) -> Node:
+        explicit = self._deps(deps)
+        index = len(self.nodes)
+        found: set[int] = set(explicit)
+        if self._hazards is not None:
+            found |= self._hazards.add(
+                index, [(id(b.allocation), b._base + off, b._base + off + n, a.writes) for b, off, n, a in refs]
+            )
+        for buffer, *_ in refs:
+            key = id(buffer)
+            if key not in self._buffers:
+                self._buffers[key] = buffer
+                if self.owned:
+                    alloc = buffer.allocation
+                    if id(alloc) not in self._retained:
+                        self._retained[id(alloc)] = alloc.retain()
+        node = Node(self, index, kind, tuple(sorted(found)), refs, params)
+        self.nodes.append(node)
+        self._native = None  # topology changed: rebuild on next launch
+        return node
+
+    def copy(self, src: Buffer | View | Binding, dst: Buffer | View | Binding, *, deps: Sequence[Node] | None = None) -> Node:
+        """Record a copy (equal lengths, no overlap; large ranges are split)."""
+        self._check_open()
+        s = self._bind("src", src, Access.READ)
+        d = self._bind("dst", dst, Access.WRITE)
+        if not s[3] & Access.READ:
+            raise InvalidArgument("src: binding is declared write-only")
+        if not d[3] & Access.WRITE:
+            raise InvalidArgument("dst: binding is declared read-only")
+        if s[2] != d[2]:
+            raise OutOfBounds(f"copy: src has {s[2]} bytes, dst has {d[2]}")
+        sa, da = s[0].allocation, d[0].allocation
+        s0, d0 = s[0]._base + s[1], d[0]._base + d[1]
+        if sa is da and s0 < d0 + d[2] and d0 < s0 + s[2]:
+            raise Overlap("copy: src and dst overlap in one allocation")
+        return self._add("copy", deps, [(s[0], s[1], s[2], Access.READ), (d[0], d[1], d[2], Access.WRITE)], {})
+
+    def fill(self, dst: Buffer | View | Binding, value: Any, *, deps: Sequence[Node] | None = None) -> Node:
+        """Record a fill with a 1-, 2- or 4-byte pattern."""
+        self._check_open()
+        d = self._bind("dst", dst, Access.WRITE)
+        if not d[3] & Access.WRITE:
+            raise InvalidArgument("dst: binding is declared read-only")
+        pattern = transfer.fill_pattern(value)
+        p = len(pattern)
+        if (d[0]._base + d[1]) % p or d[2] % p:
+            raise InvalidArgument(f"fill: a {p}-byte pattern needs offset and length multiples of {p}")
+        return self._add("fill", deps, [(d[0], d[1], d[2], Access.WRITE)], {"pattern": pattern})
+
+    def dispatch(
+        self,
+        kernel: Kernel,
+        grid: int | Sequence[int],
+        bindings: Sequence[Buffer | View | Binding],
+        *,
+        block: int | Sequence[int] = 1,
+        scalars: Sequence[Any] = (),
+        deps: Sequence[Node] | None = None,
+    ) -> Node:
+        """Record a kernel launch (the kernel is compiled and loaded now)."""
+        self._check_open()
+        if not isinstance(kernel, Kernel):
+            raise InvalidArgument(f"kernel: expected an hrx Kernel, got {type(kernel).__name__}")
+        limits = self.device.info.limits
+        g = _dims("grid", grid, limits.max_grid)
+        b = _dims("block", block, limits.max_block)
+        if b[0] * b[1] * b[2] > limits.max_threads_per_block:
+            raise InvalidArgument(f"block: {b} has more than {limits.max_threads_per_block} threads")
+        if isinstance(bindings, (Buffer, View, Binding)) or not isinstance(bindings, Sequence):
+            raise InvalidArgument("bindings: expected a list of Buffer, View or Binding")
+        if len(bindings) != len(kernel.buffer_access):
+            raise InvalidArgument(
+                f"bindings: kernel {kernel.name!r} takes {len(kernel.buffer_access)} buffers, got {len(bindings)}"
+            )
+        refs = [self._bind(f"bindings[{i}]", v, a) for i, (v, a) in enumerate(zip(bindings, kernel.buffer_access))]
+        values = kernel.check_scalars(scalars)
+        exe = kernel.executable(self.device)
+        self._kernels.append(kernel)
+        return self._add("dispatch", deps, refs, {"executable": exe, "grid": g, "block": b, "scalars": values})
+
+    def join(self, deps: Sequence[Node]) -> Node:
+        """An empty node that depends on ``deps``."""
+        self._check_open()
+        if deps is None:
+            raise InvalidArgument("deps: join needs a list of nodes")
+        return self._add("empty", deps, [], {})
+
+    def input(self, name: str, buffer: Buffer) -> Buffer:
+        """Declare ``buffer`` as the input ``name``, replaceable at launch; returns it."""
+        self._check_open()
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"name: expected a nonempty str, got {name!r}")
+        if not isinstance(buffer, Buffer):
+            raise InvalidArgument(f"buffer: expected a Buffer, got {type(buffer).__name__}")
+        if name in self._inputs:
+            raise InvalidArgument(f"name: input {name!r} is already declared")
+        if buffer.device is not self.device:
+            raise InvalidArgument(f"buffer: belongs to {buffer.device.name}, not {self.device.name}")
+        self._inputs[name] = buffer
+        return buffer
+
+    @property
+    def inputs(self) -> dict[str, Buffer]:
+        return dict(self._inputs)
+
+    @property
+    def binding_bytes(self) -> int:
+        """Distinct bound allocation bytes."""
+        seen: dict[int, int] = {}
+        for buffer in self._buffers.values():
+            alloc = buffer._alloc
+            seen[id(alloc)] = alloc.nbytes
+        return sum(seen.values())
+
+    def access_of(self, buffer: Buffer) -> Access:
+        """The union of the access the graph's nodes make to ``buffer``."""
+        access = Access(0)
+        for node in self.nodes:
+            for b, _, _, a in node.refs:
+                if b is buffer:
+                    access |= a
+        return access
+
+    # -- replay -----------------------------------------------------------------
+
+    def _resolve(self, inputs: Mapping[str, Any] | None) -> _Resolved:
+        resolved: _Resolved = {}
+        for key, buffer in self._buffers.items():
+            if buffer.closed and not self.owned:
+                raise InvalidArgument(f"graph: bound {buffer!r} was closed; use owned_graph() to retain buffers")
+            resolved[key] = (buffer._alloc, buffer._base)
+        if not inputs:
+            return resolved
+        if not isinstance(inputs, Mapping):
+            raise InvalidArgument("inputs: expected a mapping of input name to Buffer, View or Binding")
+        replaced: list[tuple[Allocation, int, int, bool, str]] = []
+        for name, value in inputs.items():
+            declared = self._inputs.get(name)
+            if declared is None:
+                raise InvalidArgument(f"inputs: {name!r} is not a declared input ({', '.join(self._inputs) or 'none'})")
+            used = self.access_of(declared)
+            binding = as_binding(f"inputs[{name!r}]", value, used or Access.READ_WRITE)
+            view = binding.view
+            if view.buffer.device is not self.device:
+                raise InvalidArgument(f"inputs[{name!r}]: belongs to {view.buffer.device.name}, not {self.device.name}")
+            if view.length != declared.nbytes:
+                raise InvalidArgument(
+                    f"inputs[{name!r}]: has {view.length} bytes, the declared input has {declared.nbytes}"
+                )
+            if used & ~binding.access:
+                raise InvalidArgument(
+                    f"inputs[{name!r}]: declared {binding.access.name.lower()}, the graph needs {used.name.lower()}"
+                )
+            alloc = view.buffer.allocation
+            if id(declared) in resolved:
+                resolved[id(declared)] = (alloc, view.start)
+            replaced.append((alloc, view.start, view.end, used.writes, name))
+        # A replacement must not alias other memory the graph uses where either writes.
+        for alloc, start, end, writes, name in replaced:
+            declared = self._inputs[name]
+            for key, buffer in self._buffers.items():
+                if buffer is declared:
+                    continue
+                a, base = resolved[key]
+                if a is alloc and start < base + buffer.nbytes and base < end and (writes or self.access_of(buffer).writes):
+                    raise Overlap(f"inputs[{name!r}]: overlaps other memory bound in the graph")
+        return resolved
+
+    def _native_nodes(self, resolved: _Resolved) -> tuple[list[GraphNode], list[list[int]]]:
+        limit = self.device.info.limits.max_transfer_bytes
+        out: list[GraphNode] = []
+        mapping: list[list[int]] = []
+        for node in self.nodes:
+            deps = tuple(i for d in node.deps for i in mapping[d])
+            mine: list[int] = []
+            for kind, params in self._expand(node, resolved, limit):
+                mine.append(len(out))
+                out.append(GraphNode(kind, deps, params))
+            mapping.append(mine)
+        return out, mapping
+
+    @staticmethod
+    def _expand(node: Node, resolved: _Resolved, limit: int) -> list[tuple[str, dict[str, Any]]]:
+        if node.kind == "copy":
+            (sb, so, n, _), (db, do, _, _) = node.refs
+            sa, sbase = resolved[id(sb)]
+            da, dbase = resolved[id(db)]
+            return [
+                ("copy", {"src": sa.native, "src_offset": sbase + so + off, "dst": da.native,
+                          "dst_offset": dbase + do + off, "nbytes": length})
+                for off, length in transfer.split(n, limit)
+            ]
+        if node.kind == "fill":
+            ((db, do, n, _),) = node.refs
+            da, dbase = resolved[id(db)]
+            pattern = node.params["pattern"]
+            return [
+                ("fill", {"dst": da.native, "offset": dbase + do + off, "nbytes": length, "pattern": pattern})
+                for off, length in transfer.split(n, limit, len(pattern))
+            ]
+        if node.kind == "dispatch":
+            args: list[Any] = []
+            for b, off, n, access in node.refs:
+                a, base = resolved[id(b)]
+                args.append(BufferArg(a.native, base + off, n, access))
+            args.extend(node.params["scalars"])
+            p = node.params
+            return [("dispatch", {"executable": p["executable"], "grid": p["grid"], "block": p["block"], "args": tuple(args)})]
+        return [("empty", {})]
+
+    def launch(self, stream: Stream | None = None, *, inputs: Mapping[str, Any] | None = None) -> Completion:
+        """Replay the graph on ``stream`` (default: the recording stream)."""
+        self._check_open()
+        stream = self.stream if stream is None else stream
+        if stream.device is not self.device:
+            raise InvalidArgument(f"stream: is on {stream.device.name}, the graph on {self.device.name}")
+        if not self.nodes:
+            return stream.completion()
+        resolved = self._resolve(inputs)
+        uses: list[tuple[Allocation, int, int, bool]] = []
+        for node in self.nodes:
+            for b, off, n, access in node.refs:
+                a, base = resolved[id(b)]
+                if a.freed:
+                    raise InvalidArgument(f"graph: memory of {b!r} was freed")
+                if a.host_maps or a.host_dirty:
+                    a.check_device_use(base + off, base + off + n, access.writes)
+                uses.append((a, base + off, base + off + n, access.writes))
+        allocs = {id(a): a for a, *_ in uses}
+        retain = [a.retain() for a in allocs.values()]
+        if self.device.info.native_graphs:
+            encode = self._native_launch(resolved)
+        else:
+            limit = self.device.info.limits.max_transfer_bytes
+            commands = [c for node in self.nodes for c in self._expand(node, resolved, limit)]
+
+            def encode(q: NativeQueue) -> None:
+                for kind, p in commands:
+                    if kind == "copy":
+                        q.copy(p["src"], p["src_offset"], p["dst"], p["dst_offset"], p["nbytes"])
+                    elif kind == "fill":
+                        q.fill(p["dst"], p["offset"], p["nbytes"], p["pattern"])
+                    elif kind == "dispatch":
+                        q.dispatch(p["executable"], p["grid"], p["block"], p["args"])
+
+        value = stream.slot.encode(encode, retain)
+        completion = stream._done(value)
+        for a, start, end, writes in uses:
+            a.note_use(completion, start, end, writes)
+        self.launches += 1
+        self.device.stats.graph_launches += 1
+        return completion
+
+    def _native_launch(self, resolved: _Resolved) -> Any:
+        bound = {key: (id(a), base) for key, (a, base) in resolved.items()}
+        if self._native is None:
+            nodes, mapping = self._native_nodes(resolved)
+            self._native = self.device.native.build_graph(nodes)
+            self._native_map = mapping
+            self._last_bound = bound
+        elif bound != self._last_bound:
+            changed = {key for key in bound if bound[key] != self._last_bound.get(key)}
+            limit = self.device.info.limits.max_transfer_bytes
+            for node in self.nodes:
+                if any(id(b) in changed for b, *_ in node.refs):
+                    indices = self._native_map[node.index]
+                    deps = tuple(i for d in node.deps for i in self._native_map[d])
+                    for i, (kind, params) in zip(indices, self._expand(node, resolved, limit)):
+                        self._native.update(i, GraphNode(kind, deps, params))
+            self._last_bound = bound
+        native = self._native
+        return native.launch
+
+    def close(self) -> None:
+        """Release retained buffers (owned graphs) and the native graph."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._native is not None:
+            self._native.close()
+            self._native = None
+        for alloc in self._retained.values():
+            alloc.release()
+        self._retained.clear()
+        self._kernels.clear()
+
+    def __enter__(self) -> Graph:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

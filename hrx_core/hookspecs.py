@@ -1,0 +1,51 @@
+"""Hook specifications of the ``hrx`` plugin group (pluggy).
+
+A plugin is any object (usually a module) with functions decorated by
+:data:`hookimpl` and named like the specs below. Third-party distributions declare
+it under the entry-point group ``hrx``::
+
+    [project.entry-points.hrx]
+    myengine = "my_package.plugin"
+
+The built-in host engine is registered through the same hooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .compiler import Compiler
+    from .engine import Engine
+
+PROJECT = "hrx"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def hrx_engines() -> Sequence[Engine]:
+    """Return the engines this plugin provides."""
+
+
+@hookspec
+def hrx_compilers() -> Sequence[Compiler]:
+    """Return compilers, one per target they produce code for."""
+
+
+@hookspec
+def hrx_kernels(engine: str) -> dict[str, Any]:
+    """Return kernels an op family provides for ``engine``, by name."""
+
+
+@hookspec
+def hrx_artifact_loaders() -> Sequence[Any]:
+    """Return loaders for model-file formats."""
+
+
+@hookspec
+def hrx_doctor() -> Sequence[tuple[str, str, str]]:
+    """Return extra ``hrx doctor`` rows as (section, item, detail)."""

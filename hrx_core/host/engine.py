@@ -1,0 +1,170 @@
+"""The host engine and its device."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..engine import (
+    Artifact,
+    CacheOp,
+    DeviceInfo,
+    Engine,
+    EngineDevice,
+    EngineStatus,
+    Executable,
+    Limits,
+    NativeBuffer,
+    NativeQueue,
+    QueueFamily,
+    Timeline,
+)
+from ..errors import DeviceError, InvalidArgument
+from .queue import HostExecutable, HostQueue
+from .timeline import HostTimeline
+
+ALIGNMENT = 256
+DEFAULT_MAX_TRANSFER = 4 << 30  # the reference hardware's SDMA limit
+
+
+class HostFaults:
+    """Fault injection for tests: make the N-th next submission fail."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._submit_countdown: int | None = None
+        self.injected = 0
+
+    def fail_submit(self, after: int = 0) -> None:
+        """The submission after ``after`` more successful ones raises DeviceError."""
+        with self._lock:
+            self._submit_countdown = after
+
+    def clear(self) -> None:
+        with self._lock:
+            self._submit_countdown = None
+
+    def on_submit(self, queue: str) -> None:
+        with self._lock:
+            if self._submit_countdown is None:
+                return
+            if self._submit_countdown > 0:
+                self._submit_countdown -= 1
+                return
+            self._submit_countdown = None
+            self.injected += 1
+        raise DeviceError(f"{queue}: injected submission failure")
+
+
+class HostBuffer(NativeBuffer):
+    __slots__ = ("nbytes", "_raw", "_view", "shared")
+
+    def __init__(self, nbytes: int, shared: bool) -> None:
+        self.nbytes = nbytes
+        self.shared = shared
+        raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+        start = -raw.ctypes.data % ALIGNMENT
+        self._raw: np.ndarray | None = raw
+        self._view: np.ndarray | None = raw[start : start + nbytes]
+
+    def host_view(self) -> np.ndarray | None:
+        if self._view is None:
+            raise DeviceError("host buffer used after free")
+        return self._view
+
+    def cache_control(self, op: CacheOp, offset: int, length: int) -> None:
+        pass  # host memory is coherent; the core still enforces the protocol
+
+    def free(self) -> None:
+        self._raw = None
+        self._view = None
+
+
+class HostDevice(EngineDevice):
+    def __init__(self, index: int, *, max_transfer_bytes: int = DEFAULT_MAX_TRANSFER, compute_queues: int = 8, copy_queues: int = 2) -> None:
+        for name, value in (("max_transfer_bytes", max_transfer_bytes), ("compute_queues", compute_queues), ("copy_queues", copy_queues)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgument(f"{name}: expected an int >= 1, got {value!r}")
+        self.faults = HostFaults()
+        try:
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            memory = 0
+        self.info = DeviceInfo(
+            engine="host",
+            index=index,
+            name=f"host CPU ({os.cpu_count()} threads)",
+            kind="host",
+            queue_families=(
+                QueueFamily("compute", compute_queues),
+                QueueFamily("copy", copy_queues, frozenset({"copy", "fill"})),
+            ),
+            limits=Limits(max_transfer_bytes=max_transfer_bytes, alignment=ALIGNMENT),
+            targets=("host",),
+            memory_bytes=memory,
+            coherent_shared_memory=True,
+            host_mappable=True,
+            native_graphs=False,
+            dlpack_device_type=1,
+            properties={"threads": os.cpu_count() or 1, "reference": "semantics reference, not an accelerator"},
+        )
+
+    def allocate(self, nbytes: int, *, shared: bool = False) -> NativeBuffer:
+        return HostBuffer(nbytes, shared)
+
+    def create_queue(self, family: str, index: int) -> NativeQueue:
+        return HostQueue(self, family, index)
+
+    def create_timeline(self) -> Timeline:
+        return HostTimeline()
+
+    def load_executable(self, artifact: Artifact) -> Executable:
+        if artifact.target != "host" or not callable(artifact.code):
+            raise InvalidArgument(f"host engine loads 'host' callables, got target {artifact.target!r}")
+        fn = artifact.code
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            params = {}  # builtins: no introspection, no grid
+        return HostExecutable(artifact.entry or getattr(fn, "__name__", "kernel"), fn, "grid" in params, "block" in params)
+
+    def wrap_external(self, obj: Any) -> tuple[NativeBuffer, int] | None:
+        if isinstance(obj, np.ndarray) and obj.flags.c_contiguous and obj.flags.writeable:
+            buf = HostBuffer.__new__(HostBuffer)
+            buf.nbytes = obj.nbytes
+            buf.shared = True
+            buf._raw = obj
+            buf._view = obj.reshape(-1).view(np.uint8)
+            return buf, obj.nbytes
+        return None
+
+
+class HostEngine(Engine):
+    name = "host"
+    priority = 0
+
+    def probe(self) -> EngineStatus:
+        return EngineStatus(True, "built in", 1)
+
+    def open_device(self, index: int, **options: Any) -> EngineDevice:
+        if index != 0:
+            raise InvalidArgument(f"index: the host engine has one device, asked for {index}")
+        known = {"max_transfer_bytes", "compute_queues", "copy_queues"}
+        unknown = set(options) - known
+        if unknown:
+            raise InvalidArgument(f"options: unknown host engine options {sorted(unknown)}; known: {sorted(known)}")
+        return HostDevice(index, **options)
+
+    def prepare(self) -> list[str]:
+        dev = self.open_device(0)
+        q = dev.create_queue("compute", 0)
+        t = dev.create_timeline()
+        q.signal(t, 1)
+        q.submit()
+        ok = t.wait(1, 5.0)
+        q.close()
+        return [f"host: worker queue started and signalled ({'ok' if ok else 'TIMEOUT'})"]

@@ -1,0 +1,19 @@
+"""Registers the host engine and the host compiler through the ``hrx`` hooks."""
+
+from __future__ import annotations
+
+from ..hookspecs import hookimpl
+from .compiler import HOST_COMPILER
+from .engine import HostEngine
+
+_ENGINE = HostEngine()
+
+
+@hookimpl
+def hrx_engines():  # type: ignore[no-untyped-def]
+    return [_ENGINE]
+
+
+@hookimpl
+def hrx_compilers():  # type: ignore[no-untyped-def]
+    return [HOST_COMPILER]

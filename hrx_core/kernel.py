@@ -1,0 +1,130 @@
+"""Kernels: one name, one parameter list, an implementation per target.
+
+A kernel carries sources keyed by target -- ``"host"`` (a Python callable over numpy
+views), ``"cuda"`` (CUDA C++ for NVRTC), ``"ptx"``, ``"cubin"`` -- so the same kernel
+runs on every engine: each device lists the targets it runs, most preferred first,
+and the kernel compiles (through :func:`hrx_core.compile`, cached) and loads the
+first one it has. Cloning a kernel retains its loaded executables.
+
+Parameters are buffers first, then scalars. ``buffers`` declares each buffer's
+access ("read", "write", "read_write"); ``scalars`` declares each scalar's numpy
+dtype. A CUDA kernel receives buffers as pointers and scalars by value in that
+order; a host callable receives one numpy uint8 array per buffer (read-only for
+"read") and numpy scalars, and also ``grid=``/``block=`` if its signature names them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .buffer import coerce_access
+from .engine import Access, Executable
+from .errors import InvalidArgument, Unsupported
+
+if TYPE_CHECKING:
+    from .device import Device
+
+
+class Kernel:
+    """A kernel with per-target sources and a declared parameter list."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        buffers: int | Sequence[Access | str] = 1,
+        scalars: Sequence[Any] = (),
+        host: Callable[..., Any] | str | None = None,
+        cuda: str | None = None,
+        ptx: str | bytes | None = None,
+        cubin: bytes | None = None,
+        sources: Mapping[str, Any] | None = None,
+        entry: str | None = None,
+        options: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"name: expected a nonempty str, got {name!r}")
+        self.name = name
+        self.entry = entry or name
+        if isinstance(buffers, int) and not isinstance(buffers, bool):
+            if buffers < 0:
+                raise InvalidArgument(f"buffers: expected >= 0, got {buffers}")
+            accesses: tuple[Access, ...] = (Access.READ_WRITE,) * buffers
+        else:
+            accesses = tuple(coerce_access(a) for a in buffers)
+        self.buffer_access = accesses
+        try:
+            self.scalar_types = tuple(np.dtype(s) for s in scalars)
+        except TypeError as exc:
+            raise InvalidArgument(f"scalars: {exc}") from None
+        found: dict[str, Any] = dict(sources or {})
+        for target, src in (("host", host), ("cuda", cuda), ("ptx", ptx), ("cubin", cubin)):
+            if src is not None:
+                found[target] = src
+        if not found:
+            raise InvalidArgument(f"kernel {name!r}: give at least one source (host=, cuda=, ptx=, cubin=, sources=)")
+        self.sources: dict[str, Any] = found
+        self.options = {k: tuple(v) for k, v in (options or {}).items()}
+        self._executables: dict[int, Executable] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(self.sources)
+
+    def clone(self) -> Kernel:
+        """A kernel sharing sources and loaded executables (retains them)."""
+        other = object.__new__(Kernel)
+        other.__dict__.update(self.__dict__)
+        return other
+
+    def __repr__(self) -> str:
+        return f"<hrx.Kernel {self.name} targets={','.join(self.sources)}>"
+
+    def executable(self, device: Device) -> Executable:
+        """Compile (cached) and load this kernel for ``device``."""
+        key = id(device)
+        exe = self._executables.get(key)
+        if exe is not None:
+            return exe
+        with self._lock:
+            exe = self._executables.get(key)
+            if exe is not None:
+                return exe
+            target = next((t for t in device.info.targets if t in self.sources), None)
+            if target is None:
+                raise Unsupported(
+                    f"kernel {self.name!r} has sources for {', '.join(self.sources)}; "
+                    f"{device.name} runs {', '.join(device.info.targets) or 'nothing'}"
+                )
+            from .plugins import compile as compile_source
+
+            options = tuple(self.options.get(target, ())) + tuple(device.native.compile_options(target))
+            artifact = compile_source(self.sources[target], target=target, entry=self.entry, options=options)
+            exe = device.native.load_executable(artifact)
+            self._executables[key] = exe
+            # keep the device alive as long as its executable is cached here
+            return exe
+
+    def check_scalars(self, scalars: Sequence[Any]) -> tuple[np.generic, ...]:
+        if len(scalars) != len(self.scalar_types):
+            raise InvalidArgument(
+                f"scalars: kernel {self.name!r} takes {len(self.scalar_types)} scalars, got {len(scalars)}"
+            )
+        out = []
+        for i, (value, dtype) in enumerate(zip(scalars, self.scalar_types)):
+            try:
+                if isinstance(value, np.generic) and value.dtype == dtype:
+                    out.append(value)
+                    continue
+                converted = np.array(value, dtype=dtype)
+                if converted.shape != () or (dtype.kind in "iu" and converted != value):
+                    raise ValueError("out of range")
+                out.append(converted[()])
+            except (ValueError, TypeError, OverflowError):
+                raise InvalidArgument(f"scalars[{i}]: {value!r} is not a valid {dtype}") from None
+        return tuple(out)

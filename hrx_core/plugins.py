@@ -1,0 +1,216 @@
+"""Plugin discovery (pluggy, entry-point group ``hrx``) and engine selection.
+
+The built-in host engine is registered through the same hooks as third-party
+plugins. Each entry point is loaded on its own: one that fails to import is recorded
+(``failures()``, ``hrx doctor``) and the others still load.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import threading
+from typing import Any
+
+import attrs
+import pluggy
+
+from . import hookspecs
+from .compiler import CompileCache, Compiler
+from .engine import Artifact, Engine, EngineStatus
+from .errors import EngineNotFound, InvalidArgument, PluginError
+
+ENV_ENGINE = "HRX_ENGINE"
+
+
+@attrs.frozen
+class PluginInfo:
+    name: str
+    module: str
+    distribution: str
+    version: str
+    builtin: bool = False
+
+
+@attrs.frozen
+class PluginFailure:
+    name: str
+    value: str
+    distribution: str
+    version: str
+    error: str
+
+
+class Registry:
+    """The plugin manager plus what was found: plugins, failures, engines, compilers."""
+
+    def __init__(self) -> None:
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self.plugins: list[PluginInfo] = []
+        self.failures: list[PluginFailure] = []
+        from .host import plugin as host_plugin
+
+        self.pm.register(host_plugin, name="host")
+        from . import __version__
+
+        self.plugins.append(PluginInfo("host", host_plugin.__name__, "hrx-core", __version__, builtin=True))
+        self._load_entry_points()
+        self._engines: dict[str, Engine] | None = None
+        self._compilers: dict[str, Compiler] | None = None
+        self._devices: dict[tuple[Any, ...], Any] = {}
+        self._lock = threading.Lock()
+        self.compile_cache = CompileCache()
+
+    def _load_entry_points(self) -> None:
+        seen: set[str] = set()
+        for ep in md.entry_points(group=hookspecs.PROJECT):
+            if ep.name in seen or self.pm.has_plugin(ep.name):
+                continue
+            seen.add(ep.name)
+            dist = getattr(ep, "dist", None)
+            dist_name = dist.metadata["Name"] if dist is not None else "?"
+            version = dist.version if dist is not None else "?"
+            try:
+                obj = ep.load()
+                self.pm.register(obj, name=ep.name)
+            except Exception as exc:  # a broken plugin must not break discovery
+                self.failures.append(PluginFailure(ep.name, ep.value, dist_name, version, f"{type(exc).__name__}: {exc}"))
+                continue
+            self.plugins.append(PluginInfo(ep.name, ep.value, dist_name, version))
+
+    def engines(self) -> dict[str, Engine]:
+        if self._engines is None:
+            found: dict[str, Engine] = {}
+            for result in self.pm.hook.hrx_engines():
+                for engine in result or ():
+                    if not isinstance(engine, Engine):
+                        raise PluginError(f"hrx_engines returned {type(engine).__name__}, not an hrx_core.engine.Engine")
+                    found.setdefault(engine.name, engine)
+            self._engines = found
+        return self._engines
+
+    def compilers(self) -> dict[str, Compiler]:
+        if self._compilers is None:
+            found: dict[str, Compiler] = {}
+            for result in self.pm.hook.hrx_compilers():
+                for compiler in result or ():
+                    if not isinstance(compiler, Compiler):
+                        raise PluginError(f"hrx_compilers returned {type(compiler).__name__}, not a Compiler")
+                    found.setdefault(compiler.target, compiler)
+            self._compilers = found
+        return self._compilers
+
+
+_registry: Registry | None = None
+_registry_lock = threading.Lock()
+
+
+def registry() -> Registry:
+    """The process-wide registry, created on first use."""
+    global _registry
+    if _registry is None:
+        with _registry_lock:
+            if _registry is None:
+                _registry = Registry()
+    return _registry
+
+
+def reload() -> Registry:
+    """Discover plugins again (e.g. after installing one). Open devices stay open."""
+    global _registry
+    with _registry_lock:
+        _registry = Registry()
+    return _registry
+
+
+def plugin_manager() -> pluggy.PluginManager:
+    return registry().pm
+
+
+def plugins() -> list[PluginInfo]:
+    return list(registry().plugins)
+
+
+def failures() -> list[PluginFailure]:
+    return list(registry().failures)
+
+
+def engines() -> dict[str, Engine]:
+    """Installed engines by name."""
+    return dict(registry().engines())
+
+
+def engine_status() -> dict[str, EngineStatus]:
+    out = {}
+    for name, engine in registry().engines().items():
+        try:
+            out[name] = engine.probe()
+        except Exception as exc:
+            out[name] = EngineStatus(False, f"probe failed: {type(exc).__name__}: {exc}")
+    return out
+
+
+def compile(source: Any, *, target: str, entry: str = "", options: tuple[str, ...] | list[str] = ()) -> Artifact:
+    """Compile ``source`` for ``target`` with the registered compiler (cached)."""
+    reg = registry()
+    return reg.compile_cache.compile(reg.compilers(), source, target=target, entry=entry, options=options)
+
+
+def best_engine() -> str:
+    """Name of the engine :func:`device` picks: HRX_ENGINE, else the highest priority available."""
+    forced = os.environ.get(ENV_ENGINE, "").strip()
+    if forced:
+        return forced
+    statuses = engine_status()
+    ranked = sorted(
+        (e for n, e in registry().engines().items() if statuses[n].available),
+        key=lambda e: -e.priority,
+    )
+    if not ranked:
+        raise EngineNotFound("no engine is available (not even the host engine?)")
+    return ranked[0].name
+
+
+def device(engine: str | None = None, index: int = 0, **options: Any) -> Any:
+    """The device ``index`` of ``engine`` (default: the best available engine).
+
+    Devices are cached per (engine, index, options); engine options (e.g. the host
+    engine's ``max_transfer_bytes``) give a separate device.
+    """
+    from .device import Device
+
+    reg = registry()
+    name = best_engine() if engine is None else engine
+    if not isinstance(name, str):
+        raise InvalidArgument(f"engine: expected a str, got {type(name).__name__}")
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise InvalidArgument(f"index: expected an int >= 0, got {index!r}")
+    engines_ = reg.engines()
+    eng = engines_.get(name)
+    if eng is None:
+        installed = ", ".join(sorted(engines_)) or "none"
+        hint = f" (from {ENV_ENGINE})" if engine is None else ""
+        raise EngineNotFound(f"engine {name!r}{hint} is not installed; installed engines: {installed}")
+    key = (name, index, tuple(sorted(options.items())))
+    with reg._lock:
+        dev = reg._devices.get(key)
+        if dev is not None and not dev.closed:
+            return dev
+        status = eng.probe()
+        if not status.available:
+            raise EngineNotFound(f"engine {name!r} is installed but unavailable: {status.reason}")
+        if index >= max(status.device_count, 1):
+            raise InvalidArgument(f"index: engine {name!r} has {status.device_count} devices, asked for {index}")
+        dev = Device(eng, eng.open_device(index, **options))
+        reg._devices[key] = dev
+        return dev
+
+
+def devices() -> list[Any]:
+    """Device 0.. of every available engine."""
+    out = []
+    for name, status in engine_status().items():
+        if status.available:
+            out.extend(device(name, i) for i in range(max(status.device_count, 1)))
+    return out

@@ -1,0 +1,120 @@
+"""Reusable, bounded staging chunks for host transfers.
+
+Uploads copy host bytes into a chunk of coherent host-visible memory and let the
+queue copy it to the destination; the next chunk is filled while the previous one
+is in flight. At most ``count`` chunks of at most ``chunk_bytes`` (64 MiB) exist per
+stream; a large transfer waits for the oldest chunk before reusing it, so staging
+stays bounded whatever the transfer size.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .completion import Completion
+
+if TYPE_CHECKING:
+    from .budget import MemoryBudget
+    from .buffer import Buffer
+    from .device import Device
+
+MAX_CHUNK_BYTES = 64 << 20
+DEFAULT_CHUNKS = 3
+#: Host copies above this size are split across threads (numpy releases the GIL).
+PARALLEL_COPY_BYTES = 8 << 20
+
+_copy_pool: ThreadPoolExecutor | None = None
+
+
+def _threads() -> int:
+    env = os.environ.get("HRX_STAGING_THREADS")
+    if env:
+        return max(1, int(env))
+    return max(1, min(4, (os.cpu_count() or 1) - 1))
+
+
+def host_copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """memcpy, on several threads when large and the machine has cores to spare."""
+    global _copy_pool
+    threads = _threads()
+    n = dst.nbytes
+    if threads <= 1 or n < PARALLEL_COPY_BYTES:
+        np.copyto(dst, src)
+        return
+    if _copy_pool is None:
+        _copy_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hrx-copy")
+    step = -(-n // threads)
+    step += -step % 4096
+    futures = [
+        _copy_pool.submit(np.copyto, dst[o : o + step], src[o : o + step]) for o in range(step, n, step)
+    ]
+    np.copyto(dst[:step], src[:step])
+    for f in futures:
+        f.result()
+
+
+class StagingChunk:
+    __slots__ = ("buffer", "host", "completion")
+
+    def __init__(self, buffer: Buffer) -> None:
+        self.buffer = buffer
+        view = buffer.allocation.native.host_view()
+        assert view is not None
+        self.host: np.ndarray = view[: buffer.nbytes]
+        self.completion: Completion | None = None
+
+
+class StagingRing:
+    """Chunks owned by one stream, reused round-robin."""
+
+    def __init__(
+        self,
+        device: Device,
+        *,
+        chunk_bytes: int = MAX_CHUNK_BYTES,
+        count: int = DEFAULT_CHUNKS,
+        budget: MemoryBudget | None = None,
+    ) -> None:
+        self.device = device
+        self.chunk_bytes = min(chunk_bytes, MAX_CHUNK_BYTES)
+        self.count = count
+        self.budget = budget
+        self.chunks: list[StagingChunk] = []
+        self._next = 0
+
+    def acquire(self, nbytes: int) -> StagingChunk:
+        """The next chunk (at least ``min(nbytes, chunk_bytes)``), once its last use completed."""
+        want = min(self.chunk_bytes, max(nbytes, 1 << 16))
+        index = self._next % self.count
+        self._next += 1
+        if index == len(self.chunks):
+            chunk = StagingChunk(self.device.allocate_shared(want, budget=self.budget))
+            self.chunks.append(chunk)
+            return chunk
+        chunk = self.chunks[index]
+        if chunk.completion is not None:
+            chunk.completion.wait()
+            chunk.completion = None
+        if chunk.buffer.nbytes < min(nbytes, self.chunk_bytes):
+            chunk.buffer.close()
+            chunk = StagingChunk(self.device.allocate_shared(want, budget=self.budget))
+            self.chunks[index] = chunk
+        return chunk
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.buffer.nbytes for c in self.chunks)
+
+    def close(self) -> None:
+        for chunk in self.chunks:
+            if chunk.completion is not None:
+                try:
+                    chunk.completion.wait()
+                except Exception:
+                    pass
+            chunk.buffer.close()
+        self.chunks.clear()

@@ -1,0 +1,506 @@
+"""Streams: ordered work on one native queue of a device.
+
+``copy``, ``fill`` and ``dispatch`` are plain calls that several threads may issue
+on several streams at once. Staging transfers (``upload``, ``download``) and
+synchronization serialize per stream. Every argument is validated before anything
+is encoded, so a rejected call changes nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import transfer
+from .buffer import Allocation, Binding, Buffer, View, as_binding, check_int
+from .completion import Completion, Event
+from .engine import Access, BufferArg, KernelArg, NativeQueue
+from .errors import InvalidArgument, OutOfBounds, Overlap, Unsupported
+from .kernel import Kernel
+from .staging import MAX_CHUNK_BYTES, StagingRing, host_copy
+
+if TYPE_CHECKING:
+    from .budget import MemoryBudget
+    from .device import Device, QueueSlot
+    from .graph import Graph
+
+
+def _dims(name: str, value: Any, limit: tuple[int, int, int]) -> tuple[int, int, int]:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        dims = [int(value)]
+    elif isinstance(value, (tuple, list)) and 1 <= len(value) <= 3:
+        dims = [check_int(f"{name}[{i}]", v, minimum=1) for i, v in enumerate(value)]
+    else:
+        raise InvalidArgument(f"{name}: expected an int or a tuple of 1 to 3 ints, got {value!r}")
+    dims += [1] * (3 - len(dims))
+    for i, (d, m) in enumerate(zip(dims, limit)):
+        if not 1 <= d <= m:
+            raise InvalidArgument(f"{name}[{i}]: {d} is outside 1..{m}")
+    return dims[0], dims[1], dims[2]
+
+
+class PreparedLaunch:
+    """A dispatch bound once (kernel, geometry, bindings, scalars); launch repeatedly."""
+
+    def __init__(self, stream: Stream, native: Any, allocs: list[Allocation], ranges: list[tuple[Allocation, int, int, bool]]) -> None:
+        self._stream = stream
+        self._native = native
+        self._allocs = allocs
+        self._ranges = ranges
+
+    def launch(self) -> Completion:
+        stream = self._stream
+        for alloc, start, end, writes in self._ranges:
+            if alloc.freed:
+                raise InvalidArgument("prepared launch: a bound buffer was freed")
+            if alloc.host_maps or alloc.host_dirty:
+                alloc.check_device_use(start, end, writes)
+        native = self._native
+        retain = [a.retain() for a in self._allocs]
+        value = stream.slot.encode(native.launch, retain)
+        completion = stream._done(value)
+        for alloc, start, end, writes in self._ranges:
+            alloc.note_use(completion, start, end, writes)
+        stream.device.stats.dispatches += 1
+        return completion
+
+
+class Stream:
+    """Ordered work on one native queue. Create with ``device.stream()``."""
+
+    def __init__(self, device: Device, slot: QueueSlot) -> None:
+        self.device = device
+        self.slot = slot
+        self._transfer_lock = threading.Lock()
+        self._staging: StagingRing | None = None
+        self._budget: MemoryBudget | None = None
+        self._values: list[int] = []
+        self._last: Completion | None = None
+
+    def __repr__(self) -> str:
+        return f"<hrx.Stream on {self.slot.name}>"
+
+    @property
+    def queue(self) -> str:
+        """Name of the native queue this stream runs on."""
+        return self.slot.name
+
+    def native_queue(self) -> NativeQueue:
+        """The engine queue (a CUDA stream object, a host worker) for native clients."""
+        return self.slot.native
+
+    # -- budget -----------------------------------------------------------------
+
+    def with_memory_budget(self, budget: MemoryBudget | None) -> Stream:
+        """Charge this stream's allocations and staging to ``budget`` (before allocating)."""
+        from .budget import MemoryBudget
+
+        if budget is not None and not isinstance(budget, MemoryBudget):
+            raise InvalidArgument(f"budget: expected a MemoryBudget or None, got {type(budget).__name__}")
+        self._budget = budget
+        return self
+
+    @property
+    def memory_budget(self) -> MemoryBudget | None:
+        return self._budget
+
+    # -- allocation -------------------------------------------------------------
+
+    def allocate(self, nbytes: int) -> Buffer:
+        return self.device.allocate(nbytes, budget=self._budget)
+
+    def allocate_shared(self, nbytes: int) -> Buffer:
+        return self.device.allocate_shared(nbytes, budget=self._budget)
+
+    def allocate_from(self, data: Any) -> Buffer:
+        """A new buffer initialised from nonempty host data, with no separate zero-fill."""
+        src = transfer.host_bytes("data", data)
+        alloc = self.device._allocate(src.nbytes, shared=False, budget=self._budget, what="buffer")
+        buffer = Buffer(self.device, alloc)
+        host = alloc.native.host_view()
+        if host is not None:
+            # A brand-new allocation has no pending work: write it directly.
+            host_copy(host[: src.nbytes], src)
+            alloc.native.cache_control(transfer_flush(), 0, src.nbytes)
+            self.device.stats.upload_bytes += src.nbytes
+        else:
+            try:
+                self.upload(buffer, src)
+            except BaseException:
+                buffer.close()
+                raise
+        return buffer
+
+    # -- bookkeeping ------------------------------------------------------------
+
+    def _done(self, value: int) -> Completion:
+        values = self._values
+        if not values or values[-1] != value:
+            values.append(value)
+            if len(values) > 4096:
+                self._prune_values()
+        last = self._last
+        if last is not None and last.value == value:
+            return last
+        completion = self._last = Completion(self.slot, value)
+        return completion
+
+    def _prune_values(self) -> None:
+        completed = self.slot.timeline.completed()
+        timeline = self.slot.timeline
+        keep = [v for v in self._values if v > completed or timeline.error(v) is not None]
+        self._values[:] = keep[-4096:]
+
+    def _check_device(self, name: str, binding: Binding) -> None:
+        if binding.view.buffer.device is not self.device:
+            raise InvalidArgument(f"{name}: buffer belongs to {binding.view.buffer.device.name}, not {self.device.name}")
+
+    def _check_family(self, operation: str) -> None:
+        family = self.device.info.family(self.slot.family)
+        if family is not None and not family.supports(operation):
+            raise Unsupported(f"{operation}: {self.slot.family} queues of {self.device.name} cannot encode it")
+
+    # -- operations -------------------------------------------------------------
+
+    def copy(self, src: Buffer | View | Binding, dst: Buffer | View | Binding) -> Completion:
+        """Copy ``src`` to ``dst`` (equal lengths, no overlap); splits large ranges."""
+        s = as_binding("src", src, Access.READ)
+        d = as_binding("dst", dst, Access.WRITE)
+        self._check_device("src", s)
+        self._check_device("dst", d)
+        if not s.access & Access.READ:
+            raise InvalidArgument("src: binding is declared write-only")
+        if not d.access & Access.WRITE:
+            raise InvalidArgument("dst: binding is declared read-only")
+        sv, dv = s.view, d.view
+        if sv.length != dv.length:
+            raise OutOfBounds(f"copy: src has {sv.length} bytes, dst has {dv.length}")
+        sa, da = sv.buffer.allocation, dv.buffer.allocation
+        if sa is da and sv.start < dv.end and dv.start < sv.end:
+            raise Overlap(
+                f"copy: src [{sv.start}, {sv.end}) and dst [{dv.start}, {dv.end}) overlap in one allocation"
+            )
+        if sa.host_maps or sa.host_dirty:
+            sa.check_device_use(sv.start, sv.end, False)
+        if da.host_maps or da.host_dirty:
+            da.check_device_use(dv.start, dv.end, True)
+        self._check_family("copy")
+        n = sv.length
+        limit = self.device.info.limits.max_transfer_bytes
+        sn, dn, s0, d0 = sa.native, da.native, sv.start, dv.start
+        if n <= limit:
+            def encode(q: NativeQueue) -> None:
+                q.copy(sn, s0, dn, d0, n)
+        else:
+            pieces = list(transfer.split(n, limit))
+
+            def encode(q: NativeQueue) -> None:
+                for off, length in pieces:
+                    q.copy(sn, s0 + off, dn, d0 + off, length)
+
+        value = self.slot.encode(encode, (sa.retain(), da.retain()))
+        completion = self._done(value)
+        sa.note_use(completion, sv.start, sv.end, False)
+        da.note_use(completion, dv.start, dv.end, True)
+        self.device.stats.copy_bytes += n
+        return completion
+
+    def fill(self, dst: Buffer | View | Binding, value: Any) -> Completion:
+        """Fill ``dst`` with a 1-, 2- or 4-byte pattern (an int byte, bytes or a numpy scalar)."""
+        d = as_binding("dst", dst, Access.WRITE)
+        self._check_device("dst", d)
+        if not d.access & Access.WRITE:
+            raise InvalidArgument("dst: binding is declared read-only")
+        pattern = transfer.fill_pattern(value)
+        dv = d.view
+        p = len(pattern)
+        if dv.start % p or dv.length % p:
+            raise InvalidArgument(
+                f"fill: a {p}-byte pattern needs offset and length multiples of {p} "
+                f"(offset {dv.start}, length {dv.length})"
+            )
+        da = dv.buffer.allocation
+        if da.host_maps or da.host_dirty:
+            da.check_device_use(dv.start, dv.end, True)
+        self._check_family("fill")
+        limit = self.device.info.limits.max_transfer_bytes
+        dn, d0, n = da.native, dv.start, dv.length
+        pieces = list(transfer.split(n, limit, p))
+
+        def encode(q: NativeQueue) -> None:
+            for off, length in pieces:
+                q.fill(dn, d0 + off, length, pattern)
+
+        v = self.slot.encode(encode, (da.retain(),))
+        completion = self._done(v)
+        da.note_use(completion, dv.start, dv.end, True)
+        self.device.stats.fill_bytes += n
+        return completion
+
+    def _dispatch_args(
+        self, kernel: Kernel, bindings: Sequence[Any], scalars: Sequence[Any]
+    ) -> tuple[list[KernelArg], list[Allocation], list[tuple[Allocation, int, int, bool]]]:
+        if not isinstance(kernel, Kernel):
+            raise InvalidArgument(f"kernel: expected an hrx Kernel, got {type(kernel).__name__}")
+        if isinstance(bindings, (Buffer, View, Binding)) or not isinstance(bindings, Sequence):
+            raise InvalidArgument("bindings: expected a list of Buffer, View or Binding")
+        expected = kernel.buffer_access
+        if len(bindings) != len(expected):
+            raise InvalidArgument(f"bindings: kernel {kernel.name!r} takes {len(expected)} buffers, got {len(bindings)}")
+        args: list[KernelArg] = []
+        allocs: list[Allocation] = []
+        ranges: list[tuple[Allocation, int, int, bool]] = []
+        for i, (b, access) in enumerate(zip(bindings, expected)):
+            binding = as_binding(f"bindings[{i}]", b, access)
+            self._check_device(f"bindings[{i}]", binding)
+            view = binding.view
+            alloc = view.buffer.allocation
+            writes = binding.access.writes
+            if alloc.host_maps or alloc.host_dirty:
+                alloc.check_device_use(view.start, view.end, writes)
+            args.append(BufferArg(alloc.native, view.start, view.length, binding.access))
+            if alloc not in allocs:
+                allocs.append(alloc)
+            ranges.append((alloc, view.start, view.end, writes))
+        args.extend(kernel.check_scalars(scalars))
+        return args, allocs, ranges
+
+    def dispatch(
+        self,
+        kernel: Kernel,
+        grid: int | Sequence[int],
+        bindings: Sequence[Buffer | View | Binding],
+        *,
+        block: int | Sequence[int] = 1,
+        scalars: Sequence[Any] = (),
+    ) -> Completion:
+        """Launch ``kernel`` over ``grid`` groups of ``block`` threads."""
+        limits = self.device.info.limits
+        g = _dims("grid", grid, limits.max_grid)
+        b = _dims("block", block, limits.max_block)
+        if b[0] * b[1] * b[2] > limits.max_threads_per_block:
+            raise InvalidArgument(f"block: {b} has more than {limits.max_threads_per_block} threads")
+        args, allocs, ranges = self._dispatch_args(kernel, bindings, scalars)
+        self._check_family("dispatch")
+        exe = kernel.executable(self.device)
+        retain = [a.retain() for a in allocs]
+
+        def encode(q: NativeQueue) -> None:
+            q.dispatch(exe, g, b, args)
+
+        value = self.slot.encode(encode, retain)
+        completion = self._done(value)
+        for alloc, start, end, writes in ranges:
+            alloc.note_use(completion, start, end, writes)
+        self.device.stats.dispatches += 1
+        return completion
+
+    def prepare(
+        self,
+        kernel: Kernel,
+        grid: int | Sequence[int],
+        bindings: Sequence[Buffer | View | Binding],
+        *,
+        block: int | Sequence[int] = 1,
+        scalars: Sequence[Any] = (),
+    ) -> PreparedLaunch:
+        """Validate and pack a dispatch once; ``launch()`` it repeatedly at low cost."""
+        limits = self.device.info.limits
+        g = _dims("grid", grid, limits.max_grid)
+        b = _dims("block", block, limits.max_block)
+        if b[0] * b[1] * b[2] > limits.max_threads_per_block:
+            raise InvalidArgument(f"block: {b} has more than {limits.max_threads_per_block} threads")
+        args, allocs, ranges = self._dispatch_args(kernel, bindings, scalars)
+        self._check_family("dispatch")
+        exe = kernel.executable(self.device)
+        native = self.device.native.prepare_dispatch(exe, g, b, args)
+        return PreparedLaunch(self, native, allocs, ranges)
+
+    # -- events and synchronization ---------------------------------------------
+
+    def completion(self) -> Completion:
+        """Completion of everything issued on this stream so far."""
+        return self.slot.completion()
+
+    def record_event(self) -> Event:
+        """An event that completes when everything issued so far has finished."""
+        self.slot.flush()
+        return Event(self.slot.completion())
+
+    def wait_event(self, event: Event) -> None:
+        """Later work on this stream starts after ``event`` (ordering across streams)."""
+        if not isinstance(event, Event):
+            raise InvalidArgument(f"event: expected an Event, got {type(event).__name__}")
+        other = event.completion.slot
+        if other is self.slot:
+            return  # one FIFO queue: already ordered
+        if other.device is not self.device:
+            event.completion.wait()  # across devices: a host completion check
+            return
+        other.flush()
+        timeline, value = other.timeline, event.completion.value
+        if timeline.completed() >= value:
+            return
+        self.slot.encode(lambda q: q.wait(timeline, value))
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Wait for everything issued on this stream; raise the first failure seen."""
+        with self._transfer_lock:
+            self.slot.completion().wait(timeout)
+            timeline = self.slot.timeline
+            values, self._values = self._values, []
+            for v in values:
+                error = timeline.error(v)
+                if error is not None:
+                    Completion(self.slot, v)._raise_failure()
+
+    # -- staged transfers -------------------------------------------------------
+
+    def _ring(self) -> StagingRing:
+        if self._staging is None:
+            self._staging = StagingRing(self.device, budget=self._budget)
+        return self._staging
+
+    @property
+    def staging_bytes(self) -> int:
+        """Bytes of staging memory this stream holds."""
+        return 0 if self._staging is None else self._staging.nbytes
+
+    def upload(self, dst: Buffer | View | Binding, data: Any) -> Completion:
+        """Copy host bytes to ``dst`` through bounded staging chunks (<= 64 MiB each).
+
+        Returns after the last chunk is submitted; the host data may be reused at
+        once. If a submission fails after some chunks were accepted, those chunks
+        stay on this stream's timeline and may still modify the destination.
+        """
+        d = as_binding("dst", dst, Access.WRITE)
+        self._check_device("dst", d)
+        if not d.access & Access.WRITE:
+            raise InvalidArgument("dst: binding is declared read-only")
+        src = transfer.host_bytes("data", data)
+        dv = d.view
+        if src.nbytes > dv.length:
+            raise OutOfBounds(f"upload: {src.nbytes} bytes do not fit the {dv.length}-byte destination")
+        da = dv.buffer.allocation
+        if da.host_maps or da.host_dirty:
+            da.check_device_use(dv.start, dv.start + src.nbytes, True)
+        self._check_family("copy")
+        with self._transfer_lock:
+            return self._upload_locked(da, dv.start, src)
+
+    def _upload_locked(self, da: Allocation, start: int, src: np.ndarray) -> Completion:
+        ring = self._ring()
+        n = src.nbytes
+        completion: Completion | None = None
+        dn = da.native
+        for off in range(0, n, MAX_CHUNK_BYTES):
+            length = min(MAX_CHUNK_BYTES, n - off)
+            chunk = ring.acquire(length)
+            host_copy(chunk.host[:length], src[off : off + length])
+            cn, dst_off = chunk.buffer.allocation.native, start + off
+
+            def encode(q: NativeQueue, cn: Any = cn, dst_off: int = dst_off, length: int = length) -> None:
+                q.copy(cn, 0, dn, dst_off, length)
+
+            value = self.slot.encode(encode, (da.retain(),))
+            completion = self._done(value)
+            chunk.completion = completion
+            da.note_use(completion, start + off, start + off + length, True)
+            self.device.stats.upload_bytes += length
+        assert completion is not None
+        self.slot.flush()
+        return completion
+
+    def upload_blocking(self, dst: Buffer | View | Binding, data: Any, timeout: float | None = None) -> None:
+        """``upload`` and wait for the final chunk."""
+        self.upload(dst, data).wait(timeout)
+
+    def download(self, src: Buffer | View | Binding, out: np.ndarray | None = None) -> np.ndarray:
+        """Copy device bytes into host memory (a new uint8 array, or ``out``) and return it."""
+        s = as_binding("src", src, Access.READ)
+        self._check_device("src", s)
+        if not s.access & Access.READ:
+            raise InvalidArgument("src: binding is declared write-only")
+        sv = s.view
+        n = sv.length
+        if out is None:
+            out = np.empty(n, dtype=np.uint8)
+        elif not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
+            raise InvalidArgument("out: expected a writable C-contiguous numpy array")
+        elif out.nbytes != n:
+            raise OutOfBounds(f"out: has {out.nbytes} bytes, the source has {n}")
+        dst = out.reshape(-1).view(np.uint8)
+        sa = sv.buffer.allocation
+        if sa.host_maps or sa.host_dirty:
+            sa.check_device_use(sv.start, sv.end, False)
+        self._check_family("copy")
+        with self._transfer_lock:
+            ring = self._ring()
+            sn = sa.native
+            inflight: list[tuple[Any, int, int]] = []
+            for off in range(0, n, MAX_CHUNK_BYTES):
+                length = min(MAX_CHUNK_BYTES, n - off)
+                if len(inflight) == ring.count:
+                    self._drain_one(inflight, dst)
+                chunk = ring.acquire(length)
+                cn, src_off = chunk.buffer.allocation.native, sv.start + off
+
+                def encode(q: NativeQueue, cn: Any = cn, src_off: int = src_off, length: int = length) -> None:
+                    q.copy(sn, src_off, cn, 0, length)
+
+                value = self.slot.encode(encode, (sa.retain(),))
+                completion = self._done(value)
+                chunk.completion = completion
+                sa.note_use(completion, sv.start + off, sv.start + off + length, False)
+                inflight.append((chunk, off, length))
+            self.slot.flush()
+            while inflight:
+                self._drain_one(inflight, dst)
+        self.device.stats.download_bytes += n
+        return out
+
+    @staticmethod
+    def _drain_one(inflight: list[tuple[Any, int, int]], dst: np.ndarray) -> None:
+        chunk, off, length = inflight.pop(0)
+        chunk.completion.wait()
+        chunk.completion = None
+        host_copy(dst[off : off + length], chunk.host[:length])
+
+    # -- graphs -----------------------------------------------------------------
+
+    def graph(self) -> Graph:
+        """Record a graph with explicit predecessor lists."""
+        from .graph import Graph
+
+        return Graph(self, inferred=False, owned=False)
+
+    def access_graph(self) -> Graph:
+        """Record a graph whose dependencies come from declared access and byte ranges."""
+        from .graph import Graph
+
+        return Graph(self, inferred=True, owned=False)
+
+    def owned_graph(self, *, inferred: bool = True) -> Graph:
+        """Like ``access_graph`` (or ``graph`` with ``inferred=False``), retaining every
+        buffer, kernel and charge it binds through every replay."""
+        from .graph import Graph
+
+        return Graph(self, inferred=inferred, owned=True)
+
+    def close(self) -> None:
+        """Wait for this stream's work and release its staging memory."""
+        try:
+            self.synchronize()
+        finally:
+            if self._staging is not None:
+                self._staging.close()
+                self._staging = None
+
+
+def transfer_flush() -> Any:
+    from .engine import CacheOp
+
+    return CacheOp.FLUSH
