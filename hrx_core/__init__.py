@@ -34,7 +34,7 @@ from .errors import (
 )
 from .graph import Graph, Node
 from .kernel import Kernel
-from .plugins import compile, device, devices, engine_status, engines, reload
+from .plugins import compile, device, devices, engine_status, engines, open_device, reload
 from .pool import BufferPool, PooledBuffer
 from .stream import PreparedLaunch, Stream
 
@@ -77,5 +77,6 @@ __all__ = [
     "devices",
     "engine_status",
     "engines",
+    "open_device",
     "reload",
 ]

@@ -62,6 +62,11 @@ class Completion:
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until complete. Raises Timeout (work stays alive) or DeviceError."""
+        self.wait_quiet(timeout)
+        self._raise_failure()
+
+    def wait_quiet(self, timeout: float | None = None) -> None:
+        """Like :meth:`wait` but without raising this work's failure (Timeout still raises)."""
         if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
             raise InvalidArgument(f"timeout: expected seconds >= 0 or None, got {timeout!r}")
         slot = self.slot
@@ -81,7 +86,6 @@ class Completion:
                     f"(completed {timeline.completed()}); the work and its buffers stay alive"
                 )
         slot.retire()
-        self._raise_failure()
 
     def _raise_failure(self) -> None:
         error = self.slot.timeline.error(self.value)

@@ -172,37 +172,51 @@ def best_engine() -> str:
     return ranked[0].name
 
 
-def device(engine: str | None = None, index: int = 0, **options: Any) -> Any:
-    """The device ``index`` of ``engine`` (default: the best available engine).
-
-    Devices are cached per (engine, index, options); engine options (e.g. the host
-    engine's ``max_transfer_bytes``) give a separate device.
-    """
-    from .device import Device
-
+def _engine_for(engine: str | None) -> tuple[str, Engine]:
     reg = registry()
     name = best_engine() if engine is None else engine
     if not isinstance(name, str):
         raise InvalidArgument(f"engine: expected a str, got {type(name).__name__}")
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise InvalidArgument(f"index: expected an int >= 0, got {index!r}")
     engines_ = reg.engines()
     eng = engines_.get(name)
     if eng is None:
         installed = ", ".join(sorted(engines_)) or "none"
         hint = f" (from {ENV_ENGINE})" if engine is None else ""
         raise EngineNotFound(f"engine {name!r}{hint} is not installed; installed engines: {installed}")
+    return name, eng
+
+
+def open_device(engine: str | None = None, index: int = 0, **options: Any) -> Any:
+    """Open a new, uncached device (its own queues, stats and queue-count setting)."""
+    from .device import Device
+
+    name, eng = _engine_for(engine)
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise InvalidArgument(f"index: expected an int >= 0, got {index!r}")
+    status = eng.probe()
+    if not status.available:
+        raise EngineNotFound(f"engine {name!r} is installed but unavailable: {status.reason}")
+    if index >= max(status.device_count, 1):
+        raise InvalidArgument(f"index: engine {name!r} has {status.device_count} devices, asked for {index}")
+    return Device(eng, eng.open_device(index, **options))
+
+
+def device(engine: str | None = None, index: int = 0, **options: Any) -> Any:
+    """The device ``index`` of ``engine`` (default: the best available engine).
+
+    Devices are cached per (engine, index, options): every call with the same
+    arguments returns the same device. Engine options (e.g. the host engine's
+    ``max_transfer_bytes``) give a separate device; :func:`open_device` always
+    opens a new one.
+    """
+    reg = registry()
+    name, _ = _engine_for(engine)
     key = (name, index, tuple(sorted(options.items())))
     with reg._lock:
         dev = reg._devices.get(key)
         if dev is not None and not dev.closed:
             return dev
-        status = eng.probe()
-        if not status.available:
-            raise EngineNotFound(f"engine {name!r} is installed but unavailable: {status.reason}")
-        if index >= max(status.device_count, 1):
-            raise InvalidArgument(f"index: engine {name!r} has {status.device_count} devices, asked for {index}")
-        dev = Device(eng, eng.open_device(index, **options))
+        dev = open_device(name, index, **options)
         reg._devices[key] = dev
         return dev
 

@@ -58,7 +58,7 @@ def host_copy(dst: np.ndarray, src: np.ndarray) -> None:
 
 
 class StagingChunk:
-    __slots__ = ("buffer", "host", "completion")
+    __slots__ = ("buffer", "host", "completion", "leased")
 
     def __init__(self, buffer: Buffer) -> None:
         self.buffer = buffer
@@ -66,6 +66,7 @@ class StagingChunk:
         assert view is not None
         self.host: np.ndarray = view[: buffer.nbytes]
         self.completion: Completion | None = None
+        self.leased = False
 
 
 class StagingRing:
@@ -87,19 +88,32 @@ class StagingRing:
         self._next = 0
 
     def acquire(self, nbytes: int) -> StagingChunk:
-        """The next chunk (at least ``min(nbytes, chunk_bytes)``), once its last use completed."""
+        """A chunk of at least ``min(nbytes, chunk_bytes)`` whose last use has completed.
+
+        Prefers an idle chunk, then grows the ring up to ``count`` chunks, then waits
+        for the oldest chunk in flight. Leased chunks (a download not yet drained) are
+        never handed out.
+        """
+        need = min(nbytes, self.chunk_bytes)
         want = min(self.chunk_bytes, max(nbytes, 1 << 16))
-        index = self._next % self.count
-        self._next += 1
-        if index == len(self.chunks):
+        for chunk in self.chunks:
+            if not chunk.leased and chunk.buffer.nbytes >= need and (
+                chunk.completion is None or chunk.completion.is_complete
+            ):
+                chunk.completion = None
+                return chunk
+        if len(self.chunks) < self.count:
             chunk = StagingChunk(self.device.allocate_shared(want, budget=self.budget))
             self.chunks.append(chunk)
             return chunk
-        chunk = self.chunks[index]
+        candidates = [c for c in self.chunks if not c.leased]
+        chunk = candidates[self._next % len(candidates)]
+        self._next += 1
         if chunk.completion is not None:
             chunk.completion.wait()
             chunk.completion = None
-        if chunk.buffer.nbytes < min(nbytes, self.chunk_bytes):
+        if chunk.buffer.nbytes < need:
+            index = self.chunks.index(chunk)
             chunk.buffer.close()
             chunk = StagingChunk(self.device.allocate_shared(want, budget=self.budget))
             self.chunks[index] = chunk

@@ -349,7 +349,7 @@ class Stream:
     def synchronize(self, timeout: float | None = None) -> None:
         """Wait for everything issued on this stream; raise the first failure seen."""
         with self._transfer_lock:
-            self.slot.completion().wait(timeout)
+            self.slot.completion().wait_quiet(timeout)
             timeline = self.slot.timeline
             values, self._values = self._values, []
             for v in values:
@@ -441,33 +441,41 @@ class Stream:
             ring = self._ring()
             sn = sa.native
             inflight: list[tuple[Any, int, int]] = []
-            for off in range(0, n, MAX_CHUNK_BYTES):
-                length = min(MAX_CHUNK_BYTES, n - off)
-                if len(inflight) == ring.count:
+            try:
+                for off in range(0, n, MAX_CHUNK_BYTES):
+                    length = min(MAX_CHUNK_BYTES, n - off)
+                    if len(inflight) == ring.count:
+                        self._drain_one(inflight, dst)
+                    chunk = ring.acquire(length)
+                    cn, src_off = chunk.buffer.allocation.native, sv.start + off
+
+                    def encode(q: NativeQueue, cn: Any = cn, src_off: int = src_off, length: int = length) -> None:
+                        q.copy(sn, src_off, cn, 0, length)
+
+                    value = self.slot.encode(encode, (sa.retain(),))
+                    completion = self._done(value)
+                    chunk.completion = completion
+                    chunk.leased = True
+                    sa.note_use(completion, sv.start + off, sv.start + off + length, False)
+                    inflight.append((chunk, off, length))
+                self.slot.flush()
+                while inflight:
                     self._drain_one(inflight, dst)
-                chunk = ring.acquire(length)
-                cn, src_off = chunk.buffer.allocation.native, sv.start + off
-
-                def encode(q: NativeQueue, cn: Any = cn, src_off: int = src_off, length: int = length) -> None:
-                    q.copy(sn, src_off, cn, 0, length)
-
-                value = self.slot.encode(encode, (sa.retain(),))
-                completion = self._done(value)
-                chunk.completion = completion
-                sa.note_use(completion, sv.start + off, sv.start + off + length, False)
-                inflight.append((chunk, off, length))
-            self.slot.flush()
-            while inflight:
-                self._drain_one(inflight, dst)
+            finally:
+                for chunk, _, _ in inflight:
+                    chunk.leased = False
         self.device.stats.download_bytes += n
         return out
 
     @staticmethod
     def _drain_one(inflight: list[tuple[Any, int, int]], dst: np.ndarray) -> None:
         chunk, off, length = inflight.pop(0)
-        chunk.completion.wait()
-        chunk.completion = None
-        host_copy(dst[off : off + length], chunk.host[:length])
+        try:
+            chunk.completion.wait()
+            chunk.completion = None
+            host_copy(dst[off : off + length], chunk.host[:length])
+        finally:
+            chunk.leased = False
 
     # -- graphs -----------------------------------------------------------------
 

@@ -1,0 +1,61 @@
+"""Shared fixtures: the conformance suite runs every test on every engine present."""
+
+from __future__ import annotations
+
+import pytest
+
+import hrx_core as hrx
+
+ENGINES = ["host", "cuda"]
+
+
+def _engine_params():
+    params = []
+    for name in ENGINES:
+        marks = [pytest.mark.gpu] if name != "host" else []
+        params.append(pytest.param(name, marks=marks, id=name))
+    return params
+
+
+def open_device(name: str, **options):
+    if name not in hrx.engines():
+        pytest.skip(f"engine {name!r} is not installed")
+    status = hrx.engine_status()[name]
+    if not status.available:
+        pytest.skip(f"engine {name!r} unavailable: {status.reason}")
+    return hrx.device(name, **options)
+
+
+@pytest.fixture(params=_engine_params())
+def engine(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def dev(engine):
+    """A device of each engine present (host always; cuda on a GPU machine)."""
+    return open_device(engine)
+
+
+@pytest.fixture
+def small_dev(engine):
+    """A device whose single-command transfer limit is tiny, so splitting runs."""
+    return open_device(engine, max_transfer_bytes=4096)
+
+
+@pytest.fixture
+def stream(dev):
+    s = dev.stream()
+    yield s
+    try:
+        s.synchronize(timeout=60)
+    except hrx.HRXError:
+        pass
+
+
+def live_bytes(dev) -> int:
+    """Tracked live bytes after collecting garbage from earlier tests."""
+    import gc
+
+    gc.collect()
+    return dev.stats.live_bytes

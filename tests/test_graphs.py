@@ -1,0 +1,216 @@
+"""Recorded graphs: explicit, access-inferred and owned; replay and rebinding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hrx_core as hrx
+
+from .conftest import live_bytes
+
+from .kernels import ADD_U32, INC_BYTES, SLEEPY, launch_1d
+
+
+def test_recording_executes_nothing_and_replays(dev):
+    s = dev.stream()
+    buf = s.allocate_from(np.zeros(64, np.uint32))
+    g = s.graph()
+    a = g.fill(buf, np.uint32(1), deps=[])
+    b = g.dispatch(ADD_U32, 1, [buf], block=64, scalars=(2, 64), deps=[a])
+    assert isinstance(b, hrx.Node) and b.deps == (a.index,)
+    s.synchronize()
+    assert (s.download(buf).view(np.uint32) == 0).all()  # nothing ran
+    for _ in range(3):
+        g.launch()
+    s.synchronize()
+    assert (s.download(buf).view(np.uint32) == 3).all()
+    assert g.launches == 3
+
+
+def test_explicit_graph_branches_and_join(dev):
+    s = dev.stream()
+    x = s.allocate_from(np.zeros(16, np.uint32))
+    y = s.allocate_from(np.zeros(16, np.uint32))
+    out = s.allocate(128)
+    g = s.graph()
+    bx = g.dispatch(ADD_U32, 1, [x], block=16, scalars=(1, 16), deps=[])   # branch 1
+    by = g.dispatch(ADD_U32, 1, [y], block=16, scalars=(2, 16), deps=[])   # branch 2
+    j = g.join([bx, by])
+    assert j.kind == "empty" and set(j.deps) == {bx.index, by.index}
+    g.copy(x, out.slice(0, 64), deps=[j])
+    g.copy(y, out.slice(64, 64), deps=[j])
+    g.launch().wait()
+    res = s.download(out).view(np.uint32)
+    assert (res[:16] == 1).all() and (res[16:] == 2).all()
+
+
+def test_explicit_graph_requires_deps(dev):
+    s = dev.stream()
+    buf = dev.allocate(16)
+    g = s.graph()
+    with pytest.raises(hrx.InvalidArgument, match="predecessor"):
+        g.fill(buf, 0)
+    other = s.graph()
+    n = other.fill(buf, 0, deps=[])
+    with pytest.raises(hrx.InvalidArgument, match="not a node of this graph"):
+        g.fill(buf, 0, deps=[n])
+    with pytest.raises(hrx.InvalidArgument):
+        g.join(None)  # type: ignore[arg-type]
+
+
+def test_access_graph_infers_byte_range_dependencies(dev):
+    s = dev.stream()
+    buf = dev.allocate(256)
+    other = dev.allocate(256)
+    g = s.access_graph()
+    w0 = g.fill(buf.slice(0, 64), 1)            # write [0, 64)
+    w1 = g.fill(buf.slice(64, 64), 2)           # disjoint write: independent
+    r0 = g.copy(buf.slice(0, 64), other.slice(0, 64))  # reads [0,64): after w0 only
+    r1 = g.copy(buf.slice(32, 64), other.slice(64, 64))  # reads [32,96): after w0 and w1
+    w2 = g.fill(buf.slice(0, 128), 3)           # overwrites: after readers r0, r1 (and writers)
+    rr = g.copy(other.slice(0, 64), buf.slice(128, 64))  # reads other[0,64): after r0
+    assert w0.deps == () and w1.deps == ()
+    assert r0.deps == (w0.index,)
+    assert set(r1.deps) == {w0.index, w1.index}
+    assert {r0.index, r1.index} <= set(w2.deps)
+    assert rr.deps == (r0.index,)
+    # read-read does not serialize
+    a = g.copy(buf.slice(200, 8), other.slice(200, 8))
+    b = g.copy(buf.slice(200, 8), other.slice(208, 8))
+    assert a.index not in b.deps
+    g.launch().wait()
+    res = s.download(buf)
+    assert (res[:128] == 3).all()
+    assert (res[128:192] == 1).all()
+
+
+def test_access_graph_binding_access_declarations(dev):
+    s = dev.stream()
+    buf = dev.allocate(64)
+    g = s.access_graph()
+    k1 = g.dispatch(INC_BYTES, 1, [buf.binding().read()], scalars=(0,))  # declared read (n=0: touches nothing)
+    k2 = g.dispatch(INC_BYTES, 1, [buf.binding().read()], scalars=(0,))
+    assert k1.index not in k2.deps  # two declared reads do not order
+    k3 = g.dispatch(INC_BYTES, 1, [buf], scalars=(64,))  # kernel default: read_write
+    assert {k1.index, k2.index} <= set(k3.deps)
+
+
+def test_binding_bytes_counts_distinct_allocations(dev):
+    s = dev.stream()
+    a, b = dev.allocate(1000), dev.allocate(24)
+    g = s.access_graph()
+    g.fill(a.slice(0, 8), 0)
+    g.fill(a.slice(8, 8), 0)
+    g.copy(a.slice(0, 24), b)
+    assert g.binding_bytes == 1024
+
+
+def test_owned_graph_retains_buffers_through_replay(dev):
+    s = dev.stream()
+    src = s.allocate_from(np.full(64, 7, np.uint8))
+    dst = dev.allocate(64)
+    live = live_bytes(dev)
+    g = s.owned_graph()
+    g.copy(src, dst)
+    src.close()  # the graph owns it now
+    for _ in range(2):
+        g.launch().wait()
+    assert live_bytes(dev) == live
+    assert (s.download(dst) == 7).all()
+    staging = s.staging_bytes
+    g.close()
+    s.synchronize()
+    assert live_bytes(dev) == live - 64 + staging
+
+
+def test_borrowing_graph_rejects_closed_buffers(dev):
+    s = dev.stream()
+    src = s.allocate_from(np.full(64, 7, np.uint8))
+    dst = dev.allocate(64)
+    g = s.access_graph()
+    g.copy(src, dst)
+    src.close()
+    with pytest.raises(hrx.InvalidArgument, match="owned_graph"):
+        g.launch()
+
+
+def test_replay_with_rebound_inputs(dev):
+    s = dev.stream()
+    n = 256
+    x1 = s.allocate_from(np.full(n, 1, np.uint32))
+    x2 = s.allocate_from(np.full(n, 10, np.uint32))
+    out = dev.allocate(n * 4)
+    g = s.access_graph()
+    g.input("x", x1)
+    g.copy(x1, out)
+    g.dispatch(ADD_U32, *launch_1d(n)[:1], [out], block=256, scalars=(5, n))
+    g.launch().wait()
+    assert (s.download(out).view(np.uint32) == 6).all()
+    g.launch(inputs={"x": x2}).wait()
+    assert (s.download(out).view(np.uint32) == 15).all()
+    g.launch(inputs={"x": x1}).wait()
+    assert (s.download(out).view(np.uint32) == 6).all()
+    # a view of the right size works too
+    big = s.allocate_from(np.full(2 * n, 20, np.uint32))
+    g.launch(inputs={"x": big.slice(n * 4, n * 4)}).wait()
+    assert (s.download(out).view(np.uint32) == 25).all()
+
+
+def test_rebinding_is_validated(dev):
+    s = dev.stream()
+    x = dev.allocate(64)
+    out = dev.allocate(64)
+    g = s.access_graph()
+    g.input("x", x)
+    g.input("out", out)
+    g.copy(x, out)
+    s.fill(out, 0xEE).wait()
+    with pytest.raises(hrx.InvalidArgument, match="has 32 bytes"):
+        g.launch(inputs={"x": dev.allocate(32)})
+    with pytest.raises(hrx.InvalidArgument, match="not a declared input"):
+        g.launch(inputs={"y": dev.allocate(64)})
+    with pytest.raises(hrx.InvalidArgument, match="needs write"):
+        g.launch(inputs={"out": dev.allocate(64).binding().read()})
+    with pytest.raises(hrx.Overlap):
+        g.launch(inputs={"out": x})  # would alias the source
+    with pytest.raises(hrx.InvalidArgument, match="already declared"):
+        g.input("x", x)
+    assert (s.download(out) == 0xEE).all()  # nothing ran
+
+
+def test_graph_validation_errors(dev):
+    s = dev.stream()
+    a = dev.allocate(64)
+    g = s.access_graph()
+    with pytest.raises(hrx.OutOfBounds):
+        g.copy(a.slice(0, 32), a.slice(32, 16))
+    with pytest.raises(hrx.Overlap):
+        g.copy(a.slice(0, 32), a.slice(16, 32))
+    with pytest.raises(hrx.InvalidArgument):
+        g.fill(a.slice(1, 8), np.uint32(0))
+    with pytest.raises(hrx.InvalidArgument):
+        g.dispatch(ADD_U32, 1, [a, a], scalars=(1, 1))
+    with pytest.raises(hrx.InvalidArgument):
+        g.dispatch(ADD_U32, 1, [a], scalars=(1,))
+    assert g.nodes == []
+    g.close()
+    with pytest.raises(hrx.InvalidArgument, match="closed"):
+        g.fill(a, 0)
+
+
+def test_graph_replay_is_stream_ordered(dev):
+    s = dev.stream()
+    flag = dev.allocate(8)
+    s.fill(flag, 0)
+    g = s.access_graph()
+    g.copy(flag.slice(0, 4), flag.slice(4, 4))
+    s.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(50_000_000,))
+    g.launch().wait()
+    assert list(s.download(flag).view(np.uint32)) == [1, 1]
+
+
+def test_empty_graph_launch(dev):
+    s = dev.stream()
+    g = s.access_graph()
+    g.launch().wait()

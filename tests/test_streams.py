@@ -1,0 +1,337 @@
+"""Streams: copies, fills, dispatches, splitting, staging, events (every engine)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import hrx_core as hrx
+from hrx_core.staging import MAX_CHUNK_BYTES
+
+from .kernels import ADD_U32, EMPTY, SLEEPY, launch_1d
+
+
+def _fresh(s, n, value=0xAB):
+    buf = s.allocate_from(np.full(n, value, np.uint8))
+    return buf
+
+
+def test_copy_fill_dispatch(stream):
+    s = stream
+    n = 4096
+    src = s.allocate_from(np.arange(n, dtype=np.uint32))
+    dst = s.allocate(n * 4)
+    s.copy(src, dst)
+    grid, block = launch_1d(n)
+    s.dispatch(ADD_U32, grid, [dst], block=block, scalars=(7, n))
+    s.fill(dst.slice(0, 16), np.uint32(0xDEADBEEF))
+    out = s.download(dst).view(np.uint32)
+    expect = np.arange(n, dtype=np.uint32) + 7
+    expect[:4] = 0xDEADBEEF
+    np.testing.assert_array_equal(out, expect)
+
+
+@pytest.mark.parametrize("pattern", [0x5A, b"\x01\x02", np.uint16(0xBEEF), np.float32(1.5), b"\x01\x02\x03\x04"])
+def test_fill_patterns(stream, pattern):
+    s = stream
+    buf = _fresh(s, 64)
+    s.fill(buf.slice(8, 48), pattern).wait()
+    out = s.download(buf)
+    raw = bytes([pattern]) if isinstance(pattern, int) else (pattern.tobytes() if isinstance(pattern, np.generic) else pattern)
+    assert out[8:56].tobytes() == raw * (48 // len(raw))
+    assert (out[:8] == 0xAB).all() and (out[56:] == 0xAB).all()
+
+
+def test_large_copies_and_fills_split_with_one_completion(engine):
+    from .conftest import open_device
+
+    dev = open_device(engine, max_transfer_bytes=4096)
+    assert dev.info.limits.max_transfer_bytes == 4096
+    s = dev.stream()
+    n = 4096 * 5 + 100  # 6 pieces, the last one short
+    data = np.random.default_rng(1).integers(0, 256, n, dtype=np.uint8)
+    src = s.allocate_from(data)
+    dst = s.allocate(n)
+    done = s.copy(src, dst)
+    assert isinstance(done, hrx.Completion)
+    src.close()  # retained until retirement
+    done.wait()
+    np.testing.assert_array_equal(s.download(dst), data)
+    s.fill(dst, np.uint32(0x01020304)).wait() if n % 4 == 0 else s.fill(dst.slice(0, n - n % 4), np.uint32(0x01020304)).wait()
+    out = s.download(dst)
+    assert out[: n - n % 4].tobytes() == b"\x04\x03\x02\x01" * ((n - n % 4) // 4)
+    # uploads larger than the transfer limit split as well
+    s.upload_blocking(dst, data[::-1].copy())
+    np.testing.assert_array_equal(s.download(dst), data[::-1])
+
+
+def test_split_copy_inside_graph(engine):
+    from .conftest import open_device
+
+    dev = open_device(engine, max_transfer_bytes=4096)
+    s = dev.stream()
+    n = 4096 * 3 + 12
+    data = np.random.default_rng(2).integers(0, 256, n, dtype=np.uint8)
+    src, dst = s.allocate_from(data), s.allocate(n)
+    g = s.access_graph()
+    g.fill(dst, 0)
+    g.copy(src, dst)
+    g.launch().wait()
+    np.testing.assert_array_equal(s.download(dst), data)
+
+
+# -- every error path: typed error, destination unchanged ------------------------
+
+def _assert_unchanged(s, buf, value=0xAB):
+    assert (s.download(buf) == value).all()
+
+
+def test_copy_errors_leave_destination_unchanged(dev):
+    s = dev.stream()
+    a, b = _fresh(s, 64), _fresh(s, 64)
+    with pytest.raises(hrx.OutOfBounds):
+        s.copy(a, b.slice(0, 32))  # length mismatch
+    with pytest.raises(hrx.Overlap):
+        s.copy(a.slice(0, 32), a.slice(16, 32))
+    with pytest.raises(hrx.InvalidArgument):
+        s.copy(a.binding().write(), b)  # source declared write-only
+    with pytest.raises(hrx.InvalidArgument):
+        s.copy(a, b.binding().read())  # destination declared read-only
+    with pytest.raises(hrx.InvalidArgument):
+        s.copy(a, np.zeros(64, np.uint8))  # type: ignore[arg-type]
+    with pytest.raises(hrx.OutOfBounds):
+        s.copy(a.slice(0, 64), b.slice(32, 40))
+    _assert_unchanged(s, b)
+    _assert_unchanged(s, a)
+    # adjacent, non-overlapping ranges of one buffer are fine
+    s.copy(a.slice(0, 32), a.slice(32, 32)).wait()
+
+
+def test_fill_errors_leave_destination_unchanged(dev):
+    s = dev.stream()
+    b = _fresh(s, 64)
+    with pytest.raises(hrx.InvalidArgument):
+        s.fill(b, 256)
+    with pytest.raises(hrx.InvalidArgument):
+        s.fill(b, b"\x01\x02\x03")
+    with pytest.raises(hrx.InvalidArgument):
+        s.fill(b.slice(2, 8), np.uint32(1))  # misaligned for a 4-byte pattern
+    with pytest.raises(hrx.InvalidArgument):
+        s.fill(b.slice(0, 6), np.uint32(1))  # length not a multiple
+    with pytest.raises(hrx.InvalidArgument):
+        s.fill(b.binding().read(), 1)
+    with pytest.raises(hrx.InvalidArgument):
+        s.fill(b, "x")  # type: ignore[arg-type]
+    with pytest.raises(hrx.InvalidArgument):
+        s.fill(b, True)  # type: ignore[arg-type]
+    _assert_unchanged(s, b)
+
+
+def test_dispatch_errors_leave_destination_unchanged(dev):
+    s = dev.stream()
+    b = _fresh(s, 64)
+    with pytest.raises(hrx.InvalidArgument):
+        s.dispatch(ADD_U32, 1, [b, b], scalars=(1, 16))  # too many buffers
+    with pytest.raises(hrx.InvalidArgument):
+        s.dispatch(ADD_U32, 1, [b], scalars=(1,))  # too few scalars
+    with pytest.raises(hrx.InvalidArgument):
+        s.dispatch(ADD_U32, 1, [b], scalars=(-1, 16))  # not a uint32
+    with pytest.raises(hrx.InvalidArgument):
+        s.dispatch(ADD_U32, 0, [b], scalars=(1, 16))  # empty grid
+    with pytest.raises(hrx.InvalidArgument):
+        s.dispatch(ADD_U32, (1, 1, 1, 1), [b], scalars=(1, 16))
+    with pytest.raises(hrx.InvalidArgument):
+        s.dispatch(ADD_U32, 1, [b], block=4096, scalars=(1, 16))
+    with pytest.raises(hrx.InvalidArgument):
+        s.dispatch("add_u32", 1, [b], scalars=(1, 16))  # type: ignore[arg-type]
+    with pytest.raises(hrx.InvalidArgument):
+        s.dispatch(ADD_U32, 1, b, scalars=(1, 16))  # type: ignore[arg-type]
+    only_other = hrx.Kernel("only_other", buffers=0, sources={"made-up-target": "..."})
+    with pytest.raises(hrx.Unsupported, match="made-up-target"):
+        s.dispatch(only_other, 1, [])
+    _assert_unchanged(s, b)
+
+
+def test_upload_download_errors(dev):
+    s = dev.stream()
+    b = _fresh(s, 64)
+    with pytest.raises(hrx.OutOfBounds):
+        s.upload(b, np.zeros(65, np.uint8))  # whole destination checked first
+    with pytest.raises(hrx.InvalidArgument):
+        s.upload(b, np.zeros(0, np.uint8))
+    with pytest.raises(hrx.InvalidArgument):
+        s.upload(b, object())
+    with pytest.raises(hrx.InvalidArgument):
+        s.upload(b.binding().read(), np.zeros(8, np.uint8))
+    with pytest.raises(hrx.OutOfBounds):
+        s.download(b, out=np.zeros(63, np.uint8))
+    with pytest.raises(hrx.InvalidArgument):
+        s.download(b, out=np.zeros((8, 16), np.uint8)[:, ::2])
+    with pytest.raises(hrx.InvalidArgument):
+        s.allocate_from(b"")
+    _assert_unchanged(s, b)
+
+
+def test_buffers_of_another_device_are_rejected(engine):
+    from .conftest import open_device
+
+    d1 = open_device(engine)
+    d2 = open_device(engine, max_transfer_bytes=1 << 20)
+    assert d1 is not d2
+    s = d1.stream()
+    foreign = d2.allocate(16)
+    local = d1.allocate(16)
+    with pytest.raises(hrx.InvalidArgument, match="belongs to"):
+        s.copy(foreign, local)
+    with pytest.raises(hrx.InvalidArgument, match="belongs to"):
+        s.fill(foreign, 0)
+
+
+# -- staging -----------------------------------------------------------------------
+
+def test_upload_is_staged_in_bounded_chunks(dev):
+    s = dev.stream()
+    n = 2 * MAX_CHUNK_BYTES + 12345  # three chunks
+    data = np.random.default_rng(3).integers(0, 256, n, dtype=np.uint8)
+    dst = s.allocate(n)
+    done = s.upload(dst, data)
+    data[:] = 0  # the host data may be reused as soon as upload returns
+    done.wait()
+    assert s.staging_bytes <= 3 * MAX_CHUNK_BYTES
+    out = s.download(dst)
+    np.testing.assert_array_equal(out, np.random.default_rng(3).integers(0, 256, n, dtype=np.uint8))
+    # many uploads reuse the same chunks
+    before = s.staging_bytes
+    for _ in range(5):
+        s.upload(dst.slice(0, 1 << 20), np.ones(1 << 20, np.uint8))
+    s.synchronize()
+    assert s.staging_bytes == before
+
+
+def test_upload_blocking_and_allocate_from(stream):
+    s = stream
+    data = np.arange(1000, dtype=np.float64)
+    buf = s.allocate_from(data)
+    assert buf.nbytes == data.nbytes
+    np.testing.assert_array_equal(s.download(buf).view(np.float64), data)
+    s.upload_blocking(buf.slice(8, 16), np.array([7.0, 9.0]))
+    out = s.download(buf).view(np.float64)
+    assert out[1] == 7.0 and out[2] == 9.0 and out[3] == 3.0
+    into = np.empty(1000, np.float64)
+    assert s.download(buf, out=into) is into
+    assert into[2] == 9.0
+    # bytes-like objects work too
+    b2 = s.allocate_from(b"hello world!")
+    assert s.download(b2).tobytes() == b"hello world!"
+
+
+def test_failed_submission_keeps_accepted_chunks_on_timeline():
+    """Host engine fault injection: chunk 3 of 4 fails to submit."""
+    dev = hrx.device("host", max_transfer_bytes=1 << 30, copy_queues=1)
+    s = dev.stream()
+    n = 3 * MAX_CHUNK_BYTES + 4096
+    dst = s.allocate_from(np.zeros(n, np.uint8))
+    s.synchronize()
+    data = np.full(n, 9, np.uint8)
+    dev.native.faults.fail_submit(after=3)  # a later chunk's submission fails
+    with pytest.raises(hrx.DeviceError, match="injected"):
+        s.upload(dst, data)
+    assert dev.native.faults.injected == 1
+    s.synchronize()  # the accepted chunks complete on the stream's timeline
+    out = s.download(dst)
+    accepted = int(np.argmin(out == 9)) // MAX_CHUNK_BYTES  # whole chunks written
+    assert 1 <= accepted <= 3
+    assert (out[: accepted * MAX_CHUNK_BYTES] == 9).all()
+    assert (out[accepted * MAX_CHUNK_BYTES :] == 0).all()
+    # the stream stays usable
+    s.upload_blocking(dst, data)
+    assert (s.download(dst) == 9).all()
+
+
+# -- events, ordering, concurrency -----------------------------------------------------
+
+def test_events_order_work_across_streams(dev):
+    dev_streams = [dev.stream() for _ in range(3)]
+    a, b, c = dev_streams
+    flag = dev.allocate(16)
+    a.fill(flag, 0).wait()
+    a.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(100_000_000,))  # writes 1 after ~0.1 s
+    ev = a.record_event()
+    assert isinstance(ev, hrx.Event)
+    b.wait_event(ev)
+    b.copy(flag.slice(0, 4), flag.slice(4, 4))  # must see the 1
+    ev2 = b.record_event()
+    c.wait_event(ev2)
+    c.copy(flag.slice(4, 4), flag.slice(8, 4))
+    c.synchronize()
+    assert ev.is_complete and ev2.query()
+    out = c.download(flag).view(np.uint32)
+    assert list(out[:3]) == [1, 1, 1]
+
+
+def test_wait_event_same_queue_and_validation(dev):
+    s = dev.stream()
+    ev = s.record_event()
+    s.wait_event(ev)  # same stream: ordered already
+    with pytest.raises(hrx.InvalidArgument):
+        s.wait_event("not an event")  # type: ignore[arg-type]
+
+
+def test_concurrent_dispatch_from_threads(dev):
+    n = 1024
+    streams = [dev.stream() for _ in range(4)]
+    bufs = [s.allocate_from(np.zeros(n, np.uint32)) for s in streams]
+    errors = []
+
+    def work(s, buf):
+        try:
+            grid, block = launch_1d(n)
+            for _ in range(50):
+                s.dispatch(ADD_U32, grid, [buf], block=block, scalars=(1, n))
+            s.synchronize()
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s, b)) for s, b in zip(streams, bufs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for s, b in zip(streams, bufs):
+        assert (s.download(b).view(np.uint32) == 50).all()
+
+
+def test_prepared_launch(stream):
+    s = stream
+    n = 256
+    buf = s.allocate_from(np.zeros(n, np.uint32))
+    launch = s.prepare(ADD_U32, 1, [buf], block=n, scalars=(3, n))
+    for _ in range(10):
+        done = launch.launch()
+    done.wait()
+    assert (s.download(buf).view(np.uint32) == 30).all()
+    empty = s.prepare(EMPTY, 1, [])
+    empty.launch().wait()
+
+
+def test_failed_kernel_raises_and_stream_recovers(dev):
+    if dev.kind != "host":
+        pytest.skip("a failing host callable is the host engine's fault model")
+    s = dev.stream()
+
+    def boom(buf):
+        raise RuntimeError("kernel exploded")
+
+    bad = hrx.Kernel("boom", buffers=1, host=boom)
+    buf = s.allocate_from(np.zeros(16, np.uint8))
+    done = s.dispatch(bad, 1, [buf])
+    with pytest.raises(hrx.DeviceError, match="exploded"):
+        done.wait()
+    with pytest.raises(hrx.DeviceError):
+        s.synchronize()
+    s.synchronize()  # reported once
+    s.fill(buf, 1).wait()
+    assert (s.download(buf) == 1).all()
