@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,8 @@ from ..engine import (
     EngineDevice,
     EngineStatus,
     Executable,
+    GraphNode,
+    NativeGraph,
     Limits,
     NativeBuffer,
     NativeQueue,
@@ -85,11 +88,24 @@ class HostBuffer(NativeBuffer):
 
 
 class HostDevice(EngineDevice):
-    def __init__(self, index: int, *, max_transfer_bytes: int = DEFAULT_MAX_TRANSFER, compute_queues: int = 8, copy_queues: int = 2) -> None:
+    def __init__(
+        self,
+        index: int,
+        *,
+        max_transfer_bytes: int = DEFAULT_MAX_TRANSFER,
+        compute_queues: int = 8,
+        copy_queues: int = 2,
+        jitter_us: int = 0,
+    ) -> None:
         for name, value in (("max_transfer_bytes", max_transfer_bytes), ("compute_queues", compute_queues), ("copy_queues", copy_queues)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgument(f"{name}: expected an int >= 1, got {value!r}")
+        if isinstance(jitter_us, bool) or not isinstance(jitter_us, int) or jitter_us < 0:
+            raise InvalidArgument(f"jitter_us: expected an int >= 0, got {jitter_us!r}")
         self.faults = HostFaults()
+        #: Test aid: each command first sleeps a random 0..jitter_us microseconds, which
+        #: shuffles the interleaving of queues and graph branches so races surface.
+        self.jitter_us = jitter_us
         try:
             memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError, AttributeError):
@@ -108,7 +124,7 @@ class HostDevice(EngineDevice):
             memory_bytes=memory,
             coherent_shared_memory=True,
             host_mappable=True,
-            native_graphs=False,
+            native_graphs=True,
             dlpack_device_type=1,
             properties={"threads": os.cpu_count() or 1, "reference": "semantics reference, not an accelerator"},
         )
@@ -132,6 +148,11 @@ class HostDevice(EngineDevice):
             params = {}  # builtins: no introspection, no grid
         return HostExecutable(artifact.entry or getattr(fn, "__name__", "kernel"), fn, "grid" in params, "block" in params)
 
+    def build_graph(self, nodes: Sequence[GraphNode]) -> NativeGraph:
+        from .graph import HostGraph
+
+        return HostGraph(nodes, self.jitter_us)
+
     def wrap_external(self, obj: Any) -> tuple[NativeBuffer, int] | None:
         if isinstance(obj, np.ndarray) and obj.flags.c_contiguous and obj.flags.writeable:
             buf = HostBuffer.__new__(HostBuffer)
@@ -153,7 +174,7 @@ class HostEngine(Engine):
     def open_device(self, index: int, **options: Any) -> EngineDevice:
         if index != 0:
             raise InvalidArgument(f"index: the host engine has one device, asked for {index}")
-        known = {"max_transfer_bytes", "compute_queues", "copy_queues"}
+        known = {"max_transfer_bytes", "compute_queues", "copy_queues", "jitter_us"}
         unknown = set(options) - known
         if unknown:
             raise InvalidArgument(f"options: unknown host engine options {sorted(unknown)}; known: {sorted(known)}")

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import collections
+import random
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..engine import Access, BufferArg, Executable, KernelArg, NativeBuffer, NativeQueue, Timeline
-from ..errors import DeviceError
+from ..engine import Access, BufferArg, Executable, GraphNode, KernelArg, NativeBuffer, NativeQueue, Timeline
+from ..errors import DeviceError, InvalidArgument
 from .timeline import HostTimeline
 
 if TYPE_CHECKING:
@@ -51,23 +53,18 @@ class HostQueue(NativeQueue):
     # -- encoding (called under the core's per-queue lock) ---------------------
 
     def copy(self, src: NativeBuffer, src_offset: int, dst: NativeBuffer, dst_offset: int, nbytes: int) -> None:
-        s = _host(src)[src_offset : src_offset + nbytes]
-        d = _host(dst)[dst_offset : dst_offset + nbytes]
-        self._pending.append(lambda: np.copyto(d, s))
+        self._pending.append(copy_command(src, src_offset, dst, dst_offset, nbytes))
 
     def fill(self, dst: NativeBuffer, offset: int, nbytes: int, pattern: bytes) -> None:
-        d = _host(dst)[offset : offset + nbytes]
-        if len(pattern) == 1:
-            byte = pattern[0]
-            self._pending.append(lambda: d.fill(byte))
-        else:
-            dtype = np.uint16 if len(pattern) == 2 else np.uint32
-            word = np.frombuffer(pattern, dtype=dtype)[0]
-            self._pending.append(lambda: d.view(dtype).fill(word))
+        self._pending.append(fill_command(dst, offset, nbytes, pattern))
 
     def dispatch(self, executable: Executable, grid: tuple[int, int, int], block: tuple[int, int, int], args: Sequence[KernelArg]) -> None:
         assert isinstance(executable, HostExecutable)
         self._pending.append(lambda: _run_kernel(executable, grid, block, args))
+
+    def enqueue(self, command: Command) -> None:
+        """Encode an arbitrary host command (used by host graphs)."""
+        self._pending.append(command)
 
     def wait(self, timeline: Timeline, value: int) -> None:
         def wait_cmd() -> None:
@@ -105,8 +102,11 @@ class HostQueue(NativeQueue):
                 if not self._work:
                     return
                 batch = self._work.popleft()
+            jitter = self.device.jitter_us
             for command in batch:
                 try:
+                    if jitter:
+                        sleep_jitter(jitter)
                     command()
                 except BaseException as exc:  # recorded at the next signal; never kills the worker
                     if self._failure is None:
@@ -117,6 +117,42 @@ class HostQueue(NativeQueue):
             self._closed = True
             self._cond.notify()
         self._thread.join(timeout=10)
+
+
+def sleep_jitter(jitter_us: int) -> None:
+    time.sleep(random.random() * jitter_us * 1e-6)
+
+
+def copy_command(src: NativeBuffer, src_offset: int, dst: NativeBuffer, dst_offset: int, nbytes: int) -> Command:
+    s = _host(src)[src_offset : src_offset + nbytes]
+    d = _host(dst)[dst_offset : dst_offset + nbytes]
+    return lambda: np.copyto(d, s)
+
+
+def fill_command(dst: NativeBuffer, offset: int, nbytes: int, pattern: bytes) -> Command:
+    d = _host(dst)[offset : offset + nbytes]
+    if len(pattern) == 1:
+        byte = pattern[0]
+        return lambda: d.fill(byte)
+    dtype = np.uint16 if len(pattern) == 2 else np.uint32
+    word = np.frombuffer(pattern, dtype=dtype)[0]
+    return lambda: d.view(dtype).fill(word)
+
+
+def command_for(node: GraphNode) -> Command | None:
+    """The host command of a native graph node (None for an empty node)."""
+    p = node.params
+    if node.kind == "copy":
+        return copy_command(p["src"], p["src_offset"], p["dst"], p["dst_offset"], p["nbytes"])
+    if node.kind == "fill":
+        return fill_command(p["dst"], p["offset"], p["nbytes"], p["pattern"])
+    if node.kind == "dispatch":
+        exe, grid, block, args = p["executable"], p["grid"], p["block"], p["args"]
+        assert isinstance(exe, HostExecutable)
+        return lambda: _run_kernel(exe, grid, block, args)
+    if node.kind == "empty":
+        return None
+    raise InvalidArgument(f"unknown graph node kind {node.kind!r}")
 
 
 def _run_kernel(exe: HostExecutable, grid: tuple[int, int, int], block: tuple[int, int, int], args: Sequence[KernelArg]) -> None:
