@@ -339,6 +339,13 @@ class EngineDevice(abc.ABC):
 
         raise Unsupported(f"engine {self.info.engine!r} has no native graphs")
 
+    def wrap_host(self, array: np.ndarray) -> NativeBuffer | None:
+        """A transient buffer over ordinary (pageable) host memory that this device's
+        queues read and write directly, or None when transfers must be staged (a
+        discrete GPU's DMA engines cannot reach pageable memory). The core keeps
+        ``array`` alive and unchanged until the work using it completes."""
+        return None
+
     def wrap_external(self, obj: Any) -> tuple[NativeBuffer, int] | None:
         """Wrap foreign memory (a torch/cupy tensor) as a buffer; None if unknown."""
         return None

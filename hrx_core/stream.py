@@ -415,8 +415,51 @@ class Stream:
         return completion
 
     def upload_blocking(self, dst: Buffer | View | Binding, data: Any, timeout: float | None = None) -> None:
-        """``upload`` and wait for the final chunk."""
-        self.upload(dst, data).wait(timeout)
+        """``upload`` and wait for the final chunk.
+
+        Where the engine's queues read ordinary host memory directly (the host
+        engine; unified-memory devices), the queue copies straight from ``data``
+        instead: the call waits anyway, so no staging copy is needed.
+        """
+        d = as_binding("dst", dst, Access.WRITE)
+        self._check_device("dst", d)
+        if not d.access & Access.WRITE:
+            raise InvalidArgument("dst: binding is declared read-only")
+        src = transfer.host_bytes("data", data)
+        dv = d.view
+        if src.nbytes > dv.length:
+            raise OutOfBounds(f"upload: {src.nbytes} bytes do not fit the {dv.length}-byte destination")
+        da = dv.buffer.allocation
+        if da.host_maps or da.host_dirty:
+            da.check_device_use(dv.start, dv.start + src.nbytes, True)
+        self._check_family("copy")
+        with self._transfer_lock:
+            direct = self.device.native.wrap_host(src)
+            if direct is None:
+                completion = self._upload_locked(da, dv.start, src)
+            else:
+                completion = self._direct(direct, 0, da, dv.start, src.nbytes, writes_host=False)
+                self.device.stats.upload_bytes += src.nbytes
+        completion.wait(timeout)
+
+    def _direct(self, host: Any, host_off: int, alloc: Allocation, start: int, n: int, *, writes_host: bool) -> Completion:
+        """Copy between device memory and wrapped host memory, split to the limit."""
+        limit = self.device.info.limits.max_transfer_bytes
+        pieces = list(transfer.split(n, limit))
+        dn = alloc.native
+
+        def encode(q: NativeQueue) -> None:
+            for off, length in pieces:
+                if writes_host:
+                    q.copy(dn, start + off, host, host_off + off, length)
+                else:
+                    q.copy(host, host_off + off, dn, start + off, length)
+
+        value = self.slot.encode(encode, (alloc.retain(),))
+        completion = self._done(value)
+        alloc.note_use(completion, start, start + n, not writes_host)
+        self.slot.flush()
+        return completion
 
     def download(self, src: Buffer | View | Binding, out: np.ndarray | None = None) -> np.ndarray:
         """Copy device bytes into host memory (a new uint8 array, or ``out``) and return it."""
@@ -437,6 +480,12 @@ class Stream:
         if sa.host_maps or sa.host_dirty:
             sa.check_device_use(sv.start, sv.end, False)
         self._check_family("copy")
+        direct = self.device.native.wrap_host(dst)
+        if direct is not None:
+            with self._transfer_lock:
+                self._direct(direct, 0, sa, sv.start, n, writes_host=True).wait()
+            self.device.stats.download_bytes += n
+            return out
         with self._transfer_lock:
             ring = self._ring()
             sn = sa.native
