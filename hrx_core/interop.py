@@ -49,16 +49,18 @@ class DLManagedTensor(ctypes.Structure):
 _Deleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
 DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _Deleter)]
 
-_CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.py_object)
+# The destructor gets the dying capsule as a raw pointer: converting it to a Python
+# object would resurrect it during deallocation.
+_CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _PyCapsule_New = ctypes.pythonapi.PyCapsule_New
 _PyCapsule_New.restype = ctypes.py_object
 _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CapsuleDestructor]
 _PyCapsule_IsValid = ctypes.pythonapi.PyCapsule_IsValid
 _PyCapsule_IsValid.restype = ctypes.c_int
-_PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 _PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
 _PyCapsule_GetPointer.restype = ctypes.c_void_p
-_PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 
 # Exports alive: address of the managed tensor -> (struct, shape, allocation)
 _live: dict[int, tuple[Any, Any, Any]] = {}

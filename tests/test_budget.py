@@ -1,0 +1,70 @@
+"""Memory budgets as far as the foundation uses them: charged before allocation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hrx_core as hrx
+
+from .conftest import live_bytes
+
+
+def test_budget_refuses_before_allocating(dev):
+    budget = hrx.MemoryBudget(1000, name="tiny")
+    live = live_bytes(dev)
+    a = dev.allocate(600, budget=budget)
+    assert budget.used_bytes == 600
+    with pytest.raises(hrx.BudgetExceeded) as info:
+        dev.allocate(600, budget=budget)
+    assert "tiny" in str(info.value) and "1000" in str(info.value)
+    assert live_bytes(dev) == live + 600  # nothing allocated by the refused call
+    a.close()
+    assert budget.used_bytes == 0 and budget.peak_bytes == 600
+
+
+def test_stream_budget_charges_allocations_and_staging(dev):
+    budget = hrx.MemoryBudget(10 << 20)
+    s = dev.stream().with_memory_budget(budget)
+    assert s.memory_budget is budget
+    buf = s.allocate_from(np.zeros(1 << 20, np.uint8))
+    s.upload(buf, np.ones(1 << 20, np.uint8)).wait()
+    assert budget.used_bytes == buf.nbytes + s.staging_bytes
+    s.close()
+    assert budget.used_bytes == buf.nbytes
+    with pytest.raises(hrx.InvalidArgument):
+        s.with_memory_budget("lots")  # type: ignore[arg-type]
+
+
+def test_pending_work_and_owned_graphs_keep_the_charge(dev):
+    from .kernels import SLEEPY
+
+    budget = hrx.MemoryBudget(1 << 20)
+    s = dev.stream()
+    flag = dev.allocate(64, budget=budget)
+    s.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(100_000_000,))
+    flag.close()
+    assert budget.used_bytes == 64  # pending work retains the owner's charge
+    s.synchronize()
+    assert budget.used_bytes == 0
+    buf = dev.allocate(128, budget=budget)
+    g = s.owned_graph()
+    g.fill(buf, 1)
+    buf.close()
+    assert budget.used_bytes == 128  # the owned graph retains it through replays
+    g.launch().wait()
+    g.close()
+    s.synchronize()
+    assert budget.used_bytes == 0
+
+
+def test_budget_validates():
+    with pytest.raises(hrx.InvalidArgument):
+        hrx.MemoryBudget(-1)
+    b = hrx.MemoryBudget(10)
+    with pytest.raises(hrx.InvalidArgument):
+        b.charge(-3)
+    c = b.charge(10)
+    c.release()
+    c.release()  # exactly once
+    assert b.used_bytes == 0
