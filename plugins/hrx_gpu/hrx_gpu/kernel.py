@@ -1,0 +1,166 @@
+"""Executables (CUDA modules) and kernel argument packing.
+
+``cuLaunchKernel`` takes ``void **kernelParams``: one pointer per kernel parameter,
+to a copy of its value. A :class:`~hrx_core.engine.BufferArg` becomes the 64-bit
+address of its buffer plus offset; a numpy scalar becomes its bytes. The driver copies
+the values at launch, so the packed array may be reused or dropped afterwards.
+
+:class:`CudaPreparedDispatch` packs once and binds the function and geometry with
+``functools.partial``: a repeated launch is one cffi call plus an attribute check.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from hrx_core.engine import Artifact, BufferArg, Executable, KernelArg, NativeBuffer, PreparedDispatch
+from hrx_core.errors import InvalidArgument, Unsupported
+
+from ._driver import CURRENT, EXIT
+from .errors import CUDA_ERROR_NOT_FOUND
+from .image import loadable, untag
+
+if TYPE_CHECKING:
+    from .device import CudaDevice
+    from .queue import CudaQueue
+
+#: Artifact targets this engine loads.
+TARGETS = ("cuda", "cubin", "ptx")
+
+
+def address_of(buffer: NativeBuffer) -> int:
+    """The CUDA address of a native buffer (CUDA buffers, or any with a pointer)."""
+    try:
+        return buffer.dptr  # type: ignore[attr-defined,no-any-return]
+    except AttributeError:
+        pointer = buffer.pointer()
+        if pointer is None:
+            raise InvalidArgument(f"buffer: {type(buffer).__name__} has no address the CUDA engine can use") from None
+        return pointer
+
+
+def pack_args(ffi: Any, args: Sequence[KernelArg]) -> tuple[Any, list[Any]]:
+    """``(void ** kernelParams or NULL, storage to keep alive until the launch)``."""
+    if not args:
+        return ffi.NULL, []
+    keep: list[Any] = []
+    for i, arg in enumerate(args):
+        if isinstance(arg, BufferArg):
+            keep.append(ffi.new("unsigned long long *", address_of(arg.buffer) + arg.offset))
+        elif isinstance(arg, np.generic):
+            data = arg.tobytes()
+            keep.append(ffi.new("char[]", data if data else b"\0"))
+        else:
+            raise InvalidArgument(f"args[{i}]: expected a BufferArg or a numpy scalar, got {type(arg).__name__}")
+    params = ffi.new("void *[]", keep)
+    keep.append(params)
+    return params, keep
+
+
+class CudaExecutable(Executable):
+    """A loaded CUDA module and the function named by the artifact's entry."""
+
+    def __init__(self, device: CudaDevice, module: Any, function: Any, name: str, target: str) -> None:
+        self.device = device
+        self.module = module
+        self.function = function
+        self.name = name
+        self.target = target
+        self.closed = False
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        device = self.device
+        device._forget_executable(self)
+        if device.closed or EXIT.exiting:
+            return
+        try:
+            device._activate()
+            device.driver.lib.cuModuleUnload(self.module)
+        except Exception:  # noqa: BLE001 - a dead context frees modules itself
+            pass
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def __repr__(self) -> str:
+        return f"<CudaExecutable {self.name!r} ({self.target})>"
+
+
+def load_executable(device: CudaDevice, artifact: Artifact) -> CudaExecutable:
+    """``cuModuleLoadData`` + ``cuModuleGetFunction`` for a cuda/cubin/ptx artifact."""
+    if artifact.target not in TARGETS:
+        raise Unsupported(f"artifact.target: the CUDA engine loads {', '.join(TARGETS)}, got {artifact.target!r}")
+    code = artifact.code
+    if isinstance(code, str):
+        code = code.encode()
+    if not isinstance(code, (bytes, bytearray, memoryview)):
+        raise InvalidArgument(
+            f"artifact.code: expected bytes for target {artifact.target!r}, got {type(code).__name__}"
+        )
+    data, symbol = untag(bytes(code))
+    symbol = symbol or artifact.entry
+    if not symbol:
+        raise InvalidArgument("artifact.entry: empty; name the kernel to load")
+    driver = device.driver
+    ffi, lib = driver.ffi, driver.lib
+    image = ffi.from_buffer(loadable(data))
+    module = ffi.new("CUmodule *")
+    device._activate()
+    driver.check(lib.cuModuleLoadData(module, image), "cuModuleLoadData", f"{artifact.target} for {artifact.entry!r}")
+    function = ffi.new("CUfunction *")
+    code_ = lib.cuModuleGetFunction(function, module[0], symbol.encode())
+    if code_:
+        lib.cuModuleUnload(module[0])
+        hint = ""
+        if code_ == CUDA_ERROR_NOT_FOUND:
+            hint = f'kernel {symbol!r} not in the module (is it extern "C" or the mangled name?)'
+        raise driver.error(code_, "cuModuleGetFunction", hint or repr(symbol))
+    executable = CudaExecutable(device, module[0], function[0], artifact.entry or symbol, artifact.target)
+    device._track_executable(executable)
+    return executable
+
+
+class CudaPreparedDispatch(PreparedDispatch):
+    """A launch packed once: function, geometry and ``kernelParams`` are bound."""
+
+    def __init__(
+        self,
+        device: CudaDevice,
+        executable: CudaExecutable,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: Sequence[KernelArg],
+    ) -> None:
+        super().__init__(executable, grid, block, args)
+        driver = device.driver
+        self._params, self._keep = pack_args(driver.ffi, args)
+        self._null = driver.NULL
+        self._call = functools.partial(driver.lib.cuLaunchKernel, executable.function, *grid, *block, 0)
+
+    def launch(self, queue: CudaQueue) -> None:  # type: ignore[override]
+        if not queue._dispatch_ok:
+            raise Unsupported(f"{queue.name}: the {queue.family} family cannot dispatch kernels")
+        if CURRENT.ctx is not queue._ctx:
+            queue.device._activate()
+        code = self._call(queue.stream, self._params, self._null)
+        if code:
+            queue._fail(code, "cuLaunchKernel", self._call, queue.stream, self._params, self._null)
+
+
+__all__ = [
+    "TARGETS",
+    "CudaExecutable",
+    "CudaPreparedDispatch",
+    "address_of",
+    "load_executable",
+    "pack_args",
+]
