@@ -77,7 +77,7 @@ class Allocation:
         self.shared = shared
         self.external = external
         self._refs = 1
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: __del__ of another handle may run inside
         self.freed = False
         self.charge = charge
         # Pending device uses: (completion, start, end, writes). Pruned lazily.
@@ -126,7 +126,7 @@ class Allocation:
     def busy(self, start: int = 0, end: int | None = None, *, host_writes: bool = True) -> bool:
         """True if pending device work conflicts with host access to [start, end)."""
         end = self.nbytes if end is None else end
-        live = [p for p in self.pending if not p[0].refresh_quiet()]
+        live = [p for p in self.pending if not p[0].is_complete]
         self.pending[:] = live
         return any(s < end and start < e and (host_writes or w) for _, s, e, w in live)
 

@@ -113,8 +113,9 @@ class QueueSlot:
             for obj in retain:
                 append((value, obj))
             self.unsignaled_ops += 1
-            if self.unsignaled_ops >= AUTO_FLUSH_OPS:
-                self._flush_locked()
+            done = self._flush_locked() if self.unsignaled_ops >= AUTO_FLUSH_OPS else ()
+        for obj in done:
+            obj.release()
         return value
 
     def mark_value(self) -> int:
@@ -122,7 +123,8 @@ class QueueSlot:
         with self.lock:
             return self.pending_value if self.unsignaled_ops else self.signaled
 
-    def _flush_locked(self) -> None:
+    def _flush_locked(self) -> list[Any]:
+        """Signal; return owners of finished work, to release after the lock."""
         native = self.native
         value = self.pending_value
         native.signal(self.timeline, value)
@@ -130,14 +132,18 @@ class QueueSlot:
         self.signaled = value
         self.pending_value = value + 1
         self.unsignaled_ops = 0
-        if self.retained and self.retained[0][0] <= self._timeline.completed():  # type: ignore[union-attr]
-            self._retire_locked()
+        if self.retained and self.retained[0][0] <= self.timeline.completed():
+            return self._retire_locked()
+        return []
 
     def flush(self) -> None:
         """Emit the pending signal, if any work is unsignaled."""
+        done: list[Any] = []
         with self.lock:
             if self.unsignaled_ops:
-                self._flush_locked()
+                done = self._flush_locked()
+        for obj in done:
+            obj.release()
 
     def _retire_locked(self) -> list[Any]:
         completed = self.timeline.completed()
@@ -207,7 +213,9 @@ class Device:
         self.native = native
         self.info: DeviceInfo = native.info
         self.name = f"{self.info.engine}:{self.info.index}"
-        self._lock = threading.Lock()
+        # Reentrant: garbage collection may free a buffer (and update stats) on a
+        # thread that already holds it.
+        self._lock = threading.RLock()
         self._stream_queue_count = DEFAULT_STREAM_QUEUES
         self._streams_created = False
         self._slots: dict[str, list[QueueSlot]] = {}

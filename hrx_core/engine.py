@@ -20,6 +20,10 @@ Contract for implementers (see docs/engines.md for a worked example):
 * Failures inside queued work must not crash the process. The engine records them on
   the timeline (:meth:`Timeline.error`) at the next signalled value, and the value
   still advances so that nothing hangs.
+* Encoding never blocks on earlier queued work (a CUDA copy between pageable host
+  pointers would: the core stages such transfers through shared memory).
+* :meth:`NativeBuffer.free` may hand memory back to the driver later (for instance
+  once the device's queues are idle); the core only promises to call it once.
 """
 
 from __future__ import annotations
@@ -202,6 +206,11 @@ class Timeline(abc.ABC):
         that means the value will never be reached (a sticky CUDA error), so that a
         wait never hangs on a dead device.
         """
+
+    def poll(self) -> int:
+        """Like :meth:`completed`, but may ask the driver whether the device failed,
+        recording the failure (so ``error`` reports it). Used by ``refresh()``."""
+        return self.completed()
 
     def error(self, value: int) -> BaseException | None:
         """The failure recorded for work signalled at ``value``, if any."""

@@ -72,6 +72,11 @@ class Graph:
         self._native: NativeGraph | None = None
         self._native_map: list[list[int]] = []
         self._last_bound: dict[int, tuple[int, int]] = {}
+        # per bound buffer: [first byte, end, writes] over all nodes, and its nodes
+        self._spans: dict[int, list[Any]] = {}
+        self._nodes_of: dict[int, list[int]] = {}
+        # (allocations, uses, encode) for the default bindings, rebuilt when stale
+        self._plan: tuple[list[Allocation], list[tuple[Allocation, int, int, bool]], Any] | None = None
         self._closed = False
         self.launches = 0
 
@@ -118,17 +123,23 @@ class Graph:
             found |= self._hazards.add(
                 index, [(id(b.allocation), b._base + off, b._base + off + n, a.writes) for b, off, n, a in refs]
             )
-        for buffer, *_ in refs:
+        for buffer, off, n, access in refs:
             key = id(buffer)
             if key not in self._buffers:
                 self._buffers[key] = buffer
+                self._spans[key] = [off, off + n, access.writes]
                 if self.owned:
                     alloc = buffer.allocation
                     if id(alloc) not in self._retained:
                         self._retained[id(alloc)] = alloc.retain()
+            else:
+                span = self._spans[key]
+                span[0], span[1], span[2] = min(span[0], off), max(span[1], off + n), span[2] or access.writes
+            self._nodes_of.setdefault(key, []).append(index)
         node = Node(self, index, kind, tuple(sorted(found)), refs, params)
         self.nodes.append(node)
         self._native = None  # topology changed: rebuild on next launch
+        self._plan = None
         return node
 
     def copy(self, src: Buffer | View | Binding, dst: Buffer | View | Binding, *, deps: Sequence[Node] | None = None) -> Node:
@@ -329,18 +340,40 @@ class Graph:
             raise InvalidArgument(f"stream: is on {stream.device.name}, the graph on {self.device.name}")
         if not self.nodes:
             return stream.completion()
-        resolved = self._resolve(inputs)
-        uses: list[tuple[Allocation, int, int, bool]] = []
-        for node in self.nodes:
-            for b, off, n, access in node.refs:
-                a, base = resolved[id(b)]
-                if a.freed:
-                    raise InvalidArgument(f"graph: memory of {b!r} was freed")
-                if a.host_maps or a.host_dirty:
-                    a.check_device_use(base + off, base + off + n, access.writes)
-                uses.append((a, base + off, base + off + n, access.writes))
-        allocs = {id(a): a for a, *_ in uses}
-        retain = [a.retain() for a in allocs.values()]
+        plan = self._plan if not inputs else None
+        if plan is None:
+            plan = self._make_plan(self._resolve(inputs), cache=not inputs)
+        elif not self.owned:
+            for buffer in self._buffers.values():
+                if buffer._closed:
+                    raise InvalidArgument(f"graph: bound {buffer!r} was closed; use owned_graph() to retain buffers")
+        allocs, uses, encode = plan
+        for a, start, end, writes in uses:
+            if a.freed:
+                raise InvalidArgument("graph: bound memory was freed")
+            if a.host_maps or a.host_dirty:
+                a.check_device_use(start, end, writes)
+        for a in allocs:
+            a.retain()
+        value = stream.slot.encode(encode, allocs)
+        completion = stream._done(value)
+        for a, start, end, writes in uses:
+            a.note_use(completion, start, end, writes)
+        self.launches += 1
+        self.device.stats.graph_launches += 1
+        return completion
+
+    def _make_plan(self, resolved: _Resolved, *, cache: bool) -> tuple[list[Allocation], list[tuple[Allocation, int, int, bool]], Any]:
+        spans: dict[int, list[Any]] = {}
+        for key, (off, end, writes) in self._spans.items():
+            a, base = resolved[key]
+            span = spans.get(id(a))
+            if span is None:
+                spans[id(a)] = [a, base + off, base + end, writes]
+            else:
+                span[1], span[2], span[3] = min(span[1], base + off), max(span[2], base + end), span[3] or writes
+        uses = [tuple(x) for x in spans.values()]
+        allocs = [u[0] for u in uses]
         if self.device.info.native_graphs:
             encode = self._native_launch(resolved)
         else:
@@ -356,13 +389,9 @@ class Graph:
                     elif kind == "dispatch":
                         q.dispatch(p["executable"], p["grid"], p["block"], p["args"])
 
-        value = stream.slot.encode(encode, retain)
-        completion = stream._done(value)
-        for a, start, end, writes in uses:
-            a.note_use(completion, start, end, writes)
-        self.launches += 1
-        self.device.stats.graph_launches += 1
-        return completion
+        plan = (allocs, uses, encode)  # type: ignore[assignment]
+        self._plan = plan if cache else None
+        return plan  # type: ignore[return-value]
 
     def _native_launch(self, resolved: _Resolved) -> Any:
         bound = {key: (id(a), base) for key, (a, base) in resolved.items()}
@@ -372,17 +401,18 @@ class Graph:
             self._native_map = mapping
             self._last_bound = bound
         elif bound != self._last_bound:
-            changed = {key for key in bound if bound[key] != self._last_bound.get(key)}
+            changed = [key for key in bound if bound[key] != self._last_bound.get(key)]
             limit = self.device.info.limits.max_transfer_bytes
-            for node in self.nodes:
-                if any(id(b) in changed for b, *_ in node.refs):
-                    indices = self._native_map[node.index]
-                    deps = tuple(i for d in node.deps for i in self._native_map[d])
-                    for i, (kind, params) in zip(indices, self._expand(node, resolved, limit)):
-                        self._native.update(i, GraphNode(kind, deps, params))
+            touched = sorted({i for key in changed for i in self._nodes_of.get(key, ())})
+            for index in touched:
+                node = self.nodes[index]
+                indices = self._native_map[index]
+                deps = tuple(i for d in node.deps for i in self._native_map[d])
+                for i, (kind, params) in zip(indices, self._expand(node, resolved, limit)):
+                    self._native.update(i, GraphNode(kind, deps, params))
             self._last_bound = bound
-        native = self._native
-        return native.launch
+            self._plan = None  # the default bindings are no longer what the native graph holds
+        return self._native.launch
 
     def close(self) -> None:
         """Release retained buffers (owned graphs) and the native graph."""

@@ -34,7 +34,7 @@ def _threads() -> int:
     env = os.environ.get("HRX_STAGING_THREADS")
     if env:
         return max(1, int(env))
-    return max(1, min(4, (os.cpu_count() or 1) - 1))
+    return max(1, min(8, (os.cpu_count() or 1) - 1))
 
 
 def host_copy(dst: np.ndarray, src: np.ndarray) -> None:
