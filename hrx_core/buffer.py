@@ -80,8 +80,10 @@ class Allocation:
         self._lock = threading.RLock()  # reentrant: __del__ of another handle may run inside
         self.freed = False
         self.charge = charge
-        # Pending device uses: (completion, start, end, writes). Pruned lazily.
-        self.pending: list[tuple[Completion, int, int, bool]] = []
+        # Pending device use per queue: [completion, start, end, writes]. Queues are
+        # FIFO, so the latest completion on a queue covers earlier uses on it; ranges
+        # of uses still pending are merged (conservative, bounded by the queue count).
+        self.pending: dict[Any, list[Any]] = {}
         # Active host mappings: [start, end, writes].
         self.host_maps: list[tuple[int, int, bool]] = []
         # Cache-control protocol for ordinary (non-coherent) buffers.
@@ -116,19 +118,32 @@ class Allocation:
     # -- pending device use (host mapping guards, pool reuse) -------------------
 
     def note_use(self, completion: Completion, start: int, end: int, writes: bool) -> None:
-        pending = self.pending
-        if len(pending) >= 32:
-            pending[:] = [p for p in pending if not p[0].is_complete]
-        pending.append((completion, start, end, writes))
+        slot = completion.slot
+        entry = self.pending.get(slot)
+        if entry is None or entry[0].done_now():
+            self.pending[slot] = [completion, start, end, writes]
+        else:
+            entry[0] = completion
+            if start < entry[1]:
+                entry[1] = start
+            if end > entry[2]:
+                entry[2] = end
+            entry[3] = entry[3] or writes
         if writes:
             self.device_dirty = True
+
+    def pending_uses(self) -> list[tuple[Completion, int, int, bool]]:
+        """(completion, start, end, writes) of device work not known to be finished."""
+        live = [(c, s, e, w) for c, s, e, w in list(self.pending.values()) if not c.is_complete]
+        if len(live) != len(self.pending):
+            for key in [k for k, v in list(self.pending.items()) if v[0].is_complete]:
+                self.pending.pop(key, None)
+        return live
 
     def busy(self, start: int = 0, end: int | None = None, *, host_writes: bool = True) -> bool:
         """True if pending device work conflicts with host access to [start, end)."""
         end = self.nbytes if end is None else end
-        live = [p for p in self.pending if not p[0].is_complete]
-        self.pending[:] = live
-        return any(s < end and start < e and (host_writes or w) for _, s, e, w in live)
+        return any(s < end and start < e and (host_writes or w) for _, s, e, w in self.pending_uses())
 
     def check_device_use(self, start: int, end: int, writes: bool) -> None:
         """Reject device use of bytes that a live host mapping conflicts with."""

@@ -46,6 +46,11 @@ class Completion:
             slot.flush()
         return slot.timeline.completed() >= self.value
 
+    def done_now(self) -> bool:
+        """Complete, judged without emitting a signal (False if none was emitted yet)."""
+        slot = self.slot
+        return self.value <= slot.signaled and slot.timeline.completed() >= self.value
+
     def refresh_quiet(self) -> bool:
         """Poll (asking the driver about failures) and retire; never raises."""
         slot = self.slot

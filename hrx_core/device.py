@@ -99,11 +99,12 @@ class QueueSlot:
         Owners in ``retain`` must already hold a reference; they are released at
         retirement, or at once if encoding or submission fails.
         """
-        native = self.native
+        native = self._native or self.native
         with self.lock:
             try:
                 fn(native)
-                native.submit()
+                if native.needs_submit:
+                    native.submit()
             except BaseException:
                 for obj in retain:
                     obj.release()

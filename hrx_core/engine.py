@@ -272,6 +272,9 @@ class NativeQueue(abc.ABC):
     """One hardware queue (a CUDA stream, a PM4/SDMA ring, a host worker thread)."""
 
     family: str
+    #: False when encoded work is already eligible to run (CUDA streams): the core
+    #: then skips calling :meth:`submit` on hot paths.
+    needs_submit: bool = True
 
     @abc.abstractmethod
     def copy(self, src: NativeBuffer, src_offset: int, dst: NativeBuffer, dst_offset: int, nbytes: int) -> None:

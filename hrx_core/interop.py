@@ -103,7 +103,7 @@ def _pointer(view: View) -> int:
 
 def _wait_pending(view: View) -> None:
     alloc = view.buffer.allocation
-    for completion, start, end, _ in list(alloc.pending):
+    for completion, start, end, _ in alloc.pending_uses():
         if start < view.end and view.start < end:
             completion.wait()
 

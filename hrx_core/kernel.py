@@ -111,6 +111,8 @@ class Kernel:
             return exe
 
     def check_scalars(self, scalars: Sequence[Any]) -> tuple[np.generic, ...]:
+        if not scalars and not self.scalar_types:
+            return ()
         if len(scalars) != len(self.scalar_types):
             raise InvalidArgument(
                 f"scalars: kernel {self.name!r} takes {len(self.scalar_types)} scalars, got {len(scalars)}"

@@ -10,7 +10,7 @@ stays bounded whatever the transfer size.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -39,22 +39,48 @@ def _threads() -> int:
 
 def host_copy(dst: np.ndarray, src: np.ndarray) -> None:
     """memcpy, on several threads when large and the machine has cores to spare."""
-    global _copy_pool
     threads = _threads()
     n = dst.nbytes
     if threads <= 1 or n < PARALLEL_COPY_BYTES:
         np.copyto(dst, src)
         return
-    if _copy_pool is None:
-        _copy_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hrx-copy")
-    step = -(-n // threads)
-    step += -step % 4096
-    futures = [
-        _copy_pool.submit(np.copyto, dst[o : o + step], src[o : o + step]) for o in range(step, n, step)
-    ]
+    step = _step(n, threads)
+    futures = [_pool(threads).submit(np.copyto, dst[o : o + step], src[o : o + step]) for o in range(step, n, step)]
     np.copyto(dst[:step], src[:step])
     for f in futures:
         f.result()
+
+
+def host_copy_async(dst: np.ndarray, src: np.ndarray) -> list[Future[None]]:
+    """Start a memcpy on the copy threads; wait on the returned futures.
+
+    Small copies, or machines without cores to spare, copy at once and return [].
+    """
+    threads = _threads()
+    n = dst.nbytes
+    if threads <= 1 or n < PARALLEL_COPY_BYTES:
+        np.copyto(dst, src)
+        return []
+    step = _step(n, threads)
+    pool = _pool(threads)
+    return [pool.submit(np.copyto, dst[o : o + step], src[o : o + step]) for o in range(0, n, step)]
+
+
+def wait_all(futures: list[Future[None]]) -> None:
+    for f in futures:
+        f.result()
+
+
+def _step(n: int, threads: int) -> int:
+    step = -(-n // threads)
+    return step + (-step % 4096)
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    global _copy_pool
+    if _copy_pool is None:
+        _copy_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hrx-copy")
+    return _copy_pool
 
 
 class StagingChunk:

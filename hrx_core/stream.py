@@ -20,7 +20,7 @@ from .completion import Completion, Event
 from .engine import Access, BufferArg, KernelArg, NativeQueue
 from .errors import InvalidArgument, OutOfBounds, Overlap, Unsupported
 from .kernel import Kernel
-from .staging import MAX_CHUNK_BYTES, StagingRing, host_copy
+from .staging import MAX_CHUNK_BYTES, StagingRing, host_copy, host_copy_async, wait_all
 from .device import AUTO_FLUSH_OPS
 
 if TYPE_CHECKING:
@@ -29,7 +29,22 @@ if TYPE_CHECKING:
     from .graph import Graph
 
 
+_DIMS: dict[tuple[Any, ...], tuple[int, int, int]] = {}
+
+
 def _dims(name: str, value: Any, limit: tuple[int, int, int]) -> tuple[int, int, int]:
+    """Validate a grid or block: an int or 1 to 3 ints within ``limit`` (memoised)."""
+    try:
+        return _DIMS[(name, value, limit)]
+    except (KeyError, TypeError):
+        pass
+    dims = _check_dims(name, value, limit)
+    if len(_DIMS) < 4096 and isinstance(value, (int, tuple)):
+        _DIMS[(name, value, limit)] = dims
+    return dims
+
+
+def _check_dims(name: str, value: Any, limit: tuple[int, int, int]) -> tuple[int, int, int]:
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         dims = [int(value)]
     elif isinstance(value, (tuple, list)) and 1 <= len(value) <= 3:
@@ -72,7 +87,8 @@ class PreparedLaunch:
         done: Any = ()
         with slot.lock:
             self._native.launch(queue)
-            queue.submit()
+            if queue.needs_submit:
+                queue.submit()
             value = slot.pending_value
             if allocs:
                 append = slot.retained.append
@@ -106,6 +122,9 @@ class Stream:
         self._budget: MemoryBudget | None = None
         self._values: list[int] = []
         self._last: Completion | None = None
+        family = device.info.family(slot.family)
+        self._operations = family.operations if family is not None else frozenset()
+        self._limits = device.info.limits
 
     def __repr__(self) -> str:
         return f"<hrx.Stream on {self.slot.name}>"
@@ -186,8 +205,7 @@ class Stream:
             raise InvalidArgument(f"{name}: buffer belongs to {binding.view.buffer.device.name}, not {self.device.name}")
 
     def _check_family(self, operation: str) -> None:
-        family = self.device.info.family(self.slot.family)
-        if family is not None and not family.supports(operation):
+        if operation not in self._operations:
             raise Unsupported(f"{operation}: {self.slot.family} queues of {self.device.name} cannot encode it")
 
     # -- operations -------------------------------------------------------------
@@ -272,11 +290,15 @@ class Stream:
     ) -> tuple[list[KernelArg], list[Allocation], list[tuple[Allocation, int, int, bool]]]:
         if not isinstance(kernel, Kernel):
             raise InvalidArgument(f"kernel: expected an hrx Kernel, got {type(kernel).__name__}")
-        if isinstance(bindings, (Buffer, View, Binding)) or not isinstance(bindings, Sequence):
+        if type(bindings) is not list and type(bindings) is not tuple and (
+            isinstance(bindings, (Buffer, View, Binding)) or not isinstance(bindings, Sequence)
+        ):
             raise InvalidArgument("bindings: expected a list of Buffer, View or Binding")
         expected = kernel.buffer_access
         if len(bindings) != len(expected):
             raise InvalidArgument(f"bindings: kernel {kernel.name!r} takes {len(expected)} buffers, got {len(bindings)}")
+        if not expected:
+            return list(kernel.check_scalars(scalars)), [], []
         args: list[KernelArg] = []
         allocs: list[Allocation] = []
         ranges: list[tuple[Allocation, int, int, bool]] = []
@@ -305,21 +327,42 @@ class Stream:
         scalars: Sequence[Any] = (),
     ) -> Completion:
         """Launch ``kernel`` over ``grid`` groups of ``block`` threads."""
-        limits = self.device.info.limits
-        g = _dims("grid", grid, limits.max_grid)
-        b = _dims("block", block, limits.max_block)
+        limits = self._limits
+        try:
+            g = _DIMS[("grid", grid, limits.max_grid)]
+        except (KeyError, TypeError):
+            g = _dims("grid", grid, limits.max_grid)
+        try:
+            b = _DIMS[("block", block, limits.max_block)]
+        except (KeyError, TypeError):
+            b = _dims("block", block, limits.max_block)
         if b[0] * b[1] * b[2] > limits.max_threads_per_block:
             raise InvalidArgument(f"block: {b} has more than {limits.max_threads_per_block} threads")
         args, allocs, ranges = self._dispatch_args(kernel, bindings, scalars)
-        self._check_family("dispatch")
-        exe = kernel.executable(self.device)
-        retain = [a.retain() for a in allocs]
-
-        def encode(q: NativeQueue) -> None:
-            q.dispatch(exe, g, b, args)
-
-        value = self.slot.encode(encode, retain)
-        completion = self._done(value)
+        if "dispatch" not in self._operations:
+            self._check_family("dispatch")
+        exe = kernel._executables.get(id(self.device)) or kernel.executable(self.device)
+        slot = self.slot
+        queue = slot._native or slot.native
+        done: Any = ()
+        with slot.lock:
+            queue.dispatch(exe, g, b, args)
+            if queue.needs_submit:
+                queue.submit()
+            value = slot.pending_value
+            if allocs:
+                append = slot.retained.append
+                for alloc in allocs:
+                    alloc.retain()
+                    append((value, alloc))
+            slot.unsignaled_ops += 1
+            if slot.unsignaled_ops >= AUTO_FLUSH_OPS:
+                done = slot._flush_locked()
+        for obj in done:
+            obj.release()
+        completion = self._last
+        if completion is None or completion.value != value:
+            completion = self._done(value)
         for alloc, start, end, writes in ranges:
             alloc.note_use(completion, start, end, writes)
         self.device.stats.dispatches += 1
@@ -419,25 +462,48 @@ class Stream:
             return self._upload_locked(da, dv.start, src)
 
     def _upload_locked(self, da: Allocation, start: int, src: np.ndarray) -> Completion:
+        # Pipelined: the copy threads fill chunk i while the queue moves chunk i-1.
         ring = self._ring()
         n = src.nbytes
         completion: Completion | None = None
         dn = da.native
-        for off in range(0, n, MAX_CHUNK_BYTES):
-            length = min(MAX_CHUNK_BYTES, n - off)
-            chunk = ring.acquire(length)
-            host_copy(chunk.host[:length], src[off : off + length])
+        filling: tuple[Any, int, int, list[Any]] | None = None
+
+        def send(chunk: Any, off: int, length: int, futures: list[Any]) -> Completion:
+            try:
+                wait_all(futures)
+            finally:
+                chunk.leased = False
             cn, dst_off = chunk.buffer.allocation.native, start + off
 
-            def encode(q: NativeQueue, cn: Any = cn, dst_off: int = dst_off, length: int = length) -> None:
+            def encode(q: NativeQueue) -> None:
                 q.copy(cn, 0, dn, dst_off, length)
 
             value = self.slot.encode(encode, (da.retain(),))
-            completion = self._done(value)
-            chunk.completion = completion
-            da.note_use(completion, start + off, start + off + length, True)
+            done = self._done(value)
+            chunk.completion = done
+            da.note_use(done, dst_off, dst_off + length, True)
             self.device.stats.upload_bytes += length
-        assert completion is not None
+            return done
+
+        try:
+            for off in range(0, n, MAX_CHUNK_BYTES):
+                length = min(MAX_CHUNK_BYTES, n - off)
+                chunk = ring.acquire(length)
+                chunk.leased = True
+                futures = host_copy_async(chunk.host[:length], src[off : off + length])
+                if filling is not None:
+                    completion = send(*filling)
+                filling = (chunk, off, length, futures)
+            assert filling is not None
+            completion = send(*filling)
+            filling = None
+        finally:
+            if filling is not None:  # a failure: let the copy threads finish, free the chunk
+                try:
+                    wait_all(filling[3])
+                finally:
+                    filling[0].leased = False
         self.slot.flush()
         return completion
 
@@ -514,44 +580,62 @@ class Stream:
             self.device.stats.download_bytes += n
             return out
         with self._transfer_lock:
-            ring = self._ring()
-            sn = sa.native
-            inflight: list[tuple[Any, int, int]] = []
-            try:
-                for off in range(0, n, MAX_CHUNK_BYTES):
-                    length = min(MAX_CHUNK_BYTES, n - off)
-                    if len(inflight) == ring.count:
-                        self._drain_one(inflight, dst)
-                    chunk = ring.acquire(length)
-                    cn, src_off = chunk.buffer.allocation.native, sv.start + off
-
-                    def encode(q: NativeQueue, cn: Any = cn, src_off: int = src_off, length: int = length) -> None:
-                        q.copy(sn, src_off, cn, 0, length)
-
-                    value = self.slot.encode(encode, (sa.retain(),))
-                    completion = self._done(value)
-                    chunk.completion = completion
-                    chunk.leased = True
-                    sa.note_use(completion, sv.start + off, sv.start + off + length, False)
-                    inflight.append((chunk, off, length))
-                self.slot.flush()
-                while inflight:
-                    self._drain_one(inflight, dst)
-            finally:
-                for chunk, _, _ in inflight:
-                    chunk.leased = False
+            self._download_locked(sa, sv.start, n, dst)
         self.device.stats.download_bytes += n
         return out
 
-    @staticmethod
-    def _drain_one(inflight: list[tuple[Any, int, int]], dst: np.ndarray) -> None:
-        chunk, off, length = inflight.pop(0)
-        try:
+    def _download_locked(self, sa: Allocation, start: int, n: int, dst: np.ndarray) -> None:
+        # Pipelined: the queue moves chunk i while the copy threads empty chunk i-1.
+        ring = self._ring()
+        sn = sa.native
+        moving: tuple[Any, int, int] | None = None
+        emptying: list[tuple[Any, list[Any]]] = []
+
+        def empty(chunk: Any, off: int, length: int) -> None:
             chunk.completion.wait()
             chunk.completion = None
-            host_copy(dst[off : off + length], chunk.host[:length])
+            emptying.append((chunk, host_copy_async(dst[off : off + length], chunk.host[:length])))
+
+        try:
+            for off in range(0, n, MAX_CHUNK_BYTES):
+                length = min(MAX_CHUNK_BYTES, n - off)
+                while len(emptying) >= ring.count - 1:
+                    chunk, futures = emptying.pop(0)
+                    wait_all(futures)
+                    chunk.leased = False
+                chunk = ring.acquire(length)
+                chunk.leased = True
+                src_off = start + off
+
+                def encode(q: NativeQueue, cn: Any = chunk.buffer.allocation.native, src_off: int = src_off, length: int = length) -> None:
+                    q.copy(sn, src_off, cn, 0, length)
+
+                try:
+                    value = self.slot.encode(encode, (sa.retain(),))
+                except BaseException:
+                    chunk.leased = False
+                    raise
+                done = self._done(value)
+                chunk.completion = done
+                sa.note_use(done, src_off, src_off + length, False)
+                self.slot.flush()
+                if moving is not None:
+                    empty(*moving)
+                moving = (chunk, off, length)
+            if moving is not None:
+                empty(*moving)
+                moving = None
+            for chunk, futures in emptying:
+                wait_all(futures)
         finally:
-            chunk.leased = False
+            if moving is not None:
+                moving[0].leased = False
+            for chunk, futures in emptying:
+                try:
+                    wait_all(futures)
+                except Exception:
+                    pass
+                chunk.leased = False
 
     # -- graphs -----------------------------------------------------------------
 

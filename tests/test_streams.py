@@ -335,3 +335,24 @@ def test_failed_kernel_raises_and_stream_recovers(dev):
     s.synchronize()  # reported once
     s.fill(buf, 1).wait()
     assert (s.download(buf) == 1).all()
+
+
+@pytest.mark.parametrize("threads", ["1", "4"])
+def test_staged_transfers_round_trip(monkeypatch, threads):
+    """The staging pipelines (what a discrete GPU uses) on the host engine."""
+    monkeypatch.setenv("HRX_STAGING_THREADS", threads)
+    dev = hrx.device("host", direct_host_access=False)
+    s = dev.stream()
+    n = 3 * MAX_CHUNK_BYTES + 12345  # four chunks, the last one short
+    data = np.random.default_rng(5).integers(0, 256, n, dtype=np.uint8)
+    dst = s.allocate(n)
+    s.upload_blocking(dst, data)
+    assert s.staging_bytes <= 3 * MAX_CHUNK_BYTES
+    out = s.download(dst)
+    np.testing.assert_array_equal(out, data)
+    # a view in the middle, into a caller's array
+    into = np.zeros(MAX_CHUNK_BYTES + 7, np.uint8)
+    s.download(dst.slice(MAX_CHUNK_BYTES - 3, MAX_CHUNK_BYTES + 7), out=into)
+    np.testing.assert_array_equal(into, data[MAX_CHUNK_BYTES - 3 : 2 * MAX_CHUNK_BYTES + 4])
+    small = s.allocate_from(b"staged!")
+    assert s.download(small).tobytes() == b"staged!"

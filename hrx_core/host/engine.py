@@ -112,6 +112,7 @@ class HostDevice(EngineDevice):
         compute_queues: int = 8,
         copy_queues: int = 2,
         jitter_us: int = 0,
+        direct_host_access: bool = True,
     ) -> None:
         for name, value in (("max_transfer_bytes", max_transfer_bytes), ("compute_queues", compute_queues), ("copy_queues", copy_queues)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -122,6 +123,8 @@ class HostDevice(EngineDevice):
         #: Test aid: each command first sleeps a random 0..jitter_us microseconds, which
         #: shuffles the interleaving of queues and graph branches so races surface.
         self.jitter_us = jitter_us
+        #: False makes upload_blocking/download stage like a discrete GPU (for tests).
+        self.direct_host_access = bool(direct_host_access)
         try:
             memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError, AttributeError):
@@ -170,7 +173,8 @@ class HostDevice(EngineDevice):
         return HostGraph(nodes, self.jitter_us)
 
     def wrap_host(self, array: np.ndarray) -> NativeBuffer | None:
-        return HostBuffer.over(array)  # host queues read any host memory
+        # host queues read any host memory, unless a test asks for staging
+        return HostBuffer.over(array) if self.direct_host_access else None
 
     def wrap_external(self, obj: Any) -> tuple[NativeBuffer, int] | None:
         if isinstance(obj, np.ndarray) and obj.flags.c_contiguous and obj.flags.writeable:
@@ -188,7 +192,7 @@ class HostEngine(Engine):
     def open_device(self, index: int, **options: Any) -> EngineDevice:
         if index != 0:
             raise InvalidArgument(f"index: the host engine has one device, asked for {index}")
-        known = {"max_transfer_bytes", "compute_queues", "copy_queues", "jitter_us"}
+        known = {"max_transfer_bytes", "compute_queues", "copy_queues", "jitter_us", "direct_host_access"}
         unknown = set(options) - known
         if unknown:
             raise InvalidArgument(f"options: unknown host engine options {sorted(unknown)}; known: {sorted(known)}")
