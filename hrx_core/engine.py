@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -266,6 +267,10 @@ class PreparedDispatch:
 
     def launch(self, queue: NativeQueue) -> None:
         queue.dispatch(self.executable, self.grid, self.block, self.args)
+
+    def bind(self, queue: NativeQueue) -> Callable[[], None]:
+        """A zero-argument launcher on ``queue`` (engines bind every native argument)."""
+        return functools.partial(self.launch, queue)
 
 
 class NativeQueue(abc.ABC):

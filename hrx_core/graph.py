@@ -18,6 +18,8 @@ others replay the nodes in recording order on the stream's queue.
 
 from __future__ import annotations
 
+import threading
+
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +57,20 @@ class Node:
 _Resolved = dict[int, tuple[Allocation, int]]  # id(buffer) -> (allocation, base offset)
 
 
+class _GraphHold:
+    """Keeps an owned graph's retained memory alive until one launch retires."""
+
+    __slots__ = ("graph",)
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+
+    def release(self) -> None:
+        graph, self.graph = self.graph, None
+        if graph is not None:
+            graph._unhold()
+
+
 class Graph:
     """A recorded graph of copies, fills, dispatches and joins."""
 
@@ -75,6 +91,10 @@ class Graph:
         # per bound buffer: [first byte, end, writes] over all nodes, and its nodes
         self._spans: dict[int, list[Any]] = {}
         self._nodes_of: dict[int, list[int]] = {}
+        self._access: dict[int, Access] = {}
+        # launches not yet retired; an owned graph frees its buffers only after them
+        self._holds = 0
+        self._hold_lock = threading.Lock()
         # (allocations, uses, encode) for the default bindings, rebuilt when stale
         self._plan: tuple[list[Allocation], list[tuple[Allocation, int, int, bool]], Any] | None = None
         self._closed = False
@@ -125,6 +145,7 @@ class Graph:
             )
         for buffer, off, n, access in refs:
             key = id(buffer)
+            self._access[key] = self._access.get(key, Access(0)) | access
             if key not in self._buffers:
                 self._buffers[key] = buffer
                 self._spans[key] = [off, off + n, access.writes]
@@ -238,12 +259,7 @@ class Graph:
 
     def access_of(self, buffer: Buffer) -> Access:
         """The union of the access the graph's nodes make to ``buffer``."""
-        access = Access(0)
-        for node in self.nodes:
-            for b, _, _, a in node.refs:
-                if b is buffer:
-                    access |= a
-        return access
+        return self._access.get(id(buffer), Access(0))
 
     # -- replay -----------------------------------------------------------------
 
@@ -353,9 +369,16 @@ class Graph:
                 raise InvalidArgument("graph: bound memory was freed")
             if a.host_maps or a.host_dirty:
                 a.check_device_use(start, end, writes)
-        for a in allocs:
-            a.retain()
-        value = stream.slot.encode(encode, allocs)
+        if self.owned and not inputs:
+            # The graph retains every allocation it binds: hold the graph instead.
+            with self._hold_lock:
+                self._holds += 1
+            held: Sequence[Any] = (_GraphHold(self),)
+        else:
+            for a in allocs:
+                a.retain()
+            held = allocs
+        value = stream.slot.encode(encode, held)
         completion = stream._done(value)
         for a, start, end, writes in uses:
             a.note_use(completion, start, end, writes)
@@ -415,16 +438,32 @@ class Graph:
         return self._native.launch
 
     def close(self) -> None:
-        """Release retained buffers (owned graphs) and the native graph."""
-        if self._closed:
-            return
-        self._closed = True
+        """Release retained buffers (owned graphs) and the native graph.
+
+        Launches still in flight keep what they use until they retire.
+        """
+        with self._hold_lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._holds:
+                return  # the last launch to retire finishes the job
+        self._release()
+
+    def _unhold(self) -> None:
+        with self._hold_lock:
+            self._holds -= 1
+            last = self._closed and self._holds == 0
+        if last:
+            self._release()
+
+    def _release(self) -> None:
         if self._native is not None:
             self._native.close()
             self._native = None
-        for alloc in self._retained.values():
+        retained, self._retained = self._retained, {}
+        for alloc in retained.values():
             alloc.release()
-        self._retained.clear()
         self._kernels.clear()
 
     def __enter__(self) -> Graph:

@@ -69,6 +69,8 @@ class PreparedLaunch:
         self._stream = stream
         self._slot = stream.slot
         self._native = native
+        self._launch = native.bind(stream.slot.native)
+        self._needs_submit = stream.slot.native.needs_submit
         self._allocs = tuple(allocs)
         self._ranges = tuple(ranges)
         self._stats = stream.device.stats
@@ -83,12 +85,11 @@ class PreparedLaunch:
                     raise InvalidArgument("prepared launch: a bound buffer was freed")
                 if alloc.host_maps or alloc.host_dirty:
                     alloc.check_device_use(start, end, writes)
-        queue = slot._native or slot.native
         done: Any = ()
         with slot.lock:
-            self._native.launch(queue)
-            if queue.needs_submit:
-                queue.submit()
+            self._launch()
+            if self._needs_submit:
+                slot._native.submit()  # type: ignore[union-attr]
             value = slot.pending_value
             if allocs:
                 append = slot.retained.append

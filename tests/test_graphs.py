@@ -215,3 +215,25 @@ def test_empty_graph_launch(dev):
     s = dev.stream()
     g = s.access_graph()
     g.launch().wait()
+
+
+def test_closing_an_owned_graph_keeps_memory_for_pending_launches(dev):
+    s = dev.stream()
+    flag = dev.allocate(8)
+    src = s.allocate_from(np.full(64, 3, np.uint8))
+    dst = dev.allocate(64)
+    g = s.owned_graph()
+    g.copy(src, dst)
+    src.close()
+    live = live_bytes(dev)
+    staging_before = s.staging_bytes
+    s.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(100_000_000,))
+    done = g.launch()
+    g.close()  # the launch is still pending: src must stay allocated
+    assert live_bytes(dev) == live
+    with pytest.raises(hrx.InvalidArgument, match="closed"):
+        g.launch()
+    done.wait()
+    assert (s.download(dst) == 3).all()
+    s.synchronize()
+    assert live_bytes(dev) == live - 64 + (s.staging_bytes - staging_before)

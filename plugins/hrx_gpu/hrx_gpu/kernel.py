@@ -12,7 +12,7 @@ the values at launch, so the packed array may be reused or dropped afterwards.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -145,6 +145,22 @@ class CudaPreparedDispatch(PreparedDispatch):
         self._params, self._keep = pack_args(driver.ffi, args)
         self._null = driver.NULL
         self._call = functools.partial(driver.lib.cuLaunchKernel, executable.function, *grid, *block, 0)
+
+    def bind(self, queue: CudaQueue) -> Callable[[], None]:  # type: ignore[override]
+        """A zero-argument launcher with every argument of cuLaunchKernel bound."""
+        if not queue._dispatch_ok:
+            raise Unsupported(f"{queue.name}: the {queue.family} family cannot dispatch kernels")
+        call, args = self._call, (queue.stream, self._params, self._null)
+        ctx, device, current = queue._ctx, queue.device, CURRENT
+
+        def launch() -> None:
+            if current.ctx is not ctx:
+                device._activate()
+            code = call(*args)
+            if code:
+                queue._fail(code, "cuLaunchKernel", call, *args)
+
+        return launch
 
     def launch(self, queue: CudaQueue) -> None:  # type: ignore[override]
         if not queue._dispatch_ok:

@@ -41,6 +41,7 @@ class SMCopy:
     def __init__(self, device: CudaDevice) -> None:
         self.device = device
         self._function: Any = None
+        self._executable: Any = None
         self._failed = False
         self._lock = threading.Lock()
         self.blocks = BLOCKS_PER_SM * int(device.info.properties.get("multiprocessors", 32))
@@ -56,7 +57,9 @@ class SMCopy:
                         artifact = compile_source(
                             SOURCE, target="cuda", entry="hrx_d2d_copy", options=self.device.compile_options("cuda")
                         )
-                        self._function = self.device.load_executable(artifact).function
+                        # keep the executable: dropping it would unload the module
+                        self._executable = self.device.load_executable(artifact)
+                        self._function = self._executable.function
                     except Exception:  # no NVRTC: DMA copies still work
                         self._failed = True
         return self._function
