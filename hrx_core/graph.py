@@ -87,6 +87,7 @@ class Graph:
         self._inputs: dict[str, Buffer] = {}
         self._native: NativeGraph | None = None
         self._native_map: list[list[int]] = []
+        self._native_deps: list[tuple[int, ...]] = []
         self._last_bound: dict[int, tuple[int, int]] = {}
         # per bound buffer: [first byte, end, writes] over all nodes, and its nodes
         self._spans: dict[int, list[Any]] = {}
@@ -265,21 +266,23 @@ class Graph:
 
     def _resolve(self, inputs: Mapping[str, Any] | None) -> _Resolved:
         resolved: _Resolved = {}
+        owned = self.owned
         for key, buffer in self._buffers.items():
-            if buffer.closed and not self.owned:
+            if not owned and buffer._closed:
                 raise InvalidArgument(f"graph: bound {buffer!r} was closed; use owned_graph() to retain buffers")
             resolved[key] = (buffer._alloc, buffer._base)
         if not inputs:
             return resolved
         if not isinstance(inputs, Mapping):
             raise InvalidArgument("inputs: expected a mapping of input name to Buffer, View or Binding")
-        replaced: list[tuple[Allocation, int, int, bool, str]] = []
+        access = self._access
+        replaced: list[tuple[Allocation, int, int, bool, int]] = []
         for name, value in inputs.items():
             declared = self._inputs.get(name)
             if declared is None:
                 raise InvalidArgument(f"inputs: {name!r} is not a declared input ({', '.join(self._inputs) or 'none'})")
-            used = self.access_of(declared)
-            binding = as_binding(f"inputs[{name!r}]", value, used or Access.READ_WRITE)
+            used = access.get(id(declared), Access.READ_WRITE)
+            binding = as_binding(f"inputs[{name!r}]", value, used)
             view = binding.view
             if view.buffer.device is not self.device:
                 raise InvalidArgument(f"inputs[{name!r}]: belongs to {view.buffer.device.name}, not {self.device.name}")
@@ -287,22 +290,23 @@ class Graph:
                 raise InvalidArgument(
                     f"inputs[{name!r}]: has {view.length} bytes, the declared input has {declared.nbytes}"
                 )
-            if used & ~binding.access:
+            if int(used) & ~int(binding.access):
                 raise InvalidArgument(
                     f"inputs[{name!r}]: declared {binding.access.name.lower()}, the graph needs {used.name.lower()}"
                 )
             alloc = view.buffer.allocation
-            if id(declared) in resolved:
-                resolved[id(declared)] = (alloc, view.start)
-            replaced.append((alloc, view.start, view.end, used.writes, name))
+            key = id(declared)
+            if key in resolved:
+                resolved[key] = (alloc, view.start)
+            replaced.append((alloc, view.start, view.end, bool(int(used) & 2), key))
         # A replacement must not alias other memory the graph uses where either writes.
-        for alloc, start, end, writes, name in replaced:
-            declared = self._inputs[name]
-            for key, buffer in self._buffers.items():
-                if buffer is declared:
+        for alloc, start, end, writes, mine in replaced:
+            for key, (a, base) in resolved.items():
+                if key == mine or a is not alloc:
                     continue
-                a, base = resolved[key]
-                if a is alloc and start < base + buffer.nbytes and base < end and (writes or self.access_of(buffer).writes):
+                nbytes = self._buffers[key].nbytes
+                if start < base + nbytes and base < end and (writes or int(access.get(key, 0)) & 2):
+                    name = next(n for n, b in self._inputs.items() if id(b) == mine)
                     raise Overlap(f"inputs[{name!r}]: overlaps other memory bound in the graph")
         return resolved
 
@@ -422,17 +426,18 @@ class Graph:
             nodes, mapping = self._native_nodes(resolved)
             self._native = self.device.native.build_graph(nodes)
             self._native_map = mapping
+            self._native_deps = [tuple(i for d in n.deps for i in mapping[d]) for n in self.nodes]
             self._last_bound = bound
         elif bound != self._last_bound:
             changed = [key for key in bound if bound[key] != self._last_bound.get(key)]
             limit = self.device.info.limits.max_transfer_bytes
             touched = sorted({i for key in changed for i in self._nodes_of.get(key, ())})
+            update = self._native.update
             for index in touched:
                 node = self.nodes[index]
-                indices = self._native_map[index]
-                deps = tuple(i for d in node.deps for i in self._native_map[d])
-                for i, (kind, params) in zip(indices, self._expand(node, resolved, limit)):
-                    self._native.update(i, GraphNode(kind, deps, params))
+                deps = self._native_deps[index]
+                for i, (kind, params) in zip(self._native_map[index], self._expand(node, resolved, limit)):
+                    update(i, GraphNode(kind, deps, params))
             self._last_bound = bound
             self._plan = None  # the default bindings are no longer what the native graph holds
         return self._native.launch

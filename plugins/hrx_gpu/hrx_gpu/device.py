@@ -68,7 +68,6 @@ from ._driver import (
 from .errors import CUDA_ERROR_NOT_READY, CudaError
 from .graph import CudaGraph
 from .mapped import MappedKernels
-from .smcopy import SMCopy
 from .kernel import TARGETS, CudaExecutable, CudaPreparedDispatch, load_executable
 from .memory import (
     DEVICE_MEMORY,
@@ -221,7 +220,6 @@ class CudaDevice(EngineDevice):
         #: Kernels for copies between pinned buffers and graph fills of pinned memory.
         self.mapped = MappedKernels(self)
         self.mapped.preload()
-        self.smcopy = SMCopy(self)
         #: Whether the driver takes memset graph nodes on pinned host memory (None: untried).
         self.memset_node_on_host: bool | None = None
 

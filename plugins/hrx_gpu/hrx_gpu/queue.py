@@ -33,8 +33,6 @@ from hrx_core.errors import InvalidArgument, Unsupported
 from ._driver import CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, CU_STREAM_WAIT_VALUE_GEQ, CURRENT, EXIT
 from .errors import CUDA_ERROR_NOT_SUPPORTED
 from .mapped import BLOCK as MAPPED_BLOCK
-from .smcopy import BLOCK as SM_COPY_BLOCK
-from .smcopy import MIN_BYTES as SM_COPY_MIN_BYTES
 from .kernel import CudaExecutable, address_of, pack_args
 from .timeline import CudaTimeline
 
@@ -93,21 +91,6 @@ class CudaQueue(NativeQueue):
             function, grid, params, _keep = self.device.mapped.copy_args(dst_address, src_address, nbytes)
             fn = self._lib.cuLaunchKernel
             args = (function, *grid, MAPPED_BLOCK, 1, 1, 0, self.stream, params, self._driver.NULL)
-            code = fn(*args)
-            if code:
-                self._fail(code, "cuLaunchKernel", fn, *args)
-            return
-        if (
-            self.family == "compute"
-            and nbytes >= SM_COPY_MIN_BYTES
-            and (dst_address | src_address | nbytes) % 16 == 0
-            and not getattr(src, "host_mapped", False)
-            and not getattr(dst, "host_mapped", False)
-            and self.device.smcopy.function() is not None
-        ):
-            function, blocks, params, _keep = self.device.smcopy.args(dst_address, src_address, nbytes)
-            fn = self._lib.cuLaunchKernel
-            args = (function, blocks, 1, 1, SM_COPY_BLOCK, 1, 1, 0, self.stream, params, self._driver.NULL)
             code = fn(*args)
             if code:
                 self._fail(code, "cuLaunchKernel", fn, *args)

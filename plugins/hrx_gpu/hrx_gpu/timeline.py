@@ -30,7 +30,9 @@ if TYPE_CHECKING:
     from .device import CudaDevice
     from .queue import CudaQueue
 
-_SPIN_S = 50e-6
+# Spin (yielding the GIL) this long before sleeping: time.sleep() of a few microseconds
+# oversleeps by ~50 us on Linux, which would add that latency to every short wait.
+_SPIN_S = 2e-3
 _SLEEP_MIN_S = 10e-6
 _SLEEP_MAX_S = 200e-6
 _CHECK_EVERY_S = 0.002
@@ -94,6 +96,7 @@ class CudaTimeline(Timeline):
         while time.perf_counter() < spin_until:
             if counter[0] >= value:
                 return True
+            time.sleep(0)  # let other threads run
         sleep = _SLEEP_MIN_S
         while True:
             if counter[0] >= value:
