@@ -23,9 +23,12 @@ if TYPE_CHECKING:
     from .device import Device
 
 MAX_CHUNK_BYTES = 64 << 20
-DEFAULT_CHUNKS = 3
+DEFAULT_CHUNKS = 4
 #: Host copies above this size are split across threads (numpy releases the GIL).
 PARALLEL_COPY_BYTES = 8 << 20
+#: Smallest piece one copy thread takes: glibc switches large memcpys to non-temporal
+#: stores above a cache-size threshold, and small pieces would miss that.
+MIN_PIECE_BYTES = 16 << 20
 
 _copy_pool: ThreadPoolExecutor | None = None
 
@@ -61,7 +64,7 @@ def host_copy_async(dst: np.ndarray, src: np.ndarray) -> list[Future[None]]:
     if threads <= 1 or n < PARALLEL_COPY_BYTES:
         np.copyto(dst, src)
         return []
-    step = _step(n, threads)
+    step = _step(n, max(1, min(threads, n // MIN_PIECE_BYTES)))
     pool = _pool(threads)
     return [pool.submit(np.copyto, dst[o : o + step], src[o : o + step]) for o in range(0, n, step)]
 

@@ -463,12 +463,14 @@ class Stream:
             return self._upload_locked(da, dv.start, src)
 
     def _upload_locked(self, da: Allocation, start: int, src: np.ndarray) -> Completion:
-        # Pipelined: the copy threads fill chunk i while the queue moves chunk i-1.
+        # Pipelined: the copy threads fill up to count-1 chunks while the queue moves
+        # the oldest filled one.
         ring = self._ring()
         n = src.nbytes
         completion: Completion | None = None
         dn = da.native
-        filling: tuple[Any, int, int, list[Any]] | None = None
+        depth = max(1, ring.count - 1)
+        filling: list[tuple[Any, int, int, list[Any]]] = []
 
         def send(chunk: Any, off: int, length: int, futures: list[Any]) -> Completion:
             try:
@@ -492,19 +494,18 @@ class Stream:
                 length = min(MAX_CHUNK_BYTES, n - off)
                 chunk = ring.acquire(length)
                 chunk.leased = True
-                futures = host_copy_async(chunk.host[:length], src[off : off + length])
-                if filling is not None:
-                    completion = send(*filling)
-                filling = (chunk, off, length, futures)
-            assert filling is not None
-            completion = send(*filling)
-            filling = None
+                filling.append((chunk, off, length, host_copy_async(chunk.host[:length], src[off : off + length])))
+                if len(filling) >= depth:
+                    completion = send(*filling.pop(0))
+            while filling:
+                completion = send(*filling.pop(0))
         finally:
-            if filling is not None:  # a failure: let the copy threads finish, free the chunk
+            for chunk, _, _, futures in filling:  # a failure: let the copy threads finish
                 try:
-                    wait_all(filling[3])
-                finally:
-                    filling[0].leased = False
+                    wait_all(futures)
+                except Exception:
+                    pass
+                chunk.leased = False
         self.slot.flush()
         return completion
 

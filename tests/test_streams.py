@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import hrx_core as hrx
-from hrx_core.staging import MAX_CHUNK_BYTES
+from hrx_core.staging import DEFAULT_CHUNKS, MAX_CHUNK_BYTES
 
 from .kernels import ADD_U32, EMPTY, SLEEPY, launch_1d
 
@@ -193,13 +193,13 @@ def test_buffers_of_another_device_are_rejected(engine):
 
 def test_upload_is_staged_in_bounded_chunks(dev):
     s = dev.stream()
-    n = 2 * MAX_CHUNK_BYTES + 12345  # three chunks
+    n = (DEFAULT_CHUNKS + 1) * MAX_CHUNK_BYTES + 12345  # more chunks than the ring holds
     data = np.random.default_rng(3).integers(0, 256, n, dtype=np.uint8)
     dst = s.allocate(n)
     done = s.upload(dst, data)
     data[:] = 0  # the host data may be reused as soon as upload returns
     done.wait()
-    assert s.staging_bytes <= 3 * MAX_CHUNK_BYTES
+    assert s.staging_bytes <= DEFAULT_CHUNKS * MAX_CHUNK_BYTES < n
     out = s.download(dst)
     np.testing.assert_array_equal(out, np.random.default_rng(3).integers(0, 256, n, dtype=np.uint8))
     # many uploads reuse the same chunks
@@ -343,11 +343,11 @@ def test_staged_transfers_round_trip(monkeypatch, threads):
     monkeypatch.setenv("HRX_STAGING_THREADS", threads)
     dev = hrx.device("host", direct_host_access=False)
     s = dev.stream()
-    n = 3 * MAX_CHUNK_BYTES + 12345  # four chunks, the last one short
+    n = (DEFAULT_CHUNKS + 1) * MAX_CHUNK_BYTES + 12345  # more chunks than the ring, the last one short
     data = np.random.default_rng(5).integers(0, 256, n, dtype=np.uint8)
     dst = s.allocate(n)
     s.upload_blocking(dst, data)
-    assert s.staging_bytes <= 3 * MAX_CHUNK_BYTES
+    assert s.staging_bytes <= DEFAULT_CHUNKS * MAX_CHUNK_BYTES
     out = s.download(dst)
     np.testing.assert_array_equal(out, data)
     # a view in the middle, into a caller's array

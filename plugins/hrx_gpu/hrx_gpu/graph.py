@@ -25,10 +25,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from hrx_core.engine import GraphNode, NativeGraph, NativeQueue
+from hrx_core.engine import BufferArg, GraphNode, NativeGraph, NativeQueue
 from hrx_core.errors import InvalidArgument
 
-from ._driver import CU_MEMORYTYPE_UNIFIED, EXIT
+from ._driver import CU_MEMORYTYPE_UNIFIED, CURRENT, EXIT
 from .errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CudaError
 from .kernel import CudaExecutable, address_of, pack_args
 from .mapped import BLOCK as MAPPED_BLOCK
@@ -64,6 +64,8 @@ class CudaGraph(NativeGraph):
         #: The CUDA node type each node was built as.
         self.modes: list[str] = []
         self.closed = False
+        # index -> (CUDA_KERNEL_NODE_PARAMS, storage, per-argument slots) for in-place rebinding
+        self._packed: dict[int, tuple[Any, list[Any], list[Any]]] = {}
         #: How many times the graph was rebuilt because an in-place patch was impossible.
         self.rebuilds = 0
         self._build()
@@ -130,6 +132,44 @@ class CudaGraph(NativeGraph):
         self._exec = exec_[0]
         self._handles = handles
         self.modes = modes
+
+    def _patch_kernel(self, index: int, old: GraphNode, node: GraphNode) -> bool:
+        """Rebinding fast path: same kernel, geometry and argument layout. The packed
+        CUDA_KERNEL_NODE_PARAMS of the node are kept and only the argument values are
+        rewritten in place before cuGraphExecKernelNodeSetParams. False: take the slow path."""
+        op, np_ = old.params, node.params
+        if (
+            tuple(node.deps) != tuple(old.deps)
+            or op["executable"] is not np_["executable"]
+            or tuple(op["grid"]) != tuple(np_["grid"])
+            or tuple(op["block"]) != tuple(np_["block"])
+        ):
+            return False
+        args = np_.get("args", ())
+        cached = self._packed.get(index)
+        ffi = self.device.driver.ffi
+        if cached is None or len(cached[2]) != len(args):
+            packed, keep = self._kernel_node_params(KERNEL, np_)
+            # pack_args keeps one storage object per argument first, in order
+            cached = (packed, keep, keep[: len(args)])
+            self._packed[index] = cached
+        else:
+            for slot, arg in zip(cached[2], args):
+                if isinstance(arg, BufferArg):
+                    slot[0] = address_of(arg.buffer) + arg.offset
+                else:
+                    data = arg.tobytes()
+                    if len(data) != ffi.sizeof(slot):
+                        return False
+                    ffi.memmove(slot, data, len(data))
+        if CURRENT.ctx is not self.device.ctx:
+            self.device._activate()
+        code = self.device.driver.lib.cuGraphExecKernelNodeSetParams_v2(self._exec, self._handles[index], cached[0])
+        if code:
+            self._packed.pop(index, None)
+            return False  # the slow path reports the error or rebuilds
+        self.nodes[index] = node
+        return True
 
     def _kernel_node_params(self, mode: str, params: Mapping[str, Any]) -> tuple[Any, list[Any]]:
         """CUDA_KERNEL_NODE_PARAMS of a dispatch, or of a pinned-memory copy/fill kernel."""
@@ -205,6 +245,8 @@ class CudaGraph(NativeGraph):
         if not isinstance(index, int) or not 0 <= index < len(self.nodes):
             raise InvalidArgument(f"index: expected 0 <= index < {len(self.nodes)}, got {index!r}")
         old = self.nodes[index]
+        if node.kind == "dispatch" and old.kind == "dispatch" and self.modes[index] == KERNEL and self._patch_kernel(index, old, node):
+            return
         if node.kind != old.kind:
             raise InvalidArgument(f"node {index}: kind {node.kind!r} differs from the built {old.kind!r}")
         if tuple(node.deps) != tuple(old.deps):
