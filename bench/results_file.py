@@ -15,6 +15,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def commit() -> str:
+    """The measured commit: HRX_COMMIT (set where the tree has no .git), else git."""
+    if os.environ.get("HRX_COMMIT"):
+        return os.environ["HRX_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=RESULTS.parent, timeout=10)
         sha = out.stdout.strip()

@@ -20,6 +20,7 @@ def _prepare() -> int:
         try:
             for line in engine.prepare():
                 print(line)
+            print(_warm_kernels(name))
         except HRXError as exc:
             print(f"{name}: FAILED: {exc}")
             status = 1
@@ -27,6 +28,26 @@ def _prepare() -> int:
         print(f"plugin {failure.name}: failed to load: {failure.error}")
         status = 1
     return status
+
+
+def _warm_kernels(engine: str) -> str:
+    """Compile (into the compile caches) every kernel plugins declare for ``engine``."""
+    from .. import plugins as reg
+    from ..compiler import cache_dir
+    from ..kernel import Kernel
+
+    dev = reg.device(engine)
+    kernels: dict[str, Kernel] = {}
+    for found in reg.plugin_manager().hook.hrx_kernels(engine=engine):
+        for kname, kernel in (found or {}).items():
+            if isinstance(kernel, Kernel):
+                kernels.setdefault(kname, kernel)
+    cache = reg.registry().compile_cache
+    before = cache.misses
+    for kernel in kernels.values():
+        kernel.executable(dev)
+    compiled = cache.misses - before
+    return f"{engine}: {len(kernels)} plugin kernels ready ({compiled} compiled now; disk cache {cache_dir()})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,3 +17,11 @@ def hrx_engines():  # type: ignore[no-untyped-def]
 @hookimpl
 def hrx_compilers():  # type: ignore[no-untyped-def]
     return [HOST_COMPILER]
+
+
+@hookimpl
+def hrx_kernels(engine):  # type: ignore[no-untyped-def]
+    """hrx_core's own kernels (the `hrx pipeline` check), for every engine."""
+    from ..cli.pipeline import AXPY
+
+    return {"hrx.axpy": AXPY}
