@@ -447,6 +447,12 @@ class Stream:
         once. If a submission fails after some chunks were accepted, those chunks
         stay on this stream's timeline and may still modify the destination.
         """
+        da, start, src = self._upload_target(dst, data)
+        with self._transfer_lock:
+            return self._upload_locked(da, start, src)
+
+    def _upload_target(self, dst: Buffer | View | Binding, data: Any) -> tuple[Allocation, int, np.ndarray]:
+        """Validate an upload: (allocation, first byte, flat host bytes)."""
         d = as_binding("dst", dst, Access.WRITE)
         self._check_device("dst", d)
         if not d.access & Access.WRITE:
@@ -459,8 +465,7 @@ class Stream:
         if da.host_maps or da.host_dirty:
             da.check_device_use(dv.start, dv.start + src.nbytes, True)
         self._check_family("copy")
-        with self._transfer_lock:
-            return self._upload_locked(da, dv.start, src)
+        return da, dv.start, src
 
     def _upload_locked(self, da: Allocation, start: int, src: np.ndarray) -> Completion:
         # Pipelined: the copy threads fill up to count-1 chunks while the queue moves
@@ -516,24 +521,13 @@ class Stream:
         engine; unified-memory devices), the queue copies straight from ``data``
         instead: the call waits anyway, so no staging copy is needed.
         """
-        d = as_binding("dst", dst, Access.WRITE)
-        self._check_device("dst", d)
-        if not d.access & Access.WRITE:
-            raise InvalidArgument("dst: binding is declared read-only")
-        src = transfer.host_bytes("data", data)
-        dv = d.view
-        if src.nbytes > dv.length:
-            raise OutOfBounds(f"upload: {src.nbytes} bytes do not fit the {dv.length}-byte destination")
-        da = dv.buffer.allocation
-        if da.host_maps or da.host_dirty:
-            da.check_device_use(dv.start, dv.start + src.nbytes, True)
-        self._check_family("copy")
+        da, start, src = self._upload_target(dst, data)
         with self._transfer_lock:
             direct = self.device.native.wrap_host(src)
             if direct is None:
-                completion = self._upload_locked(da, dv.start, src)
+                completion = self._upload_locked(da, start, src)
             else:
-                completion = self._direct(direct, 0, da, dv.start, src.nbytes, writes_host=False)
+                completion = self._direct(direct, 0, da, start, src.nbytes, writes_host=False)
                 self.device.stats.upload_bytes += src.nbytes
         completion.wait(timeout)
 
