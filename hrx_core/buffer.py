@@ -58,6 +58,8 @@ class Allocation:
         "host_maps",
         "device_dirty",
         "host_dirty",
+        "quarantined",
+        "on_free",
         "__weakref__",
     )
 
@@ -89,6 +91,10 @@ class Allocation:
         # Cache-control protocol for ordinary (non-coherent) buffers.
         self.device_dirty = False
         self.host_dirty = False
+        # > 0 while a runtime holds this allocation in quarantine (pools skip it)
+        self.quarantined = 0
+        # called with the allocation once its native memory is freed (runtime tracking)
+        self.on_free: list[Any] = []
 
     @property
     def refs(self) -> int:
@@ -114,6 +120,9 @@ class Allocation:
                 self.charge.release()
                 self.charge = None
             self.device._allocation_freed(self)
+            for callback in self.on_free:
+                callback(self)
+            self.on_free = []
 
     # -- pending device use (host mapping guards, pool reuse) -------------------
 

@@ -362,11 +362,12 @@ class Device:
     # -- synchronization --------------------------------------------------------
 
     def synchronize(self, timeout: float | None = None) -> None:
-        """Wait for every queue of the device."""
+        """Wait for every queue of the device. Failures of the work are reported by
+        its completions and streams, not here."""
         for slots in list(self._slots.values()):
             for slot in slots:
                 if slot.created:
-                    slot.completion().wait(timeout)
+                    slot.completion().wait_quiet(timeout)
 
     def close(self) -> None:
         """Drain and release every queue; the device cannot be used afterwards."""

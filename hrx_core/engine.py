@@ -311,6 +311,10 @@ class NativeQueue(abc.ABC):
     def submit(self) -> None:
         """Make everything encoded so far eligible to run."""
 
+    def native_handle(self) -> int | None:
+        """The native queue handle for native clients (a ``CUstream`` address), if any."""
+        return None
+
     def close(self) -> None:  # noqa: B027
         """Drain and destroy."""
 

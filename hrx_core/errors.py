@@ -40,6 +40,15 @@ class Quarantined(HRXError):
     """An owner is quarantined after a failed retirement and cannot be reused."""
 
 
+class CallbackError(HRXError):
+    """User code run by HRX (a session body, a progress callback) raised; the error is
+    fenced: the runtime stays usable and ``__cause__`` holds the original exception."""
+
+
+class QueueFull(HRXError):
+    """A non-blocking submission found the runtime at ``max_submissions``."""
+
+
 class Unsupported(HRXError, NotImplementedError):
     """The engine or plugin does not provide what was asked for."""
 
@@ -77,6 +86,8 @@ __all__ = [
     "BudgetExceeded",
     "Timeout",
     "Quarantined",
+    "QueueFull",
+    "CallbackError",
     "Unsupported",
     "EngineNotFound",
     "ArtifactError",

@@ -470,6 +470,10 @@ class Graph:
         for alloc in retained.values():
             alloc.release()
         self._kernels.clear()
+        # a closed graph cannot launch: drop what it bound so buffers can go
+        self._buffers.clear()
+        self.nodes = []
+        self._plan = None
 
     def __enter__(self) -> Graph:
         return self

@@ -72,7 +72,7 @@ class BufferPool:
             best = None
             for alloc in self._free:
                 if nbytes <= alloc.nbytes <= 2 * nbytes and (best is None or alloc.nbytes < best.nbytes):
-                    if not alloc.busy():
+                    if not alloc.quarantined and not alloc.busy():
                         best = alloc
             if best is not None:
                 self._free.remove(best)

@@ -188,6 +188,10 @@ class CudaQueue(NativeQueue):
             self._signal_host(tl, value)
         tl.note_signal(self, value)
 
+    def native_handle(self) -> int | None:
+        """The ``CUstream`` address (for torch.cuda.ExternalStream, cupy.cuda.ExternalStream)."""
+        return int(self._driver.ffi.cast("uintptr_t", self.stream))
+
     #: A CUDA stream starts work as it is encoded: the core skips submit() on hot paths.
     needs_submit = False
 

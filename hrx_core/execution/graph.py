@@ -1,0 +1,318 @@
+"""Tracked graphs: regions on lanes, ordered by declared buffer access.
+
+A tracked graph is a list of regions. Each region runs on one lane (upload, compute,
+download, npu) and declares the byte ranges it reads and writes; the runtime orders a
+region after every earlier region -- of this graph, or of any graph still in flight
+-- whose access conflicts with it. Regions record their device work once (as access
+graphs on their lane's stream, so the cuda engine replays each as one CUDA graph) and
+every submission replays them.
+
+Host data enters and leaves through staging owned by the graph: ``upload`` regions
+copy from a shared (pinned) buffer that :meth:`UploadRegion.write` refills between
+submissions, and ``download`` regions land in one that :meth:`DownloadRegion.read`
+maps after completion. Device-only pipelines allocate no staging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import transfer
+from ..buffer import Allocation, Binding, Buffer, View, as_binding
+from ..engine import Access
+from ..errors import InvalidArgument, OutOfBounds
+from ..graph import Graph as DeviceGraph
+from ..hazards import HazardTracker
+
+if TYPE_CHECKING:
+    from ..completion import Event
+    from .lanes import Lane
+    from .runtime import Runtime
+
+#: (allocation, start, end, writes)
+RegionAccess = tuple[Allocation, int, int, bool]
+
+
+class Region:
+    """One unit of work on one lane with declared access."""
+
+    kind = "region"
+
+    def __init__(self, graph: TrackedGraph, name: str, lane: str) -> None:
+        self.graph = graph
+        self.name = name
+        self.lane = lane
+        self.index = -1
+        self.deps: tuple[int, ...] = ()
+        self.accesses: list[RegionAccess] = []
+        self.last: Event | None = None  # event of the latest submission
+        #: bytes this region moves (uploads, downloads, copies) for the runtime's stats
+        self.transfer_bytes = 0
+
+    def encode(self, lane: Lane) -> None:
+        """Encode this region's work on ``lane`` (the runtime holds the lane)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the region owns."""
+
+    def __repr__(self) -> str:
+        return f"<hrx.execution.{type(self).__name__} #{self.index} {self.name!r} on {self.lane} deps={list(self.deps)}>"
+
+
+class _RecordedRegion(Region):
+    """A region whose device work is a recorded access graph on the lane's stream."""
+
+    def __init__(self, graph: TrackedGraph, name: str, lane: str, device_graph: DeviceGraph) -> None:
+        super().__init__(graph, name, lane)
+        self.device_graph = device_graph
+        self.transfer_bytes = sum(n.refs[0][2] for n in device_graph.nodes if n.kind == "copy")
+        for node in device_graph.nodes:
+            for buffer, off, n, access in node.refs:
+                base = buffer._base
+                self.accesses.append((buffer._alloc, base + off, base + off + n, access.writes))
+
+    def encode(self, lane: Lane) -> None:
+        self.device_graph.launch(lane.stream)
+
+    def close(self) -> None:
+        self.device_graph.close()
+
+
+class ComputeRegion(_RecordedRegion):
+    kind = "compute"
+
+
+class CopyRegion(_RecordedRegion):
+    kind = "copy"
+
+
+class UploadRegion(_RecordedRegion):
+    """Copies the graph-owned staging buffer to ``dst`` on the upload lane."""
+
+    kind = "upload"
+
+    def __init__(self, graph: TrackedGraph, name: str, lane: str, device_graph: DeviceGraph, staging: Buffer) -> None:
+        super().__init__(graph, name, lane, device_graph)
+        self.staging = staging
+
+    def write(self, data: Any) -> None:
+        """Refill the staging buffer for the next submission (waits for the last one)."""
+        src = transfer.host_bytes("data", data)
+        if src.nbytes != self.staging.nbytes:
+            raise InvalidArgument(f"data: has {src.nbytes} bytes, the upload region moves {self.staging.nbytes}")
+        if self.last is not None:
+            self.last.completion.wait()
+        with self.staging.map("write") as host:
+            host[:] = src
+
+    def close(self) -> None:
+        super().close()
+        self.staging.close()
+
+
+class DownloadRegion(_RecordedRegion):
+    """Copies ``src`` into a graph-owned staging buffer on the download lane."""
+
+    kind = "download"
+
+    def __init__(self, graph: TrackedGraph, name: str, lane: str, device_graph: DeviceGraph, staging: Buffer) -> None:
+        super().__init__(graph, name, lane, device_graph)
+        self.staging = staging
+
+    def read(self, dtype: Any = np.uint8) -> np.ndarray:
+        """A copy of the downloaded bytes, after the latest submission completed."""
+        if self.last is None:
+            raise InvalidArgument(f"download region {self.name!r} has not been submitted")
+        self.last.completion.wait()
+        with self.staging.map("read") as host:
+            return host.copy().view(dtype)
+
+    def close(self) -> None:
+        super().close()
+        self.staging.close()
+
+
+class ScopedRegion(Region):
+    """Native client code (PyTorch, CuPy...) on a lane's native stream, with declared access."""
+
+    kind = "scoped"
+
+    def __init__(self, graph: TrackedGraph, name: str, lane: str, fn: Callable[[Scope], Any], bindings: Sequence[Binding]) -> None:
+        super().__init__(graph, name, lane)
+        self.fn = fn
+        self.bindings = list(bindings)
+        for b in self.bindings:
+            v = b.view
+            self.accesses.append((v.buffer._alloc, v.start, v.end, b.access.writes))
+            v.buffer._alloc.retain()
+
+    def encode(self, lane: Lane) -> None:
+        self.fn(Scope(lane))
+        # The client's work is on the stream now; keep the bound memory until it retires.
+        lane.stream.slot.encode(lambda q: None, [b.view.buffer._alloc.retain() for b in self.bindings])
+
+    def close(self) -> None:
+        allocs, self.bindings = [b.view.buffer._alloc for b in self.bindings], []
+        for a in allocs:
+            a.release()
+
+
+class Scope:
+    """What a scoped region's function gets: the lane's stream and its native queue."""
+
+    def __init__(self, lane: Lane) -> None:
+        self.lane = lane
+        self.stream = lane.stream
+        self.native = lane.stream.native_queue()
+
+    @property
+    def handle(self) -> int | None:
+        """The native stream handle (a ``CUstream`` address on cuda), if the engine has one."""
+        handle = getattr(self.native, "native_handle", None)
+        return handle() if callable(handle) else handle
+
+
+class TrackedGraph:
+    """Regions recorded once and submitted to a :class:`Runtime` many times."""
+
+    def __init__(self, runtime: Runtime, name: str) -> None:
+        self.runtime = runtime
+        self.name = name
+        self.regions: list[Region] = []
+        self._hazards = HazardTracker()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<hrx.execution.TrackedGraph {self.name!r}, {len(self.regions)} regions>"
+
+    # -- recording --------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._closed:
+            raise InvalidArgument("graph is closed")
+
+    def _add(self, region: Region, after: Sequence[Region]) -> Region:
+        explicit = []
+        for i, r in enumerate(after):
+            if not isinstance(r, Region) or r.graph is not self:
+                raise InvalidArgument(f"after[{i}]: not a region of this graph")
+            explicit.append(r.index)
+        region.index = len(self.regions)
+        inferred = self._hazards.add(region.index, [(id(a), s, e, w) for a, s, e, w in region.accesses])
+        region.deps = tuple(sorted(inferred | set(explicit)))
+        self.regions.append(region)
+        return region
+
+    def _lane(self, name: str) -> Lane:
+        return self.runtime.lane(name)
+
+    def _record(self, lane_name: str, fn: Callable[[DeviceGraph], Any]) -> DeviceGraph:
+        lane = self._lane(lane_name)
+        device_graph = lane.stream.owned_graph()
+        try:
+            fn(device_graph)
+        except BaseException:
+            device_graph.close()
+            raise
+        if not device_graph.nodes:
+            device_graph.close()
+            raise InvalidArgument("region records no work")
+        return device_graph
+
+    def compute(self, name: str, record: Callable[[DeviceGraph], Any], *, after: Sequence[Region] = ()) -> ComputeRegion:
+        """A compute-lane region: ``record(g)`` records dispatches, copies and fills on ``g``
+        (an access graph); its bindings' declared access orders it with other regions."""
+        self._check()
+        if not callable(record):
+            raise InvalidArgument(f"record: expected a callable, got {type(record).__name__}")
+        return self._add(ComputeRegion(self, name, "compute", self._record("compute", record)), after)  # type: ignore[return-value]
+
+    def copy(self, src: Buffer | View | Binding, dst: Buffer | View | Binding, *, name: str = "copy", after: Sequence[Region] = ()) -> CopyRegion:
+        """A copy-only region: on the copy engine (RuntimeOptions.copy_engine)."""
+        self._check()
+        lane = self.runtime.copy_lane
+        return self._add(CopyRegion(self, name, lane, self._record(lane, lambda g: g.copy(src, dst))), after)  # type: ignore[return-value]
+
+    def fill(self, dst: Buffer | View | Binding, value: Any, *, name: str = "fill", after: Sequence[Region] = ()) -> CopyRegion:
+        """A fill-only region: on the copy engine (RuntimeOptions.copy_engine)."""
+        self._check()
+        lane = self.runtime.copy_lane
+        return self._add(CopyRegion(self, name, lane, self._record(lane, lambda g: g.fill(dst, value))), after)  # type: ignore[return-value]
+
+    def upload(self, dst: Buffer | View | Binding, data: Any, *, name: str = "upload", after: Sequence[Region] = ()) -> UploadRegion:
+        """An upload-lane region moving ``data`` (copied now into graph-owned staging;
+        refill with ``region.write``) into ``dst``."""
+        self._check()
+        d = as_binding("dst", dst, Access.WRITE)
+        src = transfer.host_bytes("data", data)
+        if src.nbytes != d.view.length:
+            raise OutOfBounds(f"upload: {src.nbytes} bytes for a {d.view.length}-byte destination")
+        staging = self.runtime.allocate_staging(src.nbytes)
+        try:
+            with staging.map("write") as host:
+                host[:] = src
+            device_graph = self._record("upload", lambda g: g.copy(staging, d.write()))
+        except BaseException:
+            staging.close()
+            raise
+        return self._add(UploadRegion(self, name, "upload", device_graph, staging), after)  # type: ignore[return-value]
+
+    def download(self, src: Buffer | View | Binding, *, name: str = "download", after: Sequence[Region] = ()) -> DownloadRegion:
+        """A download-lane region copying ``src`` into graph-owned staging (``region.read()``)."""
+        self._check()
+        s = as_binding("src", src, Access.READ)
+        staging = self.runtime.allocate_staging(s.view.length)
+        try:
+            device_graph = self._record("download", lambda g: g.copy(s.read(), staging))
+        except BaseException:
+            staging.close()
+            raise
+        return self._add(DownloadRegion(self, name, "download", device_graph, staging), after)  # type: ignore[return-value]
+
+    def gpu_scoped(
+        self,
+        name: str,
+        bindings: Sequence[Binding],
+        fn: Callable[[Scope], Any],
+        *,
+        lane: str = "compute",
+        after: Sequence[Region] = (),
+    ) -> ScopedRegion:
+        """A region of native client work: at every submission ``fn(scope)`` enqueues
+        work on ``scope.handle`` (the lane's native stream, e.g. for
+        ``torch.cuda.ExternalStream``) or ``scope.native``; ``bindings`` declare what
+        it reads and writes, so it orders with the other regions by the same hazards."""
+        self._check()
+        if not callable(fn):
+            raise InvalidArgument(f"fn: expected a callable, got {type(fn).__name__}")
+        if isinstance(bindings, (Buffer, View, Binding)) or not isinstance(bindings, Sequence):
+            raise InvalidArgument("bindings: expected a list of Bindings (declared access)")
+        checked = []
+        for i, b in enumerate(bindings):
+            if not isinstance(b, Binding):
+                raise InvalidArgument(f"bindings[{i}]: declare access with .read(), .write() or .read_write()")
+            checked.append(as_binding(f"bindings[{i}]", b))
+        self._lane(lane)
+        return self._add(ScopedRegion(self, name, lane, fn, checked), after)  # type: ignore[return-value]
+
+    @property
+    def binding_bytes(self) -> int:
+        """Distinct bound allocation bytes over every region."""
+        return sum({id(a): a.nbytes for r in self.regions for a, *_ in r.accesses}.values())
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for region in self.regions:
+            region.close()
+
+    def __enter__(self) -> TrackedGraph:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,38 @@
+"""Lanes: one stream per kind of work, so independent kinds overlap.
+
+A runtime has an ``upload``, a ``compute`` and a ``download`` lane on its device, and
+an ``npu`` lane when it is given an NPU device. Each lane is one stream, so a lane
+runs one region at a time (regions of independent graphs included) while different
+lanes run concurrently. A lane's lock also lets a :class:`NativeSession` reserve it
+for the calling thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..device import Device
+    from ..stream import Stream
+
+LANES = ("upload", "compute", "download", "npu")
+
+
+class Lane:
+    """A named stream of a runtime."""
+
+    def __init__(self, name: str, device: Device, stream: Stream) -> None:
+        self.name = name
+        self.device = device
+        self.stream = stream
+        # Reentrant: a NativeSession holds it on its thread while submitting itself.
+        self.lock = threading.RLock()
+        self.last_end = 0.0  # host-observed end of the lane's latest region (seconds)
+
+    @property
+    def queue(self) -> str:
+        return self.stream.queue
+
+    def __repr__(self) -> str:
+        return f"<hrx.execution.Lane {self.name} on {self.stream.queue}>"

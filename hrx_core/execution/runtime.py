@@ -1,0 +1,525 @@
+"""The execution runtime: submits tracked graphs to lanes, ordered by buffer hazards.
+
+``Runtime(device, RuntimeOptions(...))`` owns one stream per lane. ``submit(graph)``
+encodes each region on its lane after the regions it depends on -- earlier regions
+of the same graph, and regions of any graph still in flight whose declared access
+conflicts (byte ranges per allocation). Dependencies between lanes of one device are
+timeline waits on the GPU; a region whose dependency lives on another device (an NPU
+beside a GPU) waits for it on the host (a host completion check). At most
+``max_submissions`` submissions are in flight; beyond that ``submit`` blocks, or
+raises QueueFull with ``block=False``.
+
+Failures: a submission whose work failed, or whose wait timed out, quarantines the
+allocations it used. They keep their memory and budget charge, pools do not reuse
+them, and ``stats`` counts them, until they are proven idle (all their work has
+retired); then they are released. ``close()`` that cannot drain quarantines too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..budget import MemoryBudget
+from ..buffer import Allocation, Buffer
+from ..errors import HRXError, InvalidArgument, QueueFull, Timeout, Unsupported
+from .graph import Region, TrackedGraph
+from .lanes import LANES, Lane
+
+if TYPE_CHECKING:
+    from ..completion import Event
+    from ..device import Device
+
+
+def _family(value: str, name: str) -> str:
+    if value not in ("compute", "copy"):
+        raise InvalidArgument(f"{name}: expected 'compute' or 'copy', got {value!r}")
+    return value
+
+
+@attrs.frozen
+class RuntimeOptions:
+    """Options of a :class:`Runtime`.
+
+    ``compute_engine``: queue family of the compute lane. ``copy_engine``: where
+    copy-only regions (``graph.copy``/``graph.fill``) run -- ``"copy"``: the DMA copy
+    engines (the upload lane's copy queue); ``"compute"``: the compute lane.
+    ``memory_budget``: charged for everything the runtime allocates (buffers, staging)
+    before allocating. ``observe``: record per-region completion times (profiles,
+    lane busy time, traces) through completion callbacks.
+    """
+
+    max_submissions: int = 64
+    compute_engine: str = attrs.field(default="compute", validator=lambda i, a, v: _family(v, a.name))
+    copy_engine: str = attrs.field(default="copy", validator=lambda i, a, v: _family(v, a.name))
+    memory_budget: MemoryBudget | None = None
+    observe: bool = True
+    trace_events: int = 100_000
+
+    def __attrs_post_init__(self) -> None:
+        if isinstance(self.max_submissions, bool) or not isinstance(self.max_submissions, int) or self.max_submissions < 1:
+            raise InvalidArgument(f"max_submissions: expected an int >= 1, got {self.max_submissions!r}")
+        if self.memory_budget is not None and not isinstance(self.memory_budget, MemoryBudget):
+            raise InvalidArgument(f"memory_budget: expected a MemoryBudget, got {type(self.memory_budget).__name__}")
+
+
+_TRANSFER_COUNTER = {"upload": "upload_bytes", "download": "download_bytes", "copy": "copy_bytes"}
+
+
+class Submission:
+    """The completion handle of one submitted graph: wait, poll or await it."""
+
+    def __init__(self, runtime: Runtime, graph: TrackedGraph, events: list[Event], owners: list[Allocation], submitted: float) -> None:
+        self.runtime = runtime
+        self.graph = graph
+        self.events = events
+        self.owners = owners
+        self.submitted = submitted
+        #: order of submission within the runtime (hazards follow it)
+        self.sequence = 0
+        self._settled = False
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        state = "complete" if self.is_complete else "pending"
+        return f"<hrx.execution.Submission {self.graph.name!r} {len(self.events)} regions {state}>"
+
+    @property
+    def is_complete(self) -> bool:
+        return all(e.completion.is_complete for e in self.events)
+
+    def refresh(self) -> bool:
+        """Poll; settle (release owners, or quarantine them on failure) when done."""
+        if not all(e.completion.refresh_quiet() for e in self.events):
+            return False
+        self._settle(failure=self._failure())
+        return True
+
+    def _failure(self) -> BaseException | None:
+        for e in self.events:
+            f = e.completion.failed
+            if f is not None:
+                return f
+        return None
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until every region finished. Raises the first failure (its owners are
+        quarantined) or Timeout (the work and its storage stay alive, quarantined)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            for e in self.events:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                e.completion.wait_quiet(left)
+        except Timeout:
+            self.runtime._quarantine(self.owners, "timeout")
+            raise
+        failure = self._failure()
+        self._settle(failure=failure)
+        if failure is not None:
+            for e in self.events:
+                e.completion._raise_failure()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self._wait_async().__await__()
+
+    async def _wait_async(self) -> None:
+        for e in self.events:
+            await _await_quietly(e)
+        self.wait(0)
+
+    def _settle(self, *, failure: BaseException | None) -> None:
+        with self._lock:
+            if self._settled:
+                return
+            self._settled = True
+        if failure is not None:
+            self.runtime._quarantine(self.owners, f"failed: {failure!r}")
+        self.runtime._retired(self)
+
+
+async def _await_quietly(event: Event) -> None:
+    completion = event.completion
+    if completion.refresh_quiet():
+        return
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+
+    def done(_: Any) -> None:
+        loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+
+    completion.add_done_callback(done)
+    await future
+
+
+class _Inflight:
+    """Accesses of regions not yet known to be finished, for cross-graph hazards."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, list[tuple[int, int, bool, Event]]] = {}
+
+    def conflicts(self, accesses: Sequence[tuple[Allocation, int, int, bool]]) -> list[Event]:
+        found: dict[int, Event] = {}
+        for alloc, start, end, writes in accesses:
+            entries = self._entries.get(id(alloc))
+            if not entries:
+                continue
+            live = [x for x in entries if not x[3].completion.done_now()]
+            if len(live) != len(entries):
+                if live:
+                    self._entries[id(alloc)] = live
+                else:
+                    del self._entries[id(alloc)]
+            for s, e, w, ev in live:
+                if s < end and start < e and (writes or w):
+                    found[id(ev)] = ev
+        return list(found.values())
+
+    def record(self, accesses: Sequence[tuple[Allocation, int, int, bool]], event: Event) -> None:
+        for alloc, start, end, writes in accesses:
+            entries = self._entries.setdefault(id(alloc), [])
+            if writes:
+                entries[:] = [x for x in entries if not (start <= x[0] and x[1] <= end)]
+            entries.append((start, end, writes, event))
+
+
+class Runtime:
+    """Lanes, hazard-ordered submission, budgets, quarantine, statistics and traces."""
+
+    def __init__(self, device: Device, options: RuntimeOptions | None = None, *, npu: Device | None = None) -> None:
+        from ..device import Device as DeviceType
+        from .profile import LatencyProfile, RuntimeStats
+
+        if not isinstance(device, DeviceType):
+            raise InvalidArgument(f"device: expected an hrx Device, got {type(device).__name__}")
+        if npu is not None and not isinstance(npu, DeviceType):
+            raise InvalidArgument(f"npu: expected an hrx Device or None, got {type(npu).__name__}")
+        options = RuntimeOptions() if options is None else options
+        if not isinstance(options, RuntimeOptions):
+            raise InvalidArgument(f"options: expected RuntimeOptions, got {type(options).__name__}")
+        self.device = device
+        self.options = options
+        budget = options.memory_budget
+        copy_family = "copy" if device.info.family("copy") is not None else options.compute_engine
+
+        def stream(dev: Device, family: str) -> Any:
+            return dev.stream(family).with_memory_budget(budget)
+
+        self.lanes: dict[str, Lane] = {
+            "upload": Lane("upload", device, stream(device, copy_family)),
+            "compute": Lane("compute", device, stream(device, options.compute_engine)),
+            "download": Lane("download", device, stream(device, copy_family)),
+        }
+        if npu is not None:
+            family = "npu" if npu.info.family("npu") is not None else "compute"
+            self.lanes["npu"] = Lane("npu", npu, stream(npu, family))
+        self.copy_lane = "upload" if options.copy_engine == "copy" else "compute"
+        self.stats = RuntimeStats()
+        self.profile = LatencyProfile()
+        self.trace: Any = None
+        if options.observe:
+            from .trace import TraceRecorder
+
+            self.trace = TraceRecorder(max_events=options.trace_events)
+            self._tracks = {name: self.trace.track(name, group="lanes") for name in self.lanes}
+        self._submit_lock = threading.RLock()
+        self._inflight = _Inflight()
+        self._pending: list[Submission] = []
+        self._space = threading.Condition(threading.Lock())
+        self._quarantine_lock = threading.Lock()
+        self._quarantined: list[tuple[list[Allocation], list[Any], str]] = []
+        self._sequence = 0
+        self._trace_lock = threading.Lock()
+        self._trace_lane_end: dict[str, float] = {}
+        self.closed = False
+
+    def __repr__(self) -> str:
+        lanes = ", ".join(f"{n}={lane.queue}" for n, lane in self.lanes.items())
+        return f"<hrx.execution.Runtime on {self.device.name}: {lanes}; {len(self._pending)} in flight>"
+
+    # -- lanes and memory ---------------------------------------------------------
+
+    def lane(self, name: str) -> Lane:
+        lane = self.lanes.get(name)
+        if lane is None:
+            if name in LANES:
+                raise Unsupported(f"lane {name!r}: this runtime has no {name} device (pass npu= to Runtime)")
+            raise InvalidArgument(f"lane: expected one of {', '.join(self.lanes)}, got {name!r}")
+        return lane
+
+    @property
+    def memory_budget(self) -> MemoryBudget | None:
+        return self.options.memory_budget
+
+    def allocate(self, nbytes: int, *, shared: bool = False) -> Buffer:
+        """A tracked buffer charged to the runtime's budget before allocating."""
+        budget = self.options.memory_budget
+        buf = self.device.allocate_shared(nbytes, budget=budget) if shared else self.device.allocate(nbytes, budget=budget)
+        self._track(buf)
+        return buf
+
+    def allocate_staging(self, nbytes: int) -> Buffer:
+        """Host-visible staging for graph uploads and downloads (charged, tracked)."""
+        return self.allocate(nbytes, shared=True)
+
+    def _track(self, buffer: Buffer) -> None:
+        alloc = buffer._alloc
+        self.stats.track_bytes(alloc.nbytes)
+        alloc.on_free.append(self._untrack)
+
+    def _untrack(self, alloc: Allocation) -> None:
+        self.stats.track_bytes(-alloc.nbytes)
+
+    def live_tracked_bytes(self) -> int:
+        return self.stats.snapshot()["live_tracked_bytes"]
+
+    # -- graphs and submission ----------------------------------------------------
+
+    def graph(self, name: str = "graph") -> TrackedGraph:
+        if self.closed:
+            raise InvalidArgument("runtime is closed")
+        return TrackedGraph(self, name)
+
+    def submit(self, graph: TrackedGraph, *, block: bool = True, timeout: float | None = None) -> Submission:
+        """Submit every region of ``graph``; returns a :class:`Submission`."""
+        if not isinstance(graph, TrackedGraph) or graph.runtime is not self:
+            raise InvalidArgument("graph: expected a TrackedGraph of this runtime")
+        if graph._closed:
+            raise InvalidArgument("graph: is closed")
+        if self.closed:
+            raise InvalidArgument("runtime is closed")
+        if not graph.regions:
+            raise InvalidArgument(f"graph {graph.name!r} has no regions")
+        self._make_room(block, timeout)
+        with self._submit_lock:
+            submitted = time.perf_counter()
+            events: list[Event] = []
+            owners: dict[int, Allocation] = {}
+            try:
+                for region in graph.regions:
+                    for alloc, *_ in region.accesses:
+                        owners[id(alloc)] = alloc
+                    events.append(self._encode(region, events))
+            except BaseException as exc:
+                # Regions already accepted still run: their owners wait in quarantine.
+                self._quarantine(list(owners.values()), f"failed submission: {exc!r}")
+                raise
+            submission = Submission(self, graph, events, list(owners.values()), submitted)
+            submission.sequence = self._sequence
+            self._sequence += 1
+            with self._space:
+                self._pending.append(submission)
+            self.stats.add("submissions", 1)
+            self.stats.add("regions", len(events))
+            for region in graph.regions:
+                moved = region.transfer_bytes
+                if moved:
+                    self.stats.add(_TRANSFER_COUNTER[region.kind], moved)
+        if self.options.observe:
+            self._observe(graph.regions, events, submitted)
+        self._prove_idle()
+        return submission
+
+    def _make_room(self, block: bool, timeout: float | None) -> None:
+        limit = self.options.max_submissions
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._space:
+                self._pending = [s for s in self._pending if not s._settled]
+                if len(self._pending) < limit:
+                    return
+                oldest = self._pending[0]
+            if not block:
+                raise QueueFull(f"max_submissions: {limit} submissions are in flight")
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise Timeout(f"max_submissions: no room within {timeout} s ({limit} in flight)")
+            try:
+                oldest.wait(left)
+            except Timeout:
+                raise
+            except HRXError:
+                pass  # its failure belongs to its owner; the slot is free now
+
+    def _encode(self, region: Region, events: list[Event]) -> Event:
+        lane = self.lanes[region.lane]
+        waits = [events[d] for d in region.deps]
+        waits += self._inflight.conflicts(region.accesses)
+        with lane.lock:
+            for ev in waits:
+                slot = ev.completion.slot
+                if slot is lane.stream.slot:
+                    continue
+                if slot.device is lane.device:
+                    lane.stream.wait_event(ev)
+                else:
+                    ev.completion.wait_quiet()  # another engine: a host completion check
+            region.encode(lane)
+            event = lane.stream.record_event()
+        region.last = event
+        self._inflight.record(region.accesses, event)
+        return event
+
+    def _observe(self, regions: Sequence[Region], events: Sequence[Event], submitted: float) -> None:
+        """Completion callbacks: lane busy time, latency profiles and, once the whole
+        submission is done, its slices and dependency flows in the trace."""
+        ends: list[float] = [0.0] * len(regions)
+        remaining = [len(regions)]
+        lock = threading.Lock()
+
+        def done_at(i: int) -> Any:
+            def done(_: Any) -> None:
+                end = time.perf_counter()
+                region = regions[i]
+                lane = self.lanes[region.lane]
+                with lock:
+                    start = max(submitted, lane.last_end)
+                    lane.last_end = max(lane.last_end, end)
+                    ends[i] = end
+                    remaining[0] -= 1
+                    last = remaining[0] == 0
+                self.stats.lane_busy(region.lane, max(0.0, end - start))
+                self.profile.record(region.name, end - submitted)
+                if last and self.trace is not None:
+                    self._trace_submission(regions, ends, submitted)
+
+            return done
+
+        for i, event in enumerate(events):
+            event.completion.add_done_callback(done_at(i))
+
+    def _trace_submission(self, regions: Sequence[Region], ends: list[float], submitted: float) -> None:
+        trace = self.trace
+        ids: list[int] = []
+        for i, region in enumerate(regions):
+            # a region starts when its lane and its dependencies let it (host-observed);
+            # slices on one lane never partially overlap (Perfetto nests per track)
+            start = max([submitted] + [ends[d] for d in region.deps])
+            with self._trace_lock:
+                start = max(start, self._trace_lane_end.get(region.lane, 0.0))
+                start = min(start, ends[i])
+                self._trace_lane_end[region.lane] = max(self._trace_lane_end.get(region.lane, 0.0), ends[i])
+            lane = self.lanes[region.lane]
+            ids.append(trace.slice(
+                self._tracks[region.lane], region.name, int(start * 1e9), int(ends[i] * 1e9),
+                args={"graph": region.graph.name, "queue": lane.queue, "deps": list(region.deps)},
+            ))
+        for i, region in enumerate(regions):
+            for d in region.deps:
+                trace.flow(ids[d], ids[i])
+        trace.counter("tracked memory", int(max(ends) * 1e9), bytes=self.stats.get("live_tracked_bytes"))
+
+    def _retired(self, submission: Submission) -> None:
+        with self._space:
+            if submission in self._pending:
+                self._pending.remove(submission)
+            self._space.notify_all()
+
+    # -- quarantine ---------------------------------------------------------------
+
+    def _quarantine(self, owners: Sequence[Allocation], reason: str) -> None:
+        """Hold ``owners`` (memory and charges) until their pending work is proven finished."""
+        held = []
+        for alloc in owners:
+            if alloc.freed:
+                continue
+            alloc.retain()
+            alloc.quarantined += 1
+            held.append(alloc)
+        if not held:
+            return
+        fences = [lane.stream.slot.completion() for lane in self.lanes.values()]
+        with self._quarantine_lock:
+            self._quarantined.append((held, fences, reason))
+        self.stats.add("quarantined_owners", len(held))
+        self.stats.add("quarantined_bytes", sum(a.nbytes for a in held))
+
+    def _prove_idle(self) -> int:
+        """Release quarantined owners whose work has provably retired; return how many."""
+        if not self._quarantined:
+            return 0
+        released: list[Allocation] = []
+        with self._quarantine_lock:
+            keep = []
+            for held, fences, reason in self._quarantined:
+                if all(f.refresh_quiet() for f in fences) and not any(a.busy() for a in held):
+                    released.extend(held)
+                else:
+                    keep.append((held, fences, reason))
+            self._quarantined = keep
+        for alloc in released:
+            alloc.quarantined -= 1
+            self.stats.add("quarantined_owners", -1)
+            self.stats.add("quarantined_bytes", -alloc.nbytes)
+            alloc.release()
+        return len(released)
+
+    @property
+    def quarantined(self) -> list[tuple[int, str]]:
+        """(bytes, reason) of every quarantined group of owners."""
+        with self._quarantine_lock:
+            return [(sum(a.nbytes for a in held), reason) for held, _, reason in self._quarantined]
+
+    # -- synchronization and teardown --------------------------------------------
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Wait for every submission; raise the first failure seen."""
+        with self._space:
+            pending = list(self._pending)
+        first: BaseException | None = None
+        for s in pending:
+            try:
+                s.wait(timeout)
+            except HRXError as exc:
+                first = first or exc
+        self._prove_idle()
+        if first is not None:
+            raise first
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Drain and release the lanes. Work that cannot be drained in ``timeout``
+        quarantines its owners (they stay allocated) and Timeout is raised."""
+        if self.closed:
+            return
+        self.closed = True
+        with self._space:
+            pending = list(self._pending)
+        failed: BaseException | None = None
+        for s in pending:
+            try:
+                s.wait(timeout)
+            except Timeout as exc:
+                failed = failed or exc
+            except HRXError:
+                pass
+        self._prove_idle()
+        if failed is not None:
+            raise failed
+        for lane in self.lanes.values():
+            try:
+                lane.stream.close()
+            except HRXError:
+                pass
+        self._prove_idle()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def native_session(self, name: str = "native") -> Any:
+        """A :class:`NativeSession` reserving the compute lane (use with ``with``)."""
+        from .session import NativeSession
+
+        return NativeSession(self, name)
+
+    def write_trace(self, path: str) -> None:
+        """Write the bounded Chrome/Perfetto trace of observed regions."""
+        if self.trace is None:
+            raise InvalidArgument("trace: this runtime was created with observe=False")
+        self.trace.write(path)

@@ -1,0 +1,335 @@
+"""The execution runtime on every engine: lanes, hazards, limits, faults, sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import hrx_core as hrx
+from hrx_core.execution import Runtime, RuntimeOptions
+
+from .conftest import live_bytes
+from .kernels import ADD_U32, INC_BYTES, SLEEPY, launch_1d
+
+
+def _rt(dev, **opts):
+    return Runtime(dev, RuntimeOptions(**opts))
+
+
+def test_upload_compute_download_and_replay(dev):
+    rt = _rt(dev)
+    n = 1024
+    x = rt.allocate(n * 4)
+    g = rt.graph("step")
+    up = g.upload(x, np.arange(n, dtype=np.uint32))
+    grid, block = launch_1d(n)
+    k = g.compute("add", lambda r: r.dispatch(ADD_U32, grid, [x], block=block, scalars=(5, n)))
+    down = g.download(x)
+    assert k.deps == (up.index,) and down.deps == (k.index,)
+    rt.submit(g).wait()
+    np.testing.assert_array_equal(down.read(np.uint32), np.arange(n, dtype=np.uint32) + 5)
+    up.write(np.full(n, 100, np.uint32))  # new input, same graph
+    rt.submit(g).wait()
+    assert (down.read(np.uint32) == 105).all()
+    assert up.lane == "upload" and k.lane == "compute" and down.lane == "download"
+    assert len({rt.lane(n_).queue for n_ in ("upload", "compute", "download")}) == 3
+    g.close()
+    rt.close()
+
+
+def test_hazards_order_work_across_graphs_and_lanes(dev):
+    rt = _rt(dev)
+    flag = rt.allocate(16)
+    init = rt.graph("init")
+    init.fill(flag, 0)
+    rt.submit(init).wait()
+    writer = rt.graph("writer")
+    writer.compute("sleepy", lambda r: r.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(150_000_000,)))
+    reader = rt.graph("reader")
+    d = reader.download(flag.slice(0, 4))
+    other = rt.graph("independent")
+    other.upload(flag.slice(8, 8), np.full(8, 3, np.uint8))  # disjoint bytes, upload lane: not ordered
+    sw = rt.submit(writer)
+    sr = rt.submit(reader)  # another graph, another lane: ordered by the hazard on flag[0:4]
+    so = rt.submit(other)
+    so.wait()
+    assert not sw.is_complete  # the independent download did not wait for the kernel
+    sr.wait()
+    assert d.read(np.uint32)[0] == 1
+    check = rt.graph("check")
+    o = check.download(flag.slice(8, 8))
+    rt.submit(check).wait()
+    assert o.read().tolist() == [3] * 8
+    rt.synchronize()
+    rt.close()
+
+
+def test_one_region_per_lane_at_a_time_and_lanes_overlap(dev):
+    rt = _rt(dev)
+    a, b = rt.allocate(8), rt.allocate(8)
+    ga, gb = rt.graph("a"), rt.graph("b")
+    ga.compute("sleep-a", lambda r: r.dispatch(SLEEPY, 1, [a.slice(0, 4)], scalars=(100_000_000,)))
+    gb.compute("sleep-b", lambda r: r.dispatch(SLEEPY, 1, [b.slice(0, 4)], scalars=(100_000_000,)))
+    t0 = time.perf_counter()
+    s1, s2 = rt.submit(ga), rt.submit(gb)
+    s1.wait()
+    s2.wait()
+    assert time.perf_counter() - t0 >= 0.19  # independent graphs, one compute lane: serialized
+    # an upload of independent bytes overlaps a busy compute lane
+    gc = rt.graph("c")
+    gc.compute("sleep-c", lambda r: r.dispatch(SLEEPY, 1, [a.slice(0, 4)], scalars=(300_000_000,)))
+    gu = rt.graph("u")
+    gu.upload(b, np.ones(8, np.uint8))
+    sc = rt.submit(gc)
+    t1 = time.perf_counter()
+    rt.submit(gu).wait()
+    assert time.perf_counter() - t1 < 0.25 and not sc.is_complete
+    sc.wait()
+    rt.close()
+
+
+def test_max_submissions_blocks_or_raises(dev):
+    rt = _rt(dev, max_submissions=2)
+    bufs = [rt.allocate(8) for _ in range(3)]
+    graphs = []
+    for i, buf in enumerate(bufs):
+        g = rt.graph(f"g{i}")
+        g.compute("sleep", lambda r, buf=buf: r.dispatch(SLEEPY, 1, [buf.slice(0, 4)], scalars=(100_000_000,)))
+        graphs.append(g)
+    first = rt.submit(graphs[0])
+    rt.submit(graphs[1])
+    with pytest.raises(hrx.QueueFull):
+        rt.submit(graphs[2], block=False)
+    t0 = time.perf_counter()
+    third = rt.submit(graphs[2])  # blocks until the first retires
+    assert first.is_complete and time.perf_counter() - t0 > 0.02
+    third.wait()
+    with pytest.raises(hrx.InvalidArgument):
+        RuntimeOptions(max_submissions=0)
+    rt.close()
+
+
+@pytest.mark.parametrize("copy_engine", ["copy", "compute"])
+def test_copy_engine_option_places_copy_only_regions(dev, copy_engine):
+    rt = _rt(dev, copy_engine=copy_engine)
+    x = rt.allocate(64)
+    y = rt.allocate(64)
+    g = rt.graph()
+    f = g.fill(x, 7)
+    c = g.copy(x, y)
+    expect = "upload" if copy_engine == "copy" else "compute"
+    assert f.lane == c.lane == expect and c.deps == (f.index,)
+    d = g.download(y)
+    rt.submit(g).wait()
+    assert (d.read() == 7).all()
+    with pytest.raises(hrx.InvalidArgument):
+        RuntimeOptions(copy_engine="sdma-ish")
+    rt.close()
+
+
+def test_submission_is_awaitable(dev):
+    rt = _rt(dev)
+    x = rt.allocate(8)
+    g = rt.graph()
+    g.compute("sleep", lambda r: r.dispatch(SLEEPY, 1, [x.slice(0, 4)], scalars=(50_000_000,)))
+    d = g.download(x.slice(0, 4))
+
+    async def main():
+        sub = rt.submit(g)
+        await sub
+        return d.read(np.uint32)[0]
+
+    assert asyncio.run(main()) == 1
+    rt.close()
+
+
+def test_timeout_keeps_work_alive_and_quarantines(dev):
+    rt = _rt(dev)
+    x = rt.allocate(8)
+    g = rt.graph()
+    g.compute("sleep", lambda r: r.dispatch(SLEEPY, 1, [x.slice(0, 4)], scalars=(300_000_000,)))
+    sub = rt.submit(g)
+    with pytest.raises(hrx.Timeout):
+        sub.wait(timeout=0.01)
+    assert rt.stats.snapshot()["quarantined_owners"] >= 1
+    assert x._alloc.quarantined
+    pool = dev.buffer_pool()
+    assert rt.quarantined and "timeout" in rt.quarantined[0][1]
+    sub.wait()
+    rt.synchronize()
+    assert rt.quarantined == [] and rt.stats.snapshot()["quarantined_owners"] == 0
+    assert not x._alloc.quarantined
+    pool.close()
+    rt.close()
+
+
+def test_budget_charges_runtime_memory(dev):
+    budget = hrx.MemoryBudget(1 << 20)
+    rt = _rt(dev, memory_budget=budget)
+    x = rt.allocate(512 << 10)
+    g = rt.graph()
+    g.upload(x, np.zeros(512 << 10, np.uint8))  # staging: charged before allocation
+    assert budget.used_bytes == 2 * (512 << 10)
+    live = live_bytes(dev)
+    with pytest.raises(hrx.BudgetExceeded):
+        rt.allocate(1)
+    assert live_bytes(dev) == live
+    g.close()
+    x.close()
+    rt.close()
+    assert budget.used_bytes == 0
+
+
+def test_tracked_memory_stats_and_repr(dev):
+    rt = _rt(dev)
+    before = rt.stats.snapshot()["live_tracked_bytes"]
+    x = rt.allocate(4096)
+    assert rt.stats.snapshot()["live_tracked_bytes"] == before + 4096
+    g = rt.graph()
+    g.fill(x, 1)
+    rt.submit(g).wait()
+    snap = rt.stats.snapshot()
+    assert snap["submissions"] == 1 and snap["regions"] == 1
+    assert snap["peak_tracked_bytes"] >= 4096
+    g.close()
+    del x
+    import gc
+
+    gc.collect()
+    assert rt.stats.snapshot()["live_tracked_bytes"] == before
+    assert "submissions" in repr(rt.stats)
+    rt.close()
+
+
+def test_scoped_native_work_orders_with_regions(dev):
+    rt = _rt(dev)
+    x = rt.allocate(16)
+    g = rt.graph()
+    g.fill(x, 0)
+
+    def native(scope):
+        if dev.kind == "host":
+            host = x._alloc.native.host_view()
+            scope.native.enqueue(lambda: time.sleep(0.05) or host.__setitem__(slice(0, 16), 9))
+        else:
+            torch = pytest.importorskip("torch")
+            t = torch.from_dlpack(x)  # waits for pending HRX work on x first
+            with torch.cuda.stream(torch.cuda.ExternalStream(scope.handle)):
+                torch.cuda._sleep(50_000_000)
+                t.fill_(9)
+
+    s = g.gpu_scoped("native-fill", [x.binding().write()], native)
+    d = g.download(x)
+    assert d.deps == (s.index,)
+    rt.submit(g).wait()
+    assert (d.read() == 9).all()
+    with pytest.raises(hrx.InvalidArgument):
+        g.gpu_scoped("bad", [x], native)  # access must be declared
+    rt.close()
+
+
+def test_native_session_reserves_compute_lane_and_fences_errors(dev):
+    rt = _rt(dev)
+    x = rt.allocate(16)
+    order = []
+    g = rt.graph()
+    g.compute("after-session", lambda r: r.dispatch(INC_BYTES, 1, [x], block=16, scalars=(16,)))
+
+    def model(ns, buf):
+        ns.stream.fill(buf, 1)
+        ns.progress(1, 2)
+        time.sleep(0.1)  # another thread's compute region must wait for us
+        order.append("session")
+        ns.progress(2, 2)
+        return "done"
+
+    submitted = threading.Event()
+
+    def other():
+        submitted.set()
+        rt.submit(g).wait()
+        order.append("graph")
+
+    steps = []
+    with rt.native_session("model") as ns:
+        t = threading.Thread(target=other)
+        t.start()
+        submitted.wait()
+        assert ns.run(model, x, progress=lambda i, n: steps.append(i)) == "done"
+    t.join()
+    assert order == ["session", "graph"] and steps == [1, 2]
+    d = rt.graph()
+    down = d.download(x)
+    rt.submit(d).wait()
+    assert (down.read() == 2).all()
+    # exceptions in the model and in callbacks are fenced; the runtime stays usable
+    with rt.native_session() as ns:
+        with pytest.raises(hrx.CallbackError) as info:
+            ns.run(lambda ns_: 1 / 0)
+        assert isinstance(info.value.__cause__, ZeroDivisionError)
+        with pytest.raises(hrx.CallbackError):
+            ns.run(lambda ns_: ns_.progress(), progress=lambda: [][1])
+    rt.submit(d).wait()
+    with pytest.raises(hrx.InvalidArgument):
+        rt.native_session().run(lambda ns_: None)  # not entered
+    rt.close()
+
+
+def test_trace_is_valid_perfetto_json(dev, tmp_path):
+    from hrx_core.execution.trace import validate_trace
+
+    rt = _rt(dev)
+    n = 256
+    x, y = rt.allocate(n * 4), rt.allocate(n * 4)
+    g = rt.graph("traced")
+    g.upload(x, np.arange(n, dtype=np.uint32))
+    g.compute("add", lambda r: r.dispatch(ADD_U32, 1, [x], block=n, scalars=(1, n)))
+    g.copy(x, y)
+    g.download(y)
+    for _ in range(3):
+        rt.submit(g).wait()
+    time.sleep(0.05)  # completion callbacks run on the notifier thread
+    path = tmp_path / "trace.json"
+    rt.write_trace(str(path))
+    data = json.loads(path.read_text())
+    validate_trace(data)
+    events = data["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    assert {"upload", "compute", "download"} <= names
+    assert sum(1 for e in events if e.get("ph") == "X") >= 12
+    assert any(e.get("ph") == "s" for e in events) and any(e.get("ph") == "f" for e in events)
+    assert any(e.get("ph") == "C" for e in events)
+    prof = rt.profile.percentiles("add")
+    assert prof["count"] == 3 and prof["p50"] > 0
+    assert rt.stats.snapshot()["lane_busy_seconds"]["compute"] > 0
+    rt.close()
+
+
+def test_runtime_validates(dev):
+    with pytest.raises(hrx.InvalidArgument):
+        Runtime("cuda:0")  # type: ignore[arg-type]
+    rt = _rt(dev)
+    with pytest.raises(hrx.Unsupported):
+        rt.lane("npu")
+    with pytest.raises(hrx.InvalidArgument):
+        rt.lane("dma")
+    g = rt.graph()
+    with pytest.raises(hrx.InvalidArgument):
+        rt.submit(g)  # no regions
+    x = rt.allocate(8)
+    with pytest.raises(hrx.InvalidArgument):
+        g.compute("nothing", lambda r: None)
+    with pytest.raises(hrx.OutOfBounds):
+        g.upload(x, np.zeros(9, np.uint8))
+    other = rt.graph()
+    r = other.fill(x, 0)
+    with pytest.raises(hrx.InvalidArgument):
+        g.fill(x, 1, after=[r])
+    rt.close()
+    with pytest.raises(hrx.InvalidArgument):
+        rt.submit(other)

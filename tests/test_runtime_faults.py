@@ -1,0 +1,130 @@
+"""Fault injection through the host engine: the runtime quarantines, releases only when
+safe, and stays usable; 10,000 submit-fail-recover iterations leak nothing."""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import numpy as np
+import pytest
+
+import hrx_core as hrx
+from hrx_core.execution import Runtime, RuntimeOptions
+
+from .kernels import SLEEPY
+
+ITERATIONS = int(os.environ.get("HRX_FAULT_ITERATIONS", "10000"))
+
+
+def _boom(buf):
+    raise RuntimeError("injected kernel failure")
+
+
+BOOM = hrx.Kernel("boom", buffers=1, host=_boom)
+
+
+def _fresh():
+    return hrx.open_device("host", jitter_us=0)
+
+
+def test_failed_kernel_quarantines_until_proven_idle():
+    dev = _fresh()
+    rt = Runtime(dev, RuntimeOptions())
+    x = rt.allocate(64)
+    g = rt.graph()
+    g.compute("boom", lambda r: r.dispatch(BOOM, 1, [x]))
+    sub = rt.submit(g)
+    with pytest.raises(hrx.DeviceError, match="injected"):
+        sub.wait()
+    # owners stay until the lanes prove the failed work retired
+    rt.synchronize()
+    assert rt.quarantined == []
+    assert rt.stats.snapshot()["quarantined_owners"] == 0
+    ok = rt.graph()
+    d = ok.download(x)
+    rt.submit(ok).wait()  # usable afterwards
+    assert d.read().shape == (64,)
+    rt.close()
+
+
+def test_failed_submission_quarantines_accepted_regions():
+    dev = _fresh()
+    rt = Runtime(dev, RuntimeOptions())
+    x = rt.allocate(64)
+    g = rt.graph()
+    g.fill(x, 1)
+    g.compute("sleep", lambda r: r.dispatch(SLEEPY, 1, [x.slice(0, 4)], scalars=(100_000_000,)))
+    g.download(x)
+    dev.native.faults.fail_submit(after=2)
+    with pytest.raises(hrx.DeviceError, match="injected"):
+        rt.submit(g)
+    assert rt.quarantined and "failed submission" in rt.quarantined[0][1]
+    assert x._alloc.quarantined
+    pool_free_before = x._alloc.refs
+    assert pool_free_before >= 2  # the quarantine holds the owner
+    dev.synchronize()
+    rt.synchronize()
+    assert rt.quarantined == [] and not x._alloc.quarantined
+    rt.close()
+
+
+def test_failed_teardown_quarantines():
+    dev = _fresh()
+    rt = Runtime(dev, RuntimeOptions())
+    x = rt.allocate(64)
+    g = rt.graph()
+    g.compute("sleep", lambda r: r.dispatch(SLEEPY, 1, [x.slice(0, 4)], scalars=(300_000_000,)))
+    rt.submit(g)
+    with pytest.raises(hrx.Timeout):
+        rt.close(timeout=0.01)
+    assert rt.quarantined
+    live = dev.stats.live_bytes
+    x.close()
+    g.close()
+    gc.collect()
+    assert dev.stats.live_bytes == live  # quarantined: not freed while the kernel may run
+    dev.synchronize()
+    assert rt._prove_idle() >= 1
+    gc.collect()
+    assert dev.stats.live_bytes < live
+
+
+def test_submit_fail_recover_loop_returns_to_starting_bytes():
+    dev = _fresh()
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    x = rt.allocate(256)
+    bad = rt.graph("bad")
+    bad.compute("boom", lambda r: r.dispatch(BOOM, 1, [x]))
+    good = rt.graph("good")
+    good.upload(x, np.zeros(256, np.uint8))
+    rt.submit(good).wait()
+    gc.collect()
+    start = dev.stats.live_bytes
+    start_tracked = rt.stats.snapshot()["live_tracked_bytes"]
+    failures = 0
+    for i in range(ITERATIONS):
+        if i % 3 == 2:
+            dev.native.faults.fail_submit()
+            try:
+                rt.submit(good)
+            except hrx.DeviceError:
+                failures += 1
+            continue
+        try:
+            rt.submit(bad).wait()
+        except hrx.DeviceError:
+            failures += 1
+        if i % 100 == 0:
+            rt.submit(good).wait()
+    dev.native.faults.clear()
+    rt.synchronize()
+    dev.synchronize()
+    rt._prove_idle()
+    gc.collect()
+    assert failures == ITERATIONS
+    assert rt.quarantined == []
+    assert dev.stats.live_bytes == start
+    assert rt.stats.snapshot()["live_tracked_bytes"] == start_tracked
+    assert rt.stats.snapshot()["quarantined_owners"] == 0
+    rt.close()
