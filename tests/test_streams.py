@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -356,3 +357,20 @@ def test_staged_transfers_round_trip(monkeypatch, threads):
     np.testing.assert_array_equal(into, data[MAX_CHUNK_BYTES - 3 : 2 * MAX_CHUNK_BYTES + 4])
     small = s.allocate_from(b"staged!")
     assert s.download(small).tobytes() == b"staged!"
+
+
+def test_copy_queue_transfers_overlap_compute(dev):
+    """A copy-family stream moves bytes while a compute stream is busy."""
+    if dev.info.family("copy") is None:
+        pytest.skip("no copy queues")
+    compute, copier = dev.stream("compute"), dev.stream("copy")
+    flag = dev.allocate(8)
+    src = copier.allocate_from(np.full(64 << 20, 3, np.uint8))
+    dst = dev.allocate(64 << 20)
+    busy = compute.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(400_000_000,))
+    t0 = time.perf_counter()
+    copier.copy(src, dst).wait()
+    assert time.perf_counter() - t0 < 0.3
+    assert not busy.is_complete  # the copy did not wait for the kernel
+    busy.wait()
+    assert (copier.download(dst.slice(0, 4096)) == 3).all()

@@ -1,0 +1,190 @@
+"""The execution runtime: replay cost and lane overlap, on the best engine present.
+
+    python bench/runtime.py [--engine cuda|host] [--pairs 21]
+
+Ids runtime.* go to bench/results/h200.json on cuda, host-2core.json on the host.
+- replay of a 100-node tracked graph (one compute region) through Runtime.submit:
+  host cost per submission with the GPU idle, against a raw cuGraphLaunch of the same
+  CUDA graph (cuda only; on the host engine a plain figure);
+- two independent branches in one graph -- a compute-bound kernel on the compute lane
+  and a copy-bound upload on the upload lane, sized to take about as long -- measured
+  alternately sequential (two submissions, one after the other) and parallel (one
+  graph) over --pairs pairs: the achieved speedup against the ideal one (sequential
+  sum / longest branch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import hrx_core as hrx  # noqa: E402
+from hrx_core.execution import Runtime, RuntimeOptions  # noqa: E402
+from results_file import entry, host_machine, report, write  # noqa: E402
+
+CMD = "python bench/runtime.py"
+
+TOUCH_SRC = 'extern "C" __global__ void touch(unsigned int* p, unsigned int v) { if (threadIdx.x == 0 && v == 0xffffffffu) p[0] = v; }'
+TOUCH = hrx.Kernel("touch", buffers=("read_write",), scalars=(np.uint32,), cuda=TOUCH_SRC,
+                   host=lambda p, v: None)
+
+SPIN_SRC = r"""
+extern "C" __global__ void spin(unsigned int* out, unsigned long long cycles) {
+    unsigned long long start = clock64();
+    while ((unsigned long long)(clock64() - start) < cycles) { }
+    if (threadIdx.x == 0) out[blockIdx.x] = 1;
+}
+"""
+
+
+def _spin_host(out: np.ndarray, cycles: np.uint64) -> None:
+    # compute-bound numpy work that releases the GIL: ~cycles/1e9 seconds on one core
+    x = np.linspace(0.0, 1.0, 1 << 16)
+    deadline = time.perf_counter() + float(cycles) * 1e-9
+    while time.perf_counter() < deadline:
+        np.sin(x, out=x)
+    out.view(np.uint32)[0] = 1
+
+
+SPIN = hrx.Kernel("spin", buffers=("write",), scalars=(np.uint64,), cuda=SPIN_SRC, host=_spin_host)
+
+
+def bench_replay(dev, reps: int, nodes: int = 100, n: int = 200) -> list[dict]:
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    scratch = rt.allocate(256)
+    g = rt.graph("replay100")
+    region = g.compute("chain", lambda r: [r.dispatch(TOUCH, 1, [scratch], block=32, scalars=(i,)) for i in range(nodes)])
+    rt.submit(g).wait()
+    lane = rt.lane("compute")
+
+    def per_submit(fn):
+        def run():
+            total = 0.0
+            for _ in range(n):
+                lane.stream.synchronize()
+                t = time.perf_counter()
+                fn()
+                total += time.perf_counter() - t
+            rt.synchronize()
+            lane.stream.synchronize()
+            return total / n * 1e6
+        return run
+
+    hrx_fn = per_submit(lambda: rt.submit(g))
+    if dev.info.engine == "cuda":
+        native = region.device_graph._native
+        lib = dev.native.driver.lib
+        exec_, stream = native._exec, lane.stream.native_queue().stream
+        raw_fn = per_submit(lambda: lib.cuGraphLaunch(exec_, stream))
+        raw_fn(), hrx_fn()
+        samples = [[], []]
+        for _ in range(reps):
+            samples[0].append(raw_fn())
+            samples[1].append(hrx_fn())
+        raw, h = statistics.median(samples[0]), statistics.median(samples[1])
+        print(f"replay100 via runtime: hrx {h:.2f} us, raw cuGraphLaunch {raw:.2f} us")
+        out = [entry("runtime.replay100", f"Runtime.submit of a {nodes}-node tracked graph (one compute region, one CUDA graph), host cost, GPU idle", "us",
+                     h, peer="raw cffi cuGraphLaunch of the same CUDA graph", peer_value=raw, goal="<= 1.2", command=CMD)]
+    else:
+        hrx_fn()
+        h = statistics.median([hrx_fn() for _ in range(reps)])
+        print(f"replay100 via runtime (host engine): {h:.2f} us")
+        out = [entry("runtime.replay100.host", f"Runtime.submit of a {nodes}-node tracked graph on the host engine, host cost (execution included)", "us",
+                     h, command=CMD)]
+    g.close()
+    rt.close()
+    return out
+
+
+def bench_overlap(dev, pairs: int) -> list[dict]:
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    flag = rt.allocate(256)
+    cuda = dev.info.engine == "cuda"
+    nbytes = (1 << 30) if cuda else (256 << 20)
+    dst = rt.allocate(nbytes)
+    data = np.ones(nbytes, np.uint8)
+
+    def graphs(cycles: int):
+        a = rt.graph("compute-branch")
+        a.compute("spin", lambda r: r.dispatch(SPIN, 1, [flag.slice(0, 4)], block=32, scalars=(cycles,)))
+        b = rt.graph("copy-branch")
+        b.upload(dst, data)
+        p = rt.graph("both")
+        p.compute("spin", lambda r: r.dispatch(SPIN, 1, [flag.slice(0, 4)], block=32, scalars=(cycles,)))
+        p.upload(dst, data)
+        return a, b, p
+
+    def timed(fn):
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+
+    # size the compute branch to take about as long as the copy branch
+    probe_a, probe_b, probe_p = graphs(10_000_000)
+    rt.submit(probe_b).wait()
+    t_copy = statistics.median(timed(lambda: rt.submit(probe_b).wait()) for _ in range(3))
+    t_spin = statistics.median(timed(lambda: rt.submit(probe_a).wait()) for _ in range(3))
+    scale = t_copy / max(t_spin, 1e-6)
+    cycles = int(10_000_000 * scale)
+    for gr in (probe_a, probe_b, probe_p):
+        gr.close()
+    a, b, p = graphs(cycles)
+    rt.submit(p).wait()
+    seqs, pars, tas, tbs = [], [], [], []
+    for _ in range(pairs):
+        ta = timed(lambda: rt.submit(a).wait())
+        tb = timed(lambda: rt.submit(b).wait())
+        seqs.append(ta + tb)
+        tas.append(ta)
+        tbs.append(tb)
+        pars.append(timed(lambda: rt.submit(p).wait()))
+    seq, par = statistics.median(seqs), statistics.median(pars)
+    ta, tb = statistics.median(tas), statistics.median(tbs)
+    ideal = (ta + tb) / max(ta, tb)
+    achieved = seq / par
+    print(f"overlap: compute {ta * 1e3:.2f} ms, copy {tb * 1e3:.2f} ms, sequential {seq * 1e3:.2f} ms, "
+          f"parallel {par * 1e3:.2f} ms, speedup {achieved:.3f} of ideal {ideal:.3f}")
+    prefix = "runtime.overlap" if cuda else "runtime.overlap.host"
+    for gr in (a, b, p):
+        gr.close()
+    rt.close()
+    return [
+        entry(prefix, f"two independent branches in one graph (compute kernel {ta * 1e3:.1f} ms, upload {tb * 1e3:.1f} ms), "
+              f"speedup of parallel over sequential, median of {pairs} alternating pairs", "x", achieved,
+              peer="ideal speedup (sequential sum / longest branch)", peer_value=ideal, goal=">= 0.9", command=CMD),
+        entry(prefix + ".parallel_ms", "the same: parallel time", "ms", par * 1e3, command=CMD),
+        entry(prefix + ".sequential_ms", "the same: sequential time", "ms", seq * 1e3, command=CMD),
+    ]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--engine", default=None)
+    ap.add_argument("--pairs", type=int, default=21)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    dev = hrx.device(args.engine)
+    cuda = dev.info.engine == "cuda"
+    results = bench_replay(dev, args.reps) + bench_overlap(dev, args.pairs)
+    report(results)
+    if cuda:
+        info = dev.info
+        machine = f"{info.name}, driver {info.properties.get('driver_version', '?')}, {os.cpu_count()} cores"
+    else:
+        machine = host_machine()
+    path = write(args.out or ("h200.json" if cuda else "host-2core.json"), machine, results)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
