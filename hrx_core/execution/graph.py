@@ -36,6 +36,26 @@ if TYPE_CHECKING:
 RegionAccess = tuple[Allocation, int, int, bool]
 
 
+def merge_accesses(accesses: Any) -> list[RegionAccess]:
+    """Union of byte ranges per allocation and kind (reads, writes): a region of many
+    nodes over the same bytes declares them once, so hazard checks stay cheap."""
+    groups: dict[tuple[int, bool], tuple[Allocation, list[tuple[int, int]]]] = {}
+    for alloc, start, end, writes in accesses:
+        groups.setdefault((id(alloc), writes), (alloc, []))[1].append((start, end))
+    out: list[RegionAccess] = []
+    for (_, writes), (alloc, spans) in groups.items():
+        spans.sort()
+        cur_start, cur_end = spans[0]
+        for start, end in spans[1:]:
+            if start <= cur_end:
+                cur_end = max(cur_end, end)
+            else:
+                out.append((alloc, cur_start, cur_end, writes))
+                cur_start, cur_end = start, end
+        out.append((alloc, cur_start, cur_end, writes))
+    return out
+
+
 class Region:
     """One unit of work on one lane with declared access."""
 
@@ -70,10 +90,11 @@ class _RecordedRegion(Region):
         super().__init__(graph, name, lane)
         self.device_graph = device_graph
         self.transfer_bytes = sum(n.refs[0][2] for n in device_graph.nodes if n.kind == "copy")
-        for node in device_graph.nodes:
-            for buffer, off, n, access in node.refs:
-                base = buffer._base
-                self.accesses.append((buffer._alloc, base + off, base + off + n, access.writes))
+        self.accesses = merge_accesses(
+            (buffer._alloc, buffer._base + off, buffer._base + off + n, access.writes)
+            for node in device_graph.nodes
+            for buffer, off, n, access in node.refs
+        )
 
     def encode(self, lane: Lane) -> None:
         self.device_graph.launch(lane.stream)

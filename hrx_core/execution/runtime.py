@@ -326,8 +326,15 @@ class Runtime:
 
     def _make_room(self, block: bool, timeout: float | None) -> None:
         limit = self.options.max_submissions
+        if len(self._pending) < limit:
+            return
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            with self._space:
+                pending = list(self._pending)
+            for s in pending:  # settle whatever finished (it releases or quarantines owners)
+                if s.is_complete:
+                    s.refresh()
             with self._space:
                 self._pending = [s for s in self._pending if not s._settled]
                 if len(self._pending) < limit:
