@@ -11,7 +11,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .budget import Charge, MemoryBudget
+from .budget import Charge, MemoryBudget, Reservation
 from .buffer import Binding, Buffer, View
 from .completion import Completion, Event
 from .device import Device, QueueSlot
@@ -72,6 +72,7 @@ __all__ = [
     "Quarantined",
     "QueueFull",
     "QueueSlot",
+    "Reservation",
     "Stream",
     "Timeout",
     "Unsupported",

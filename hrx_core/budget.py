@@ -56,6 +56,14 @@ class MemoryBudget:
         with self._lock:
             self._used -= nbytes
 
+    def reservation(self, nbytes: int, what: str = "reservation") -> Reservation:
+        """Charge ``nbytes`` now and hand out a budget that allocates within them.
+
+        Allocations charged to the reservation are not charged here again: a declared
+        reservation and the allocations made inside it count once.
+        """
+        return Reservation(self, nbytes, what)
+
     def __repr__(self) -> str:
         return f"<hrx.MemoryBudget {self.name}: {self._used}/{self.limit_bytes} bytes, peak {self._peak}>"
 
@@ -79,3 +87,44 @@ class Charge:
     @property
     def released(self) -> bool:
         return self._released
+
+
+class Reservation(MemoryBudget):
+    """Bytes set aside in a parent budget; allocate inside them with ``budget=reservation``.
+
+    ``close()`` gives the bytes back to the parent once nothing charged inside the
+    reservation is still held (pending work and quarantines keep their charges).
+    """
+
+    def __init__(self, parent: MemoryBudget, nbytes: int, what: str) -> None:
+        super().__init__(nbytes, name=f"{parent.name}/{what}")
+        self.parent = parent
+        self._parent_charge: Charge | None = parent.charge(nbytes, what)
+        self._closed = False
+
+    def charge(self, nbytes: int, what: str = "allocation") -> Charge:
+        if self._closed:
+            raise InvalidArgument(f"{self.name}: the reservation is closed")
+        return super().charge(nbytes, what)
+
+    def _release(self, nbytes: int) -> None:
+        super()._release(nbytes)
+        self._maybe_return()
+
+    def _maybe_return(self) -> None:
+        with self._lock:
+            done = self._closed and self._used == 0 and self._parent_charge is not None
+            charge, self._parent_charge = (self._parent_charge, None) if done else (None, self._parent_charge)
+        if charge is not None:
+            charge.release()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self._maybe_return()
+
+    def __enter__(self) -> Reservation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

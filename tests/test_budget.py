@@ -68,3 +68,67 @@ def test_budget_validates():
     c.release()
     c.release()  # exactly once
     assert b.used_bytes == 0
+
+
+def test_reservation_and_its_allocations_count_once(dev):
+    parent = hrx.MemoryBudget(1 << 20, name="model")
+    with parent.reservation(256 << 10, "weights") as weights:
+        assert parent.used_bytes == 256 << 10
+        a = dev.allocate(100 << 10, budget=weights)
+        b = dev.allocate(100 << 10, budget=weights)
+        assert parent.used_bytes == 256 << 10  # not charged twice
+        assert weights.used_bytes == 200 << 10
+        live = live_bytes(dev)
+        with pytest.raises(hrx.BudgetExceeded):
+            dev.allocate(100 << 10, budget=weights)  # over the reservation
+        assert live_bytes(dev) == live  # nothing allocated
+        a.close()
+    # closed while b is alive: the parent keeps the bytes until b goes
+    assert parent.used_bytes == 256 << 10
+    with pytest.raises(hrx.InvalidArgument):
+        dev.allocate(8, budget=weights)
+    b.close()
+    assert parent.used_bytes == 0
+
+
+def test_aliases_views_and_exports_keep_one_charge(dev):
+    budget = hrx.MemoryBudget(1 << 20)
+    s = dev.stream()
+    buf = dev.allocate(4096, budget=budget)
+    views = [buf.slice(0, 1024), buf.slice(1024, 1024).read(), buf.binding().write()]
+    assert budget.used_bytes == 4096  # views and bindings are aliases: no charge
+    g = s.owned_graph()
+    g.fill(views[0], 1)
+    buf.close()
+    assert budget.used_bytes == 4096  # the graph still owns the backing
+    g.launch().wait()
+    g.close()
+    s.synchronize()
+    assert budget.used_bytes == 0
+    if dev.kind == "host":
+        import numpy as np
+
+        wrapped = dev.wrap(np.zeros(64, np.uint8))  # external memory: never charged
+        assert budget.used_bytes == 0 and wrapped.nbytes == 64
+
+
+def test_quarantined_work_keeps_its_charge(dev):
+    from hrx_core.execution import Runtime, RuntimeOptions
+
+    from .kernels import SLEEPY
+
+    budget = hrx.MemoryBudget(1 << 20)
+    rt = Runtime(dev, RuntimeOptions(memory_budget=budget))
+    x = rt.allocate(1024)
+    g = rt.graph()
+    g.compute("sleep", lambda r: r.dispatch(SLEEPY, 1, [x.slice(0, 4)], scalars=(200_000_000,)))
+    sub = rt.submit(g)
+    with pytest.raises(hrx.Timeout):
+        sub.wait(timeout=0.01)
+    g.close()
+    x.close()
+    assert budget.used_bytes == 1024  # quarantined (and pending): the charge stays
+    sub.wait()
+    rt.synchronize()
+    assert budget.used_bytes == 0
+    rt.close()

@@ -244,13 +244,18 @@ class TrackedGraph:
             raise InvalidArgument("region records no work")
         return device_graph
 
-    def compute(self, name: str, record: Callable[[DeviceGraph], Any], *, after: Sequence[Region] = ()) -> ComputeRegion:
-        """A compute-lane region: ``record(g)`` records dispatches, copies and fills on ``g``
-        (an access graph); its bindings' declared access orders it with other regions."""
+    def compute(
+        self, name: str, record: Callable[[DeviceGraph], Any], *, lane: str = "compute", after: Sequence[Region] = ()
+    ) -> ComputeRegion:
+        """A compute region: ``record(g)`` records dispatches, copies and fills on ``g``
+        (an access graph); its bindings' declared access orders it with other regions.
+        ``lane="npu"`` puts it on the runtime's NPU device instead."""
         self._check()
         if not callable(record):
             raise InvalidArgument(f"record: expected a callable, got {type(record).__name__}")
-        return self._add(ComputeRegion(self, name, "compute", self._record("compute", record)), after)  # type: ignore[return-value]
+        if lane not in ("compute", "npu"):
+            raise InvalidArgument(f"lane: compute regions run on 'compute' or 'npu', got {lane!r}")
+        return self._add(ComputeRegion(self, name, lane, self._record(lane, record)), after)  # type: ignore[return-value]
 
     def copy(self, src: Buffer | View | Binding, dst: Buffer | View | Binding, *, name: str = "copy", after: Sequence[Region] = ()) -> CopyRegion:
         """A copy-only region: on the copy engine (RuntimeOptions.copy_engine)."""

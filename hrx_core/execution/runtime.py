@@ -225,7 +225,9 @@ class Runtime:
             from .trace import TraceRecorder
 
             self.trace = TraceRecorder(max_events=options.trace_events)
-            self._tracks = {name: self.trace.track(name, group="lanes") for name in self.lanes}
+            self._tracks = {
+                name: self.trace.track(f"{name} ({lane.queue})", group="lanes") for name, lane in self.lanes.items()
+            }
         self._submit_lock = threading.RLock()
         self._inflight = _Inflight()
         self._pending: list[Submission] = []
@@ -318,7 +320,7 @@ class Runtime:
             for region in graph.regions:
                 moved = region.transfer_bytes
                 if moved:
-                    self.stats.add(_TRANSFER_COUNTER[region.kind], moved)
+                    self.stats.add(_TRANSFER_COUNTER.get(region.kind, "copy_bytes"), moved)
         if self.options.observe:
             self._observe(graph.regions, events, submitted)
         self._prove_idle()
