@@ -14,7 +14,6 @@ import argparse
 import os
 import statistics
 import sys
-import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -258,7 +257,6 @@ def bench_transfer(c: Ctx, reps: int, nbytes: int = 1 << 30) -> list[dict]:
     t_dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
     t_src = torch.from_numpy(pageable)
     t_back = torch.from_numpy(back)
-    hptr = pinned.allocation.native.host_address if hasattr(pinned.allocation.native, "host_address") else None
     dptr = dbuf.allocation.native.pointer()
     pinned_ptr = pinned.allocation.native.pointer()
 

@@ -17,11 +17,11 @@ import numpy as np
 from . import transfer
 from .buffer import Allocation, Binding, Buffer, View, as_binding, check_int
 from .completion import Completion, Event
-from .engine import Access, BufferArg, KernelArg, NativeQueue
+from .engine import Access, BufferArg, CacheOp, KernelArg, NativeQueue
 from .errors import InvalidArgument, OutOfBounds, Overlap, Unsupported
 from .kernel import Kernel
-from .staging import MAX_CHUNK_BYTES, StagingRing, host_copy, host_copy_async, wait_all
 from .device import AUTO_FLUSH_OPS
+from .staging import MAX_CHUNK_BYTES, StagingRing, host_copy, host_copy_async, wait_all
 
 if TYPE_CHECKING:
     from .budget import MemoryBudget
@@ -171,7 +171,7 @@ class Stream:
         if host is not None:
             # A brand-new allocation has no pending work: write it directly.
             host_copy(host[: src.nbytes], src)
-            alloc.native.cache_control(transfer_flush(), 0, src.nbytes)
+            alloc.native.cache_control(CacheOp.FLUSH, 0, src.nbytes)
             self.device.stats.upload_bytes += src.nbytes
         else:
             try:
@@ -663,8 +663,3 @@ class Stream:
                 self._staging.close()
                 self._staging = None
 
-
-def transfer_flush() -> Any:
-    from .engine import CacheOp
-
-    return CacheOp.FLUSH
