@@ -36,6 +36,8 @@ def test_upload_compute_download_and_replay(dev):
     up.write(np.full(n, 100, np.uint32))  # new input, same graph
     rt.submit(g).wait()
     assert (down.read(np.uint32) == 105).all()
+    snap = rt.stats.snapshot()
+    assert snap["upload_bytes"] == snap["download_bytes"] == 2 * n * 4
     assert up.lane == "upload" and k.lane == "compute" and down.lane == "download"
     assert len({rt.lane(n_).queue for n_ in ("upload", "compute", "download")}) == 3
     g.close()

@@ -205,6 +205,7 @@ class TrackedGraph:
         self.name = name
         self.regions: list[Region] = []
         self._hazards = HazardTracker()
+        self._totals: dict[str, int] | None = None
         self._closed = False
 
     def __repr__(self) -> str:
@@ -226,7 +227,19 @@ class TrackedGraph:
         inferred = self._hazards.add(region.index, [(id(a), s, e, w) for a, s, e, w in region.accesses])
         region.deps = tuple(sorted(inferred | set(explicit)))
         self.regions.append(region)
+        self._totals = None
         return region
+
+    def transfer_totals(self) -> dict[str, int]:
+        """Bytes one submission moves, by statistics counter (cached per graph)."""
+        if self._totals is None:
+            totals: dict[str, int] = {}
+            for r in self.regions:
+                if r.transfer_bytes:
+                    key = {"upload": "upload_bytes", "download": "download_bytes"}.get(r.kind, "copy_bytes")
+                    totals[key] = totals.get(key, 0) + r.transfer_bytes
+            self._totals = totals
+        return self._totals
 
     def _lane(self, name: str) -> Lane:
         return self.runtime.lane(name)

@@ -196,6 +196,21 @@ class RuntimeStats:
             self._counters[name] = new
             return new
 
+    def add_many(self, **values: int) -> None:
+        """Add several counters under one lock (all validated first; all or nothing)."""
+        for name, value in values.items():
+            if name not in self.COUNTERS or name in self._TRACKED:
+                raise InvalidArgument(f"name: {name!r} is not an addable counter")
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidArgument(f"{name}: expected an int, got {value!r}")
+        with self._lock:
+            counters = self._counters
+            for name, value in values.items():
+                if counters[name] + value < 0:
+                    raise InvalidArgument(f"{name}: adding {value} to {counters[name]} would go below 0")
+            for name, value in values.items():
+                counters[name] += value
+
     def get(self, name: str) -> int:
         """The current value of counter ``name``."""
         if name not in self._counters:

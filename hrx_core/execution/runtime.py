@@ -68,9 +68,6 @@ class RuntimeOptions:
             raise InvalidArgument(f"memory_budget: expected a MemoryBudget, got {type(self.memory_budget).__name__}")
 
 
-_TRANSFER_COUNTER = {"upload": "upload_bytes", "download": "download_bytes", "copy": "copy_bytes"}
-
-
 class Submission:
     """The completion handle of one submitted graph: wait, poll or await it."""
 
@@ -315,12 +312,7 @@ class Runtime:
             self._sequence += 1
             with self._space:
                 self._pending.append(submission)
-            self.stats.add("submissions", 1)
-            self.stats.add("regions", len(events))
-            for region in graph.regions:
-                moved = region.transfer_bytes
-                if moved:
-                    self.stats.add(_TRANSFER_COUNTER.get(region.kind, "copy_bytes"), moved)
+            self.stats.add_many(submissions=1, regions=len(events), **graph.transfer_totals())
         if self.options.observe:
             self._observe(graph.regions, events, submitted)
         self._prove_idle()
