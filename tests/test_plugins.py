@@ -148,7 +148,10 @@ def test_doctor_fails_when_a_plugin_fails(site):
 def test_prepare_and_pipeline(site):
     r = _hrx("prepare")
     assert r.returncode == 0 and "host" in r.stdout, r.stdout + r.stderr
-    assert "host: 1 plugin kernels ready" in r.stdout
+    import re
+
+    warmed = re.search(r"host: (\d+) plugin kernels ready", r.stdout)
+    assert warmed and int(warmed.group(1)) >= 1  # at least hrx_core's own pipeline kernel
     r = _hrx("pipeline", "--engine", "host", "--elements", "5000")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "eager axpy  ok" in r.stdout and "graph x2    ok" in r.stdout

@@ -1,0 +1,207 @@
+"""The tensor kernels: one hrx Kernel each, with a host (numpy) and a CUDA C++ source.
+
+``hrx_tensor_linear`` computes up to three projections of one BF16 input in one
+dispatch: buffers x, w0, w1, w2 (read) and y (write, the outputs concatenated in
+order); scalars K, N0, N1, N2 and out_f32 (0: BF16 output, 1: F32). Unused weights
+are bound to w0 again with their N set to 0. On CUDA one warp computes one output
+row: 16-byte loads of the weight row (8 BF16 per lane per step, four steps unrolled
+so four loads are in flight, non-allocating in L1), x read through the read-only
+cache, four FP32 partial sums per lane, a warp-shuffle reduction and round to nearest
+even for BF16 output (the bit-exact equivalent of ``__float2bfloat16_rn``, written
+out so NVRTC needs no cuda_bf16.h include path).
+
+``hrx_tensor_gather`` copies ``n`` rows of ``row_units`` units of ``width`` bytes
+(16, 8, 4, 2 or 1 -- the widest dividing the row size and both offsets) from table
+rows selected by int64 indices: bit-exact for every dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from ml_dtypes import bfloat16
+
+from hrx_core.kernel import Kernel
+
+#: Warps (output rows) per block of the CUDA GEMV.
+LINEAR_WARPS = 8
+#: Threads per block of the CUDA gather (at most; fewer for short rows).
+GATHER_THREADS = 256
+#: Host GEMV: rows converted from BF16 to F32 per step, sized to stay in cache.
+HOST_CHUNK_BYTES = 256 * 1024
+
+LINEAR_CUDA = r"""
+__device__ __forceinline__ uint4 hrx_ld_stream(const uint4* p) {
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ float hrx_dot2(unsigned int a, unsigned int b, float acc) {
+    acc += __uint_as_float(a << 16) * __uint_as_float(b << 16);
+    acc += __uint_as_float(a & 0xffff0000u) * __uint_as_float(b & 0xffff0000u);
+    return acc;
+}
+
+__device__ __forceinline__ float hrx_dot8(uint4 a, uint4 b, float acc) {
+    acc = hrx_dot2(a.x, b.x, acc);
+    acc = hrx_dot2(a.y, b.y, acc);
+    acc = hrx_dot2(a.z, b.z, acc);
+    acc = hrx_dot2(a.w, b.w, acc);
+    return acc;
+}
+
+__device__ __forceinline__ unsigned short hrx_f32_to_bf16_rn(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);  // quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+hrx_tensor_linear(const uint4* __restrict__ x, const unsigned short* __restrict__ w0,
+                  const unsigned short* __restrict__ w1, const unsigned short* __restrict__ w2,
+                  unsigned char* __restrict__ y, unsigned int K, unsigned int N0, unsigned int N1,
+                  unsigned int N2, unsigned int out_f32) {
+    const unsigned int lane = threadIdx.x & 31u;
+    const unsigned int out = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (out >= N0 + N1 + N2) return;
+    const unsigned short* w;
+    unsigned int row = out;
+    if (row < N0) {
+        w = w0;
+    } else if (row < N0 + N1) {
+        w = w1; row -= N0;
+    } else {
+        w = w2; row -= N0 + N1;
+    }
+    const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)row * K);
+    const unsigned int nvec = K >> 3;  // 16-byte vectors per row (a multiple of 16)
+    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+    unsigned int i = lane;
+    for (; i + 96u < nvec; i += 128u) {
+        uint4 v0 = hrx_ld_stream(wr + i);
+        uint4 v1 = hrx_ld_stream(wr + i + 32u);
+        uint4 v2 = hrx_ld_stream(wr + i + 64u);
+        uint4 v3 = hrx_ld_stream(wr + i + 96u);
+        a0 = hrx_dot8(v0, __ldg(x + i), a0);
+        a1 = hrx_dot8(v1, __ldg(x + i + 32u), a1);
+        a2 = hrx_dot8(v2, __ldg(x + i + 64u), a2);
+        a3 = hrx_dot8(v3, __ldg(x + i + 96u), a3);
+    }
+    for (; i < nvec; i += 32u) a0 = hrx_dot8(hrx_ld_stream(wr + i), __ldg(x + i), a0);
+    float s = (a0 + a1) + (a2 + a3);
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) {
+        if (out_f32) reinterpret_cast<float*>(y)[out] = s;
+        else reinterpret_cast<unsigned short*>(y)[out] = hrx_f32_to_bf16_rn(s);
+    }
+}
+"""
+
+GATHER_CUDA = r"""
+template <typename T>
+__device__ __forceinline__ void hrx_copy_row(const unsigned char* table, unsigned char* out,
+                                             long long src, unsigned long long dst,
+                                             unsigned long long units) {
+    const T* s = reinterpret_cast<const T*>(table) + (unsigned long long)src * units;
+    T* d = reinterpret_cast<T*>(out) + dst * units;
+    for (unsigned long long u = threadIdx.x; u < units; u += blockDim.x) d[u] = s[u];
+}
+
+extern "C" __global__ void hrx_tensor_gather(const unsigned char* __restrict__ table,
+                                             const long long* __restrict__ idx,
+                                             unsigned char* __restrict__ out,
+                                             unsigned long long row_units, unsigned int width,
+                                             unsigned long long n) {
+    const unsigned long long row = blockIdx.x + (unsigned long long)blockIdx.y * gridDim.x;
+    if (row >= n) return;
+    const long long src = idx[row];
+    switch (width) {
+        case 16: hrx_copy_row<uint4>(table, out, src, row, row_units); break;
+        case 8: hrx_copy_row<uint2>(table, out, src, row, row_units); break;
+        case 4: hrx_copy_row<unsigned int>(table, out, src, row, row_units); break;
+        case 2: hrx_copy_row<unsigned short>(table, out, src, row, row_units); break;
+        default: hrx_copy_row<unsigned char>(table, out, src, row, row_units); break;
+    }
+}
+"""
+
+
+def _host_matvec(w32: np.ndarray, x_even: np.ndarray, x_odd: np.ndarray, out: np.ndarray) -> None:
+    """out[n] = sum_k bf16(w[n, k]) * x[k] in FP32, a cache-sized block of rows at a time.
+
+    ``w32`` views each row as uint32 pairs of BF16: the high half of a pair (an odd
+    element) is already an F32 once its low 16 bits are masked off, the low half (an
+    even element) once shifted up 16 bits. Both are same-type SIMD ufuncs into
+    reused, cache-resident scratch, followed by two BLAS sgemv over the halves:
+    memory traffic stays at the 2 bytes per weight of the BF16 matrix itself.
+    """
+    n, k2 = w32.shape
+    rows = max(1, min(n, HOST_CHUNK_BYTES // (4 * k2)))
+    hi = np.empty((rows, k2), dtype=np.uint32)
+    lo = np.empty((rows, k2), dtype=np.uint32)
+    part = np.empty(n, dtype=np.float32)
+    mask, shift = np.uint32(0xFFFF0000), np.uint32(16)
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        a, b = hi[: r1 - r0], lo[: r1 - r0]
+        np.bitwise_and(w32[r0:r1], mask, out=a)
+        np.left_shift(w32[r0:r1], shift, out=b)
+        np.matmul(a.view(np.float32), x_odd, out=out[r0:r1])
+        np.matmul(b.view(np.float32), x_even, out=part[r0:r1])
+    out += part
+
+
+def _linear_host(x: np.ndarray, w0: np.ndarray, w1: np.ndarray, w2: np.ndarray, y: np.ndarray,
+                 k: np.uint32, n0: np.uint32, n1: np.uint32, n2: np.uint32, out_f32: np.uint32) -> None:
+    k = int(k)
+    xf = (x.view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+    x_even, x_odd = np.ascontiguousarray(xf[0::2]), np.ascontiguousarray(xf[1::2])
+    total = int(n0) + int(n1) + int(n2)
+    acc = np.empty(total, dtype=np.float32)
+    start = 0
+    for w, n in ((w0, int(n0)), (w1, int(n1)), (w2, int(n2))):
+        if n:
+            _host_matvec(w[: n * k * 2].view(np.uint32).reshape(n, k // 2), x_even, x_odd, acc[start : start + n])
+            start += n
+    if out_f32:
+        y[: total * 4].view(np.float32)[:] = acc
+    else:
+        y[: total * 2].view(bfloat16)[:] = acc.astype(bfloat16)  # round to nearest even
+
+
+def _gather_host(table: np.ndarray, idx: np.ndarray, out: np.ndarray,
+                 row_units: np.uint64, width: np.uint32, n: np.uint64) -> None:
+    row_bytes = int(row_units) * int(width)
+    n = int(n)
+    src = table.reshape(-1, row_bytes)
+    np.take(src, idx[: n * 8].view(np.int64), axis=0, out=out[: n * row_bytes].reshape(n, row_bytes))
+
+
+LINEAR = Kernel(
+    "hrx_tensor_linear",
+    buffers=("read", "read", "read", "read", "write"),
+    scalars=(np.uint32, np.uint32, np.uint32, np.uint32, np.uint32),
+    host=_linear_host,
+    cuda=LINEAR_CUDA,
+)
+
+GATHER = Kernel(
+    "hrx_tensor_gather",
+    buffers=("read", "read", "write"),
+    scalars=(np.uint64, np.uint32, np.uint64),
+    host=_gather_host,
+    cuda=GATHER_CUDA,
+)
+
+#: Engines this distribution has kernels for.
+ENGINES = ("host", "cuda")
+
+
+def kernels_for(engine: str) -> dict[str, Kernel]:
+    """The tensor kernels for ``engine`` by name (empty where there are none)."""
+    if engine not in ENGINES:
+        return {}
+    return {LINEAR.name: LINEAR, GATHER.name: GATHER}

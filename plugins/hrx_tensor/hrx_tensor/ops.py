@@ -1,0 +1,316 @@
+"""TensorOps: decode-time linear projections and row gathers on one device.
+
+Every argument is validated before anything is submitted (a rejected call changes
+nothing); errors are hrx_core.errors types naming the argument.
+
+gather_rows uploads the indices (8 bytes a row, into a buffer of the plan's slot)
+and runs one gather kernel: one dispatch whatever the row count, where per-row
+copy commands would cost one encoded command (and on CUDA one cuMemcpy node) per
+row and be launch-bound beyond a few dozen rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from ml_dtypes import bfloat16
+
+from hrx_core.buffer import Buffer, View
+from hrx_core.errors import InvalidArgument, OutOfBounds, Unsupported
+from hrx_core.execution.graph import ComputeRegion, TrackedGraph
+from hrx_core.execution.plan_cache import PlanCache, PlanLease
+from hrx_core.stream import Stream
+
+from . import kernels as _kernels
+from .plans import Plan, Slot
+from .tensor import DeviceTensor, SharedHold, as_dtype
+
+BF16 = np.dtype(bfloat16)
+F32 = np.dtype(np.float32)
+_OUT_DTYPES = {BF16: 0, F32: 1}
+MAX_PROJECTIONS = 3
+K_MULTIPLE = 128
+
+
+def _kernels_for(engine: str) -> dict[str, Any]:
+    """Tensor kernels for ``engine``: from the ``hrx_kernels`` hook, else this package's."""
+    found: dict[str, Any] = {}
+    try:
+        from hrx_core.plugins import plugin_manager
+
+        for result in plugin_manager().hook.hrx_kernels(engine=engine):
+            if isinstance(result, dict):
+                found.update(result)
+    except Exception:  # noqa: BLE001 - a broken third-party hook must not hide ours
+        found = {}
+    own = _kernels.kernels_for(engine)
+    names = (_kernels.LINEAR.name, _kernels.GATHER.name)
+    if all(n in found for n in names):
+        return {n: found[n] for n in names}
+    return own
+
+
+class TensorOps:
+    """Tensor operations on ``device``: linear, linear_many, linear_fragment, gather_rows.
+
+    ``plan_cache`` (a PlanCache, e.g. the runtime's) holds one plan per operation
+    shape; ``stream`` orders the work (a new stream of the device by default).
+    """
+
+    def __init__(self, device: Any, *, plan_cache: PlanCache | None = None, stream: Stream | None = None) -> None:
+        info = getattr(device, "info", None)
+        engine = getattr(info, "engine", None)
+        kernels = _kernels_for(engine) if isinstance(engine, str) else {}
+        if not kernels:
+            raise Unsupported(
+                f"device: hrx_tensor has no kernels for engine {engine!r} ({getattr(device, 'name', device)!r}); "
+                f"implementations exist for: {', '.join(_kernels.ENGINES)}"
+            )
+        if plan_cache is not None and not isinstance(plan_cache, PlanCache):
+            raise InvalidArgument(f"plan_cache: expected a PlanCache or None, got {type(plan_cache).__name__}")
+        if stream is not None and (not isinstance(stream, Stream) or stream.device is not device):
+            raise InvalidArgument(f"stream: expected a Stream of {device.name}, got {stream!r}")
+        self.device = device
+        self.engine = engine
+        self.plan_cache = plan_cache if plan_cache is not None else PlanCache(max_plans=64)
+        self.stream = stream if stream is not None else device.stream()
+        self._linear = kernels[_kernels.LINEAR.name]
+        self._gather = kernels[_kernels.GATHER.name]
+
+    def __repr__(self) -> str:
+        return f"<hrx_tensor.TensorOps on {self.device.name}>"
+
+    # -- tensors ------------------------------------------------------------------
+
+    def tensor(self, buffer: Buffer | View, shape: Sequence[int], dtype: Any,
+               strides: Sequence[int] | None = None) -> DeviceTensor:
+        """Wrap existing device memory (a Buffer or View) as a tensor (not owned)."""
+        if not isinstance(buffer, (Buffer, View)):
+            raise InvalidArgument(f"buffer: expected an hrx Buffer or View, got {type(buffer).__name__}")
+        owner = buffer if isinstance(buffer, Buffer) else buffer.buffer
+        if owner.device is not self.device:
+            raise InvalidArgument(f"buffer: belongs to {owner.device.name}, not {self.device.name}")
+        return DeviceTensor(buffer, shape, dtype, strides=strides, stream=self.stream)
+
+    def upload(self, array: Any, dtype: Any = None) -> DeviceTensor:
+        """A new device tensor holding a copy of ``array`` (owned: close() frees it)."""
+        a = np.ascontiguousarray(array if dtype is None else np.asarray(array, dtype=as_dtype("dtype", dtype)))
+        if a.nbytes == 0:
+            raise InvalidArgument(f"array: empty (shape {a.shape})")
+        buf = self.stream.allocate_from(a.reshape(-1).view(np.uint8))
+        return DeviceTensor(buf, a.shape, a.dtype, stream=self.stream, hold=SharedHold(buf.close))
+
+    # -- validation ---------------------------------------------------------------
+
+    def _check_tensor(self, name: str, t: Any) -> DeviceTensor:
+        if isinstance(t, (Buffer, View)):
+            raise InvalidArgument(f"{name}: a {type(t).__name__} has no shape; wrap it with TensorOps.tensor(buffer, shape, dtype)")
+        if not isinstance(t, DeviceTensor):
+            raise InvalidArgument(f"{name}: expected a DeviceTensor, got {type(t).__name__}")
+        if t.closed:
+            raise InvalidArgument(f"{name}: tensor is closed")
+        if t.device is not self.device:
+            raise InvalidArgument(f"{name}: tensor lives on {t.device.name}, not {self.device.name}")
+        if not t.contiguous:
+            raise InvalidArgument(f"{name}: tensor is not contiguous (shape {list(t.shape)}, strides {list(t.strides)})")
+        return t
+
+    def _check_x(self, x: Any) -> int:
+        x = self._check_tensor("x", x)
+        if x.dtype != BF16:
+            raise InvalidArgument(f"x: dtype {x.dtype} is not bfloat16")
+        if len(x.shape) != 2 or x.shape[0] != 1:
+            raise InvalidArgument(f"x: shape {list(x.shape)} is not [1, K]")
+        k = x.shape[1]
+        if k == 0 or k % K_MULTIPLE:
+            raise InvalidArgument(f"x: K = {k} is not a positive multiple of {K_MULTIPLE}")
+        return k
+
+    def _check_w(self, name: str, w: Any, k: int) -> int:
+        w = self._check_tensor(name, w)
+        if w.dtype != BF16:
+            raise InvalidArgument(f"{name}: dtype {w.dtype} is not bfloat16")
+        if len(w.shape) != 2 or w.shape[0] == 0:
+            raise InvalidArgument(f"{name}: shape {list(w.shape)} is not [N, K] with N > 0")
+        if w.shape[1] != k:
+            raise InvalidArgument(f"{name}: K = {w.shape[1]} does not match x's K = {k}")
+        if w.shape[0] >= 2**31:
+            raise InvalidArgument(f"{name}: N = {w.shape[0]} exceeds {2**31 - 1}")
+        return w.shape[0]
+
+    @staticmethod
+    def _check_out_dtype(out_dtype: Any) -> np.dtype:
+        dt = as_dtype("out_dtype", out_dtype)
+        if dt not in _OUT_DTYPES:
+            raise InvalidArgument(f"out_dtype: {out_dtype!r} is neither 'bf16' nor 'f32'")
+        return dt
+
+    def _check_weights(self, ws: Any, k: int) -> list[int]:
+        if isinstance(ws, DeviceTensor) or not isinstance(ws, Sequence):
+            raise InvalidArgument("ws: expected a list of one to three weight tensors")
+        if not 1 <= len(ws) <= MAX_PROJECTIONS:
+            raise InvalidArgument(f"ws: {len(ws)} projections; linear_many takes 1 to {MAX_PROJECTIONS}")
+        return [self._check_w(f"ws[{i}]", w, k) for i, w in enumerate(ws)]
+
+    # -- linear -------------------------------------------------------------------
+
+    def _linear_geometry(self, k: int, ns: Sequence[int], out_dtype: np.dtype) -> tuple[int, int, tuple[Any, ...]]:
+        total = sum(ns)
+        n3 = list(ns) + [0] * (MAX_PROJECTIONS - len(ns))
+        scalars = (np.uint32(k), *(np.uint32(n) for n in n3), np.uint32(_OUT_DTYPES[out_dtype]))
+        warps = _kernels.LINEAR_WARPS
+        return -(-total // warps), warps * 32, scalars
+
+    def linear(self, x: DeviceTensor, w: DeviceTensor, out_dtype: Any = "bf16") -> DeviceTensor:
+        """y = x @ w.T for BF16 x [1, K] and w [N, K]; FP32 accumulation; BF16 or F32 [1, N]."""
+        k = self._check_x(x)
+        n = self._check_w("w", w, k)
+        dt = self._check_out_dtype(out_dtype)
+        return self._run_linear(x, [w], [n], k, dt)[0]
+
+    def linear_many(self, x: DeviceTensor, ws: Sequence[DeviceTensor], out_dtype: Any = "bf16") -> list[DeviceTensor]:
+        """Up to three projections of ``x`` (each its own N) in one dispatch."""
+        k = self._check_x(x)
+        ns = self._check_weights(ws, k)
+        dt = self._check_out_dtype(out_dtype)
+        return self._run_linear(x, list(ws), ns, k, dt)
+
+    def _run_linear(self, x: DeviceTensor, ws: list[DeviceTensor], ns: list[int], k: int, dt: np.dtype) -> list[DeviceTensor]:
+        key = ("linear", k, tuple(ns), dt.name)
+        total = sum(ns)
+        device = self.device
+
+        def prepare() -> Plan:
+            grid, block, scalars = self._linear_geometry(k, ns, dt)
+            nbytes = total * dt.itemsize
+            return Plan(key, grid, block, scalars, lambda: Slot([device.allocate(nbytes)]))
+
+        lease, plan, slot = self._take(key, prepare)
+        try:
+            out = slot.buffers[0]
+            wv = [w.view for w in ws] + [ws[0].view] * (MAX_PROJECTIONS - len(ws))
+            done = self.stream.dispatch(self._linear, plan.grid, [x.view, *wv, out], block=plan.block, scalars=plan.scalars)
+        except BaseException:
+            self._give_back(lease, plan, slot)
+            raise
+        hold = SharedHold(lambda: self._give_back(lease, plan, slot), count=len(ns))
+        tensors = []
+        offset = 0
+        for n in ns:
+            view = out.slice(offset, n * dt.itemsize)
+            tensors.append(DeviceTensor(view, (1, n), dt, completion=done, stream=self.stream, hold=hold))
+            offset += n * dt.itemsize
+        return tensors
+
+    def linear_fragment(self, graph: TrackedGraph, x: DeviceTensor, w: DeviceTensor, *,
+                        out: DeviceTensor | None = None, out_dtype: Any = "bf16",
+                        name: str = "linear") -> tuple[ComputeRegion, DeviceTensor]:
+        """Record y = x @ w.T as a compute region of ``graph`` (read x, w; write out).
+
+        Returns the region and the output tensor (``out``, or a new tensor owning its
+        buffer). Nothing runs until the graph is submitted.
+        """
+        if not isinstance(graph, TrackedGraph):
+            raise InvalidArgument(f"graph: expected a TrackedGraph, got {type(graph).__name__}")
+        if graph.runtime.lane("compute").stream.device is not self.device:
+            raise InvalidArgument(f"graph: its compute lane is not on {self.device.name}")
+        k = self._check_x(x)
+        n = self._check_w("w", w, k)
+        if out is None:
+            dt = self._check_out_dtype(out_dtype)
+        else:
+            out = self._check_tensor("out", out)
+            dt = self._check_out_dtype(out.dtype)
+            if out_dtype is not None and as_dtype("out_dtype", out_dtype) != dt:
+                raise InvalidArgument(f"out: dtype {out.dtype} does not match out_dtype {out_dtype!r}")
+            if out.shape != (1, n):
+                raise InvalidArgument(f"out: shape {list(out.shape)} is not [1, {n}]")
+        grid, block, scalars = self._linear_geometry(k, [n], dt)
+        owned = None
+        if out is None:
+            owned = self.device.allocate(n * dt.itemsize)
+            out = DeviceTensor(owned, (1, n), dt, stream=graph.runtime.lane("compute").stream, hold=SharedHold(owned.close))
+        bindings = [x.view.read(), w.view.read(), w.view.read(), w.view.read(), out.view.write()]
+        try:
+            region = graph.compute(name, lambda g: g.dispatch(self._linear, grid, bindings, block=block, scalars=scalars))
+        except BaseException:
+            if owned is not None:
+                out.close()
+            raise
+        return region, out
+
+    # -- gather -------------------------------------------------------------------
+
+    def gather_rows(self, table: DeviceTensor, indices: Any) -> DeviceTensor:
+        """Rows ``table[indices]`` (host-selected indices), copied bit-exactly on the device."""
+        table = self._check_tensor("table", table)
+        if len(table.shape) == 0 or table.shape[0] == 0:
+            raise InvalidArgument(f"table: shape {list(table.shape)} has no rows")
+        idx = self._check_indices(indices, table.shape[0])
+        n = idx.size
+        row_bytes = math.prod(table.shape[1:]) * table.dtype.itemsize
+        if row_bytes == 0:
+            raise InvalidArgument(f"table: rows of shape {list(table.shape[1:])} are empty")
+        width = next(w for w in (16, 8, 4, 2, 1) if row_bytes % w == 0 and table.view.start % w == 0)
+        units = row_bytes // width
+        key = ("gather", row_bytes, width, n)
+        device = self.device
+
+        def prepare() -> Plan:
+            block = min(_kernels.GATHER_THREADS, max(32, -(-units // 32) * 32))
+            grid = (n, 1, 1) if n < 2**31 else None
+            scalars = (np.uint64(units), np.uint32(width), np.uint64(n))
+            return Plan(key, grid, block, scalars,
+                        lambda: Slot([device.allocate(n * row_bytes), device.allocate(n * 8)]))
+
+        lease, plan, slot = self._take(key, prepare)
+        try:
+            out, ibuf = slot.buffers
+            self.stream.upload(ibuf, idx)
+            done = self.stream.dispatch(self._gather, plan.grid, [table.view, ibuf, out], block=plan.block, scalars=plan.scalars)
+        except BaseException:
+            self._give_back(lease, plan, slot)
+            raise
+        hold = SharedHold(lambda: self._give_back(lease, plan, slot))
+        return DeviceTensor(out, (n, *table.shape[1:]), table.dtype, completion=done, stream=self.stream, hold=hold)
+
+    @staticmethod
+    def _check_indices(indices: Any, rows: int) -> np.ndarray:
+        try:
+            idx = np.asarray(indices)
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"indices: not an integer array ({type(indices).__name__})") from None
+        if idx.dtype.kind not in "iu" or idx.dtype == np.bool_:
+            if not (idx.dtype.kind == "f" and idx.size == 0):
+                raise InvalidArgument(f"indices: dtype {idx.dtype} is not an integer type")
+        if idx.ndim != 1:
+            raise InvalidArgument(f"indices: expected one dimension, got shape {list(idx.shape)}")
+        if idx.size == 0:
+            raise InvalidArgument("indices: empty (gather at least one row)")
+        if idx.size >= 2**31:
+            raise InvalidArgument(f"indices: {idx.size} rows exceed {2**31 - 1}")
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < 0 or hi >= rows:
+            bad = lo if lo < 0 else hi
+            raise OutOfBounds(f"indices: {bad} is outside 0..{rows - 1} (table rows)")
+        return np.ascontiguousarray(idx, dtype=np.int64)
+
+    # -- plans --------------------------------------------------------------------
+
+    def _take(self, key: Any, prepare: Any) -> tuple[PlanLease[Plan], Plan, Slot]:
+        lease: PlanLease[Plan] = self.plan_cache.lease(key, prepare)
+        try:
+            plan = lease.plan
+            slot = plan.acquire()
+        except BaseException:
+            lease.close()
+            raise
+        return lease, plan, slot
+
+    @staticmethod
+    def _give_back(lease: PlanLease[Plan], plan: Plan, slot: Slot) -> None:
+        plan.release(slot)
+        lease.close()

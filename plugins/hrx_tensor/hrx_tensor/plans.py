@@ -1,0 +1,71 @@
+"""Plans: prepared launch geometry plus a pool of output slots, leased from a PlanCache.
+
+A plan is cached per (operation, shapes, dtypes). Each call takes a free output
+slot (or allocates one when every slot is still held by a live tensor) and the
+returned tensors keep the slot -- and the plan lease, so the plan is not evicted
+under them -- until they are closed. Work is ordered on the TensorOps stream, so a
+released slot can be rewritten by the next call without waiting.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hrx_core.buffer import Buffer
+
+#: Idle output slots a plan keeps for reuse; more are freed when released.
+MAX_IDLE_SLOTS = 2
+
+
+class Slot:
+    """The buffers of one call: its output and any auxiliary (uploaded indices)."""
+
+    __slots__ = ("buffers",)
+
+    def __init__(self, buffers: Sequence[Buffer]) -> None:
+        self.buffers = tuple(buffers)
+
+    def close(self) -> None:
+        for b in self.buffers:
+            b.close()
+
+
+class Plan:
+    """Launch geometry (grid, block, scalars) and output slots for one key."""
+
+    def __init__(self, key: Any, grid: Any, block: Any, scalars: tuple[Any, ...],
+                 make_slot: Callable[[], Slot]) -> None:
+        self.key = key
+        self.grid = grid
+        self.block = block
+        self.scalars = scalars
+        self._make_slot = make_slot
+        self._idle: list[Slot] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        #: slots allocated over the plan's life (for tests and statistics)
+        self.slots_made = 0
+
+    def acquire(self) -> Slot:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+            self.slots_made += 1
+        return self._make_slot()
+
+    def release(self, slot: Slot) -> None:
+        with self._lock:
+            if not self._closed and len(self._idle) < MAX_IDLE_SLOTS:
+                self._idle.append(slot)
+                return
+        slot.close()
+
+    def close(self) -> None:
+        """Called by the PlanCache on eviction (no lease open): free the idle slots."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for slot in idle:
+            slot.close()
