@@ -151,6 +151,26 @@ def engine_status() -> dict[str, EngineStatus]:
     return out
 
 
+def kernels(engine: str) -> dict[str, Any]:
+    """Kernels that plugins provide for ``engine`` (the ``hrx_kernels`` hook), by name.
+
+    The first plugin to provide a name wins; a broken hook implementation raises
+    PluginError naming the problem.
+    """
+    from .kernel import Kernel
+
+    found: dict[str, Any] = {}
+    try:
+        results = registry().pm.hook.hrx_kernels(engine=engine)
+    except Exception as exc:
+        raise PluginError(f"hrx_kernels({engine!r}) failed: {type(exc).__name__}: {exc}") from exc
+    for result in results:
+        for name, kernel in (result or {}).items():
+            if isinstance(kernel, Kernel):
+                found.setdefault(name, kernel)
+    return found
+
+
 def compile(source: Any, *, target: str, entry: str = "", options: tuple[str, ...] | list[str] = ()) -> Artifact:
     """Compile ``source`` for ``target`` with the registered compiler (cached)."""
     reg = registry()

@@ -40,7 +40,7 @@ def test_is_complete_is_cheap(dev):
     for _ in range(10000):
         done.is_complete  # noqa: B018
     per_call = (time.perf_counter() - t0) / 10000
-    assert per_call < 20e-6, f"is_complete costs {per_call * 1e6:.1f} us"
+    assert per_call < 50e-6, f"is_complete costs {per_call * 1e6:.1f} us"  # a memory read, no waiting
 
 
 def test_timeout_keeps_work_and_storage_alive(dev):

@@ -37,11 +37,7 @@ def _warm_kernels(engine: str) -> str:
     from ..kernel import Kernel
 
     dev = reg.device(engine)
-    kernels: dict[str, Kernel] = {}
-    for found in reg.plugin_manager().hook.hrx_kernels(engine=engine):
-        for kname, kernel in (found or {}).items():
-            if isinstance(kernel, Kernel):
-                kernels.setdefault(kname, kernel)
+    kernels: dict[str, Kernel] = reg.kernels(engine)
     cache = reg.registry().compile_cache
     before = cache.misses
     for kernel in kernels.values():

@@ -37,13 +37,10 @@ K_MULTIPLE = 128
 
 def _kernels_for(engine: str) -> dict[str, Any]:
     """Tensor kernels for ``engine``: from the ``hrx_kernels`` hook, else this package's."""
-    found: dict[str, Any] = {}
     try:
-        from hrx_core.plugins import plugin_manager
+        from hrx_core.plugins import kernels
 
-        for result in plugin_manager().hook.hrx_kernels(engine=engine):
-            if isinstance(result, dict):
-                found.update(result)
+        found: dict[str, Any] = kernels(engine)
     except Exception:  # noqa: BLE001 - a broken third-party hook must not hide ours
         found = {}
     own = _kernels.kernels_for(engine)

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from ml_dtypes import bfloat16
 
-import hrx_core as hrx
 from hrx_core.errors import HRXError, InvalidArgument, OutOfBounds, Unsupported
 from hrx_core.execution import Runtime
 from hrx_core.execution.plan_cache import PlanCache
