@@ -22,6 +22,8 @@ from ml_dtypes import bfloat16
 
 from hrx_core.kernel import Kernel
 
+from . import native
+
 #: Warps (output rows) per block of the CUDA GEMV.
 LINEAR_WARPS = 8
 #: Threads per block of the CUDA gather (at most; fewer for short rows).
@@ -154,6 +156,10 @@ def _host_matvec(w32: np.ndarray, x_even: np.ndarray, x_odd: np.ndarray, out: np
     out += part
 
 
+#: Use the compiled C GEMV where it builds (tests switch it off to cover the numpy path).
+USE_NATIVE = True
+
+
 def _linear_host(x: np.ndarray, w0: np.ndarray, w1: np.ndarray, w2: np.ndarray, y: np.ndarray,
                  k: np.uint32, n0: np.uint32, n1: np.uint32, n2: np.uint32, out_f32: np.uint32) -> None:
     k = int(k)
@@ -164,7 +170,9 @@ def _linear_host(x: np.ndarray, w0: np.ndarray, w1: np.ndarray, w2: np.ndarray, 
     start = 0
     for w, n in ((w0, int(n0)), (w1, int(n1)), (w2, int(n2))):
         if n:
-            _host_matvec(w[: n * k * 2].view(np.uint32).reshape(n, k // 2), x_even, x_odd, acc[start : start + n])
+            dst = acc[start : start + n]
+            if not (USE_NATIVE and native.gemv(w[: n * k * 2].view(np.uint16), xf[:k], dst, n, k)):
+                _host_matvec(w[: n * k * 2].view(np.uint32).reshape(n, k // 2), x_even, x_odd, dst)
             start += n
     if out_f32:
         y[: total * 4].view(np.float32)[:] = acc
@@ -177,7 +185,9 @@ def _gather_host(table: np.ndarray, idx: np.ndarray, out: np.ndarray,
     row_bytes = int(row_units) * int(width)
     n = int(n)
     src = table.reshape(-1, row_bytes)
-    np.take(src, idx[: n * 8].view(np.int64), axis=0, out=out[: n * row_bytes].reshape(n, row_bytes))
+    # mode="clip": TensorOps validated the indices already, and numpy buffers the
+    # whole output (a second copy) when mode="raise" is given an out= array.
+    np.take(src, idx[: n * 8].view(np.int64), axis=0, out=out[: n * row_bytes].reshape(n, row_bytes), mode="clip")
 
 
 LINEAR = Kernel(

@@ -230,3 +230,23 @@ def test_hook_returns_kernels():
     assert "hrx_tensor_linear" in found and "hrx_tensor_gather" in found
     assert not any(k.startswith("hrx_tensor") for r in plugin_manager().hook.hrx_kernels(engine="xdna") for k in r)
     assert isinstance(HRXError, type)
+
+
+@pytest.mark.parametrize("use_native", [True, False], ids=["native-c", "numpy"])
+@pytest.mark.parametrize("out_dtype", ["f32", "bf16"])
+def test_host_linear_both_paths(monkeypatch, use_native, out_dtype):
+    """The host engine's compiled C GEMV and its numpy fallback give the same bounds."""
+    import hrx_core as hrx
+    from hrx_tensor import kernels, native
+
+    if use_native and not native.available():
+        pytest.skip(f"no native kernel here: {native.why_unavailable()}")
+    monkeypatch.setattr(kernels, "USE_NATIVE", use_native)
+    ops = TensorOps(hrx.device("host"))
+    rng = np.random.default_rng(11)
+    for k, n in [(128, 5), (2048, 300), (4096, 129)]:
+        x, w = rand_bf16(rng, (1, k)), rand_bf16(rng, (n, k), 0.05)
+        with ops.upload(x) as xt, ops.upload(w) as wt, ops.linear(xt, wt, out_dtype=out_dtype) as y:
+            got = y.numpy()[0]
+        ref, mag = reference(x, w)
+        (check_f32 if out_dtype == "f32" else check_bf16)(got, ref, *(() if out_dtype == "bf16" else (mag,)))
