@@ -21,7 +21,8 @@ def commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=RESULTS.parent, timeout=10)
         sha = out.stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "hrx_core", "plugins", "bench"], capture_output=True, text=True, cwd=RESULTS.parent.parent, timeout=10).stdout.strip()
+        # the measured code: results files themselves do not make the tree dirty
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "hrx_core", "plugins", "bench/*.py"], capture_output=True, text=True, cwd=RESULTS.parent.parent, timeout=10).stdout.strip()
         return sha + ("-dirty" if dirty else "") if sha else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
