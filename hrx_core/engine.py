@@ -32,7 +32,7 @@ import abc
 import enum
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 import numpy as np
@@ -47,7 +47,7 @@ class Access(enum.IntFlag):
 
     @property
     def writes(self) -> bool:
-        return bool(self & Access.WRITE)
+        return bool(int(self) & 2)  # int arithmetic: enum's own __and__ is slow on hot paths
 
 
 class CacheOp(enum.Enum):
@@ -142,9 +142,8 @@ class Artifact:
     log: str = ""
 
 
-@attrs.frozen
-class BufferArg:
-    """A validated buffer range handed to a dispatch."""
+class BufferArg(NamedTuple):
+    """A validated buffer range handed to a dispatch (a tuple: cheap to build per call)."""
 
     buffer: NativeBuffer
     offset: int

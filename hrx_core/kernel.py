@@ -119,10 +119,17 @@ class Kernel:
             )
         out = []
         for i, (value, dtype) in enumerate(zip(scalars, self.scalar_types)):
+            if isinstance(value, np.generic) and value.dtype == dtype:
+                out.append(value)
+                continue
+            bounds = _INT_BOUNDS.get(dtype)
+            if bounds is not None and type(value) is int:
+                # the common case, without numpy's array machinery
+                if not bounds[0] <= value <= bounds[1]:
+                    raise InvalidArgument(f"scalars[{i}]: {value!r} is not a valid {dtype}")
+                out.append(dtype.type(value))
+                continue
             try:
-                if isinstance(value, np.generic) and value.dtype == dtype:
-                    out.append(value)
-                    continue
                 converted = np.array(value, dtype=dtype)
                 if converted.shape != () or (dtype.kind in "iu" and converted != value):
                     raise ValueError("out of range")
@@ -130,3 +137,9 @@ class Kernel:
             except (ValueError, TypeError, OverflowError):
                 raise InvalidArgument(f"scalars[{i}]: {value!r} is not a valid {dtype}") from None
         return tuple(out)
+
+
+_INT_BOUNDS = {
+    np.dtype(t): (int(np.iinfo(t).min), int(np.iinfo(t).max))
+    for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+}
