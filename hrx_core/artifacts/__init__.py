@@ -71,7 +71,7 @@ def loaders() -> list[ArtifactLoader]:
     return found
 
 
-def open(path: str | os.PathLike[str], *, format: str | None = None, **options: Any) -> Any:  # noqa: A001
+def open(path: str | os.PathLike[str], *, format: str | None = None, **options: Any) -> Any:
     """Open a model file with the loader for its format; options go to the loader.
 
     Unknown formats raise ArtifactError naming the path.

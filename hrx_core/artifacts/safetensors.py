@@ -20,7 +20,7 @@ import mmap
 import os
 import struct
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import attrs
 import ml_dtypes
@@ -54,6 +54,8 @@ DTYPES: dict[str, tuple[int, np.dtype | None]] = {
     "C64": (64, np.dtype(np.complex64)),
     "F8_E4M3": (8, np.dtype(ml_dtypes.float8_e4m3fn)),  # torch.float8_e4m3fn
     "F8_E5M2": (8, np.dtype(ml_dtypes.float8_e5m2)),
+    "F8_E4M3FNUZ": (8, np.dtype(ml_dtypes.float8_e4m3fnuz)),
+    "F8_E5M2FNUZ": (8, np.dtype(ml_dtypes.float8_e5m2fnuz)),
     "F8_E8M0": (8, np.dtype(ml_dtypes.float8_e8m0fnu)),
     # Packed sub-byte types: raw bytes only (numpy has no packed representation).
     "F4": (4, None),
@@ -122,7 +124,9 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def parse_header(path: str, data: bytes | memoryview | mmap.mmap, file_size: int) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
+def parse_header(
+    path: str, data: bytes | memoryview | mmap.mmap, file_size: int
+) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
     """Check a safetensors header: (tensors by name in file order, metadata, data start)."""
     if file_size < 8:
         raise _fail(path, "file-size", f"{file_size} bytes is shorter than the 8-byte header length")
@@ -161,14 +165,23 @@ def parse_header(path: str, data: bytes | memoryview | mmap.mmap, file_size: int
             raise _fail(path, "bounds", f"data_offsets end {end} exceeds the {size}-byte data section", name)
         bits = int(np.prod(shape, dtype=object)) * DTYPES[dtype][0]
         if bits % 8 or bits // 8 != end - begin:
-            raise _fail(path, "size", f"shape {shape} x {dtype} is {bits / 8:g} bytes, but data_offsets span {end - begin}", name)
+            raise _fail(
+                path,
+                "size",
+                f"shape {shape} x {dtype} is {bits / 8:g} bytes, but data_offsets span {end - begin}",
+                name,
+            )
         tensors[name] = TensorInfo(name, dtype, tuple(shape), start + begin, start + end)
     pos, prev = start, None
     for info in sorted(tensors.values(), key=lambda t: (t.begin, t.end)):
         if info.begin < pos:
-            raise _fail(path, "overlap", f"bytes [{info.begin - start}, {info.end - start}) overlap tensor {prev!r}", info.name)
+            raise _fail(
+                path, "overlap", f"bytes [{info.begin - start}, {info.end - start}) overlap tensor {prev!r}", info.name
+            )
         if info.begin > pos:
-            raise _fail(path, "gap", f"bytes [{pos - start}, {info.begin - start}) before it belong to no tensor", info.name)
+            raise _fail(
+                path, "gap", f"bytes [{pos - start}, {info.begin - start}) before it belong to no tensor", info.name
+            )
         pos, prev = info.end, info.name
     if pos != file_size:
         last = f"tensor {prev!r}" if prev is not None else "the header"
@@ -185,7 +198,14 @@ class FileView:
     goes away.
     """
 
-    def __init__(self, path: str, data: mmap.mmap | bytearray, tensors: dict[str, TensorInfo], metadata: dict[str, str], mode: str) -> None:
+    def __init__(
+        self,
+        path: str,
+        data: mmap.mmap | bytearray,
+        tensors: dict[str, TensorInfo],
+        metadata: dict[str, str],
+        mode: str,
+    ) -> None:
         self.path = path
         self.mode = mode
         self._data: mmap.mmap | bytearray | None = data
@@ -233,7 +253,7 @@ class FileView:
             except BufferError:
                 pass  # views are exported; the mapping goes when they do
 
-    def __enter__(self) -> FileView:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -299,7 +319,7 @@ class FileView:
         infos = [self.info(n) for n in (self._tensors if names is None else names)]
         data = self._buf()
         flag = getattr(mmap, _ADVICE[advice], None)
-        if not isinstance(data, mmap.mmap) or flag is None or not hasattr(data, "madvise"):
+        if isinstance(data, bytearray) or flag is None or not hasattr(data, "madvise"):
             return False
         page = mmap.PAGESIZE
         for t in infos:
@@ -310,7 +330,9 @@ class FileView:
 
     # -- device loading -----------------------------------------------------------
 
-    def load(self, stream: Stream, names: Iterable[str] | None = None, *, budget: MemoryBudget | None = None) -> dict[str, Buffer]:
+    def load(
+        self, stream: Stream, names: Iterable[str] | None = None, *, budget: MemoryBudget | None = None
+    ) -> dict[str, Buffer]:
         """Upload the selected tensors (all by default) to new device buffers.
 
         Each buffer is charged to ``budget`` (default: the stream's budget) before it is
@@ -341,7 +363,6 @@ class FileView:
     def load_tensor(self, stream: Stream, name: str, *, budget: MemoryBudget | None = None) -> Buffer:
         """:meth:`load` of one tensor."""
         return self.load(stream, [name], budget=budget)[name]
-
 
 
 def sniff(head: bytes, file_size: int) -> bool:
