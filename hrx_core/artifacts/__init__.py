@@ -1,8 +1,8 @@
 """Model files and artifacts: ``open(path)`` picks a loader by format.
 
 Loaders come from the ``hrx_artifact_loaders`` hook (each plugin returns a sequence of
-:class:`ArtifactLoader` objects) plus the built-in safetensors loader, which is used
-when no plugin provides the ``"safetensors"`` format. A loader is chosen by an
+:class:`ArtifactLoader` objects) plus the built-in safetensors and ONNX loaders, each used
+when no plugin provides its format. A loader is chosen by an
 explicit ``format=``, else by file suffix, else by sniffing the file's first bytes.
 """
 
@@ -52,6 +52,23 @@ class SafetensorsLoader:
         return FileView.open(path, **options)
 
 
+class OnnxLoader:
+    """The built-in loader: opens :class:`~hrx_core.artifacts.onnx.Model` (needs the onnx package)."""
+
+    format = "onnx"
+    suffixes: Sequence[str] = (".onnx",)
+
+    def sniff(self, head: bytes, file_size: int) -> bool:
+        from .onnx import sniff
+
+        return sniff(head, file_size)
+
+    def open(self, path: str, **options: Any) -> Any:
+        from .onnx import Model
+
+        return Model.load(path, **options)
+
+
 def loaders() -> list[ArtifactLoader]:
     """Registered loaders in priority order: plugins first, then the built-ins they do not replace."""
     from ..plugins import plugin_manager
@@ -66,8 +83,9 @@ def loaders() -> list[ArtifactLoader]:
             if not isinstance(loader, ArtifactLoader):
                 raise PluginError(f"hrx_artifact_loaders() returned {loader!r}, which is not an ArtifactLoader")
             found.append(loader)
-    if not any(loader.format == SafetensorsLoader.format for loader in found):
-        found.append(SafetensorsLoader())
+    for builtin in (OnnxLoader(), SafetensorsLoader()):
+        if not any(loader.format == builtin.format for loader in found):
+            found.append(builtin)
     return found
 
 
@@ -100,4 +118,4 @@ def open(path: str | os.PathLike[str], *, format: str | None = None, **options: 
     raise ArtifactError(f"{spath}: unknown artifact format (no loader claims its suffix or first bytes)")
 
 
-__all__ = ["ArtifactLoader", "SafetensorsLoader", "loaders", "open"]
+__all__ = ["ArtifactLoader", "OnnxLoader", "SafetensorsLoader", "loaders", "open"]
