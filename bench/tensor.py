@@ -128,7 +128,7 @@ def cuda_bench(reps: int) -> list[dict]:
             traceback.print_exc()
         for w in ws:
             w.close()
-        del tw
+        tw = []  # free the rotation before the next shape (closures above are done with it)
         torch.cuda.empty_cache()
 
     # linear_many (Q, K, V of a GQA layer) vs three linears and one linear over the summed weights

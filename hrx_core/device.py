@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .buffer import Allocation, Buffer, check_int
@@ -109,15 +109,23 @@ class QueueSlot:
                 for obj in retain:
                     obj.release()
                 raise
-            value = self.pending_value
-            append = self.retained.append
-            for obj in retain:
-                append((value, obj))
-            self.unsignaled_ops += 1
-            done = self._flush_locked() if self.unsignaled_ops >= AUTO_FLUSH_OPS else ()
+            value, done = self.commit_locked(retain)
         for obj in done:
             obj.release()
         return value
+
+    def commit_locked(self, retain: Iterable[Any]) -> tuple[int, Sequence[Any]]:
+        """After work was encoded and submitted under ``lock``: retain ``retain`` (which
+        already hold a reference) until the value covering the work, count the
+        operation and emit the signal every AUTO_FLUSH_OPS operations. Returns the
+        value and the owners of retired work, to release after the lock."""
+        value = self.pending_value
+        append = self.retained.append
+        for obj in retain:
+            append((value, obj))
+        self.unsignaled_ops += 1
+        done = self._flush_locked() if self.unsignaled_ops >= AUTO_FLUSH_OPS else ()
+        return value, done
 
     def mark_value(self) -> int:
         """The value covering everything encoded so far (no new work)."""

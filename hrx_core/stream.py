@@ -20,7 +20,6 @@ from .completion import Completion, Event
 from .engine import Access, BufferArg, CacheOp, KernelArg, NativeQueue
 from .errors import InvalidArgument, OutOfBounds, Overlap, Unsupported
 from .kernel import Kernel
-from .device import AUTO_FLUSH_OPS
 from .staging import MAX_CHUNK_BYTES, StagingRing, host_copy, host_copy_async, wait_all
 
 if TYPE_CHECKING:
@@ -73,7 +72,6 @@ class PreparedLaunch:
         self._needs_submit = stream.slot.native.needs_submit
         self._allocs = tuple(allocs)
         self._ranges = tuple(ranges)
-        self._stats = stream.device.stats
 
     def launch(self) -> Completion:
         slot = self._slot
@@ -85,31 +83,16 @@ class PreparedLaunch:
                     raise InvalidArgument("prepared launch: a bound buffer was freed")
                 if alloc.host_maps or alloc.host_dirty:
                     alloc.check_device_use(start, end, writes)
-        done: Any = ()
         with slot.lock:
             self._launch()
             if self._needs_submit:
                 slot._native.submit()  # type: ignore[union-attr]
-            value = slot.pending_value
-            if allocs:
-                append = slot.retained.append
-                for alloc in allocs:
-                    alloc.retain()
-                    append((value, alloc))
-            slot.unsignaled_ops += 1
-            if slot.unsignaled_ops >= AUTO_FLUSH_OPS:
-                done = slot._flush_locked()
+            for alloc in allocs:
+                alloc.retain()
+            value, done = slot.commit_locked(allocs)
         for obj in done:
             obj.release()
-        stream = self._stream
-        completion = stream._last
-        if completion is None or completion.value != value:
-            completion = stream._done(value)
-        if ranges:
-            for alloc, start, end, writes in ranges:
-                alloc.note_use(completion, start, end, writes)
-        self._stats.dispatches += 1
-        return completion
+        return self._stream._dispatched(value, ranges)
 
 
 class Stream:
@@ -345,22 +328,19 @@ class Stream:
         exe = kernel._executables.get(id(self.device)) or kernel.executable(self.device)
         slot = self.slot
         queue = slot._native or slot.native
-        done: Any = ()
         with slot.lock:
             queue.dispatch(exe, g, b, args)
             if queue.needs_submit:
                 queue.submit()
-            value = slot.pending_value
-            if allocs:
-                append = slot.retained.append
-                for alloc in allocs:
-                    alloc.retain()
-                    append((value, alloc))
-            slot.unsignaled_ops += 1
-            if slot.unsignaled_ops >= AUTO_FLUSH_OPS:
-                done = slot._flush_locked()
+            for alloc in allocs:
+                alloc.retain()
+            value, done = slot.commit_locked(allocs)
         for obj in done:
             obj.release()
+        return self._dispatched(value, ranges)
+
+    def _dispatched(self, value: int, ranges: Sequence[tuple[Allocation, int, int, bool]]) -> Completion:
+        """The completion of a dispatch at ``value``; notes its buffer uses."""
         completion = self._last
         if completion is None or completion.value != value:
             completion = self._done(value)

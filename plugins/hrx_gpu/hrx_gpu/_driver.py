@@ -21,6 +21,7 @@ import os
 import threading
 from typing import Any
 
+from ._cffi import LazyFFI
 from .errors import CUDA_ERROR_INVALID_CONTEXT, DriverUnavailable, make_error
 
 CDEF = r"""
@@ -208,22 +209,12 @@ ATTR_COMPUTE_CAPABILITY_MINOR = 76
 #: Reads 0 on the H200 although the v2 stream memory operations work: never gate on it.
 ATTR_CAN_USE_STREAM_MEM_OPS_V1 = 92
 
-_ffi_lock = threading.Lock()
-_ffi: Any = None
+_FFI = LazyFFI(CDEF)
 
 
 def get_ffi() -> Any:
     """The cffi FFI with the driver declarations (parsed once, on first use)."""
-    global _ffi
-    if _ffi is None:
-        with _ffi_lock:
-            if _ffi is None:
-                import cffi
-
-                ffi = cffi.FFI()
-                ffi.cdef(CDEF)
-                _ffi = ffi
-    return _ffi
+    return _FFI.get()
 
 
 class _Current(threading.local):

@@ -24,6 +24,8 @@ from typing import Any
 
 from hrx_core.errors import CompileError
 
+from ._cffi import LazyFFI
+
 CDEF = r"""
 typedef int nvrtcResult;
 typedef struct _nvrtcProgram *nvrtcProgram;
@@ -55,22 +57,12 @@ class NvrtcUnavailable(CompileError):
     """No usable NVRTC library was found."""
 
 
-_ffi_lock = threading.Lock()
-_ffi: Any = None
+_FFI = LazyFFI(CDEF)
 
 
 def get_ffi() -> Any:
-    """The cffi FFI with the NVRTC declarations (parsed once)."""
-    global _ffi
-    if _ffi is None:
-        with _ffi_lock:
-            if _ffi is None:
-                import cffi
-
-                ffi = cffi.FFI()
-                ffi.cdef(CDEF)
-                _ffi = ffi
-    return _ffi
+    """The cffi FFI with the NVRTC declarations (parsed once, on first use)."""
+    return _FFI.get()
 
 
 def candidates() -> Iterator[str]:

@@ -23,7 +23,7 @@ def test_import_loads_nothing_native() -> None:
     code = (
         "import sys, hrx_gpu, hrx_gpu.plugin, hrx_gpu.engine, hrx_gpu.device, hrx_gpu.graph;"
         "from hrx_gpu import _driver, _nvrtc;"
-        "assert _driver._driver is None and _driver._ffi is None and _nvrtc._nvrtc is None;"
+        "assert _driver._driver is None and _driver._FFI._ffi is None and _nvrtc._nvrtc is None;"
         "assert 'cffi' not in sys.modules or True;"
         "print('ok')"
     )
