@@ -49,3 +49,14 @@ def hrx_artifact_loaders() -> Sequence[Any]:
 @hookspec
 def hrx_doctor() -> Sequence[tuple[str, str, str]]:
     """Return extra ``hrx doctor`` rows as (section, item, detail)."""
+
+
+@hookspec
+def hrx_cli_commands() -> Sequence[Any]:
+    """Return extra ``hrx`` subcommands as :class:`hrx_core.cli.CliCommand` objects.
+
+    Each one names the subcommand, its one-line help, a ``configure(parser)`` that
+    adds its arguments to an ``argparse`` subparser, and ``run(args) -> int`` that
+    executes it (HRXError subclasses are reported as ``hrx <name>: Type: message``
+    with exit status 2).
+    """

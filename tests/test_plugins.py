@@ -58,7 +58,7 @@ def site(tmp_path, monkeypatch):
     monkeypatch.delenv("HRX_ENGINE", raising=False)
     yield tmp_path
     monkeypatch.undo()
-    for name in ("hrx_fake_plugin", "hrx_broken_plugin"):
+    for name in ("hrx_fake_plugin", "hrx_broken_plugin", "hrx_cli_plugin"):
         sys.modules.pop(name, None)
     importlib.invalidate_caches()
     plugins.reload()
@@ -157,3 +157,41 @@ def test_prepare_and_pipeline(site):
     assert "eager axpy  ok" in r.stdout and "graph x2    ok" in r.stdout
     r = _hrx("pipeline", "--engine", "nope")
     assert r.returncode == 2 and "EngineNotFound" in r.stderr
+
+
+CLI_PLUGIN = textwrap.dedent(
+    '''
+    """A third-party plugin adding ``hrx hello`` and trying to replace ``hrx doctor``."""
+    from hrx_core.cli import CliCommand
+    from hrx_core.errors import InvalidArgument
+    from hrx_core.hookspecs import hookimpl
+
+
+    def _configure(parser):
+        parser.add_argument("--times", type=int, default=1)
+
+
+    def _run(args):
+        if args.times < 1:
+            raise InvalidArgument(f"--times: must be >= 1, got {args.times}")
+        print("hello " * args.times)
+        return 0
+
+
+    @hookimpl
+    def hrx_cli_commands():
+        return [CliCommand("hello", "say hello", _configure, _run),
+                CliCommand("doctor", "an impostor", _configure, _run)]
+    '''
+)
+
+
+def test_plugins_add_cli_commands(site):
+    _write_dist(site, "hrx-cli-plugin", "1.0", "cli", "hrx_cli_plugin", CLI_PLUGIN)
+    r = _hrx("hello", "--times", "2", env_path=site)
+    assert r.returncode == 0 and r.stdout.split() == ["hello", "hello"], r.stdout + r.stderr
+    assert "second definition of the command 'doctor'" in r.stderr  # built-ins cannot be replaced
+    r = _hrx("hello", "--times", "0", env_path=site)
+    assert r.returncode == 2 and "InvalidArgument: --times" in r.stderr
+    r = _hrx("doctor", "--json", env_path=site)
+    assert r.returncode == 0 and json.loads(r.stdout)["plugins"]

@@ -4,8 +4,27 @@ from __future__ import annotations
 
 import argparse
 import sys
-
 from ..errors import HRXError
+from . import CliCommand
+
+BUILTIN = ("doctor", "prepare", "pipeline")
+
+
+def plugin_commands() -> dict[str, CliCommand]:
+    """Subcommands from installed plugins, by name (built-in names cannot be replaced)."""
+    from .. import plugins as reg
+
+    found: dict[str, CliCommand] = {}
+    for batch in reg.registry().pm.hook.hrx_cli_commands():
+        for cmd in batch or ():
+            if not isinstance(cmd, CliCommand):
+                print(f"hrx: ignoring a plugin command that is not a CliCommand: {cmd!r}", file=sys.stderr)
+                continue
+            if cmd.name in BUILTIN or cmd.name in found:
+                print(f"hrx: ignoring a second definition of the command {cmd.name!r}", file=sys.stderr)
+                continue
+            found[cmd.name] = cmd
+    return found
 
 
 def _prepare() -> int:
@@ -55,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     pipeline = sub.add_parser("pipeline", help="run a small upload/kernel/graph/download pipeline and check it")
     pipeline.add_argument("--engine", default=None, help="engine to use (default: best available)")
     pipeline.add_argument("--elements", type=int, default=1 << 20)
+    extra = plugin_commands()
+    for cmd in extra.values():
+        cmd.configure(sub.add_parser(cmd.name, help=cmd.help))
     args = parser.parse_args(argv)
     try:
         if args.command == "doctor":
@@ -67,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             from .pipeline import run as run_pipeline
 
             return run_pipeline(args.engine, args.elements)
+        return int(extra[args.command].run(args))
     except HRXError as exc:
         print(f"hrx {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
