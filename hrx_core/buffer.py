@@ -291,6 +291,13 @@ class Buffer:
         """True when no device work on this buffer is pending."""
         return not self.allocation.busy()
 
+    def visibility(self, producer: Any, consumer: Any) -> Any:
+        """Reach, release/acquire actions and atomic scopes of this buffer's backing
+        from ``producer`` to ``consumer`` (devices or "host"); see hrx_core.placement."""
+        from .placement import visibility
+
+        return visibility(self, producer, consumer)
+
     # -- lifetime ---------------------------------------------------------------
 
     def close(self) -> None:
@@ -327,7 +334,7 @@ class Buffer:
 class View:
     """A checked byte range ``[offset, offset + length)`` of a buffer."""
 
-    __slots__ = ("buffer", "offset", "length")
+    __slots__ = ("buffer", "offset", "length", "__weakref__")
 
     def __init__(self, buffer: Buffer, offset: int, length: int) -> None:
         self.buffer = buffer

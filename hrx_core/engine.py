@@ -111,6 +111,10 @@ class DeviceInfo:
     native_graphs: bool = False
     #: DLPack device type of native buffers (1 = CPU, 2 = CUDA, 3 = CUDA host).
     dlpack_device_type: int = 1
+    #: :meth:`EngineDevice.import_buffer` reaches host-visible allocations of other
+    #: engines (shared memory, host-mappable buffers): the memory placement layer
+    #: (hrx_core.placement) answers allocation profiles with it before allocating.
+    imports_host_memory: bool = False
     #: Free-form facts shown by ``hrx doctor`` (compute capability, driver, ...).
     properties: Mapping[str, Any] = attrs.field(factory=dict)
 
@@ -271,6 +275,16 @@ class PreparedDispatch:
         """A zero-argument launcher on ``queue`` (engines bind every native argument)."""
         return functools.partial(self.launch, queue)
 
+    def set_arg(self, index: int, arg: BufferArg) -> None:
+        """Point buffer argument ``index`` at another validated range for later launches.
+
+        Launchers returned by :meth:`bind` see the change (engines patch their packed
+        arguments in place). The core validated ``arg`` against the kernel already.
+        """
+        args = list(self.args)
+        args[index] = arg
+        self.args = tuple(args)
+
 
 class NativeQueue(abc.ABC):
     """One hardware queue (a CUDA stream, a PM4/SDMA ring, a host worker thread)."""
@@ -368,6 +382,13 @@ class EngineDevice(abc.ABC):
 
     def wrap_external(self, obj: Any) -> tuple[NativeBuffer, int] | None:
         """Wrap foreign memory (a torch/cupy tensor) as a buffer; None if unknown."""
+        return None
+
+    def import_buffer(self, other: NativeBuffer) -> NativeBuffer | None:
+        """A buffer of this device over another engine's allocation -- the import side
+        of an export/import of the backing (a dma-buf on hardware, the same pages for
+        host memory) -- or None if this device cannot reach it. The core keeps the
+        exporting allocation alive while the import lives; ``free`` ends the import."""
         return None
 
     def close(self) -> None:  # noqa: B027

@@ -57,6 +57,14 @@ def _check_dims(name: str, value: Any, limit: tuple[int, int, int]) -> tuple[int
     return dims[0], dims[1], dims[2]
 
 
+def _narrower(kernel: Kernel, index: int, binding: Binding, access: Access) -> None:
+    verb = {Access.READ: "reads", Access.WRITE: "writes"}.get(access, "reads and writes")
+    raise InvalidArgument(
+        f"bindings[{index}]: declared {binding.access.name.lower()} but kernel {kernel.name!r} "
+        f"{verb} this buffer (declare .{access.name.lower()}())"
+    )
+
+
 class PreparedLaunch:
     """A dispatch bound once (kernel, geometry, bindings, scalars); launch repeatedly.
 
@@ -64,14 +72,42 @@ class PreparedLaunch:
     host mappings) and otherwise costs one native launch plus a little bookkeeping.
     """
 
-    def __init__(self, stream: Stream, native: Any, allocs: list[Allocation], ranges: list[tuple[Allocation, int, int, bool]]) -> None:
+    def __init__(self, stream: Stream, kernel: Kernel, native: Any, allocs: list[Allocation],
+                 ranges: list[tuple[Allocation, int, int, bool]]) -> None:
         self._stream = stream
         self._slot = stream.slot
+        self._kernel = kernel
         self._native = native
         self._launch = native.bind(stream.slot.native)
         self._needs_submit = stream.slot.native.needs_submit
         self._allocs = tuple(allocs)
         self._ranges = tuple(ranges)
+
+    def rebind(self, index: int, binding: Buffer | View | Binding) -> None:
+        """Point buffer ``index`` at another Buffer, View or Binding for later launches.
+
+        The binding is validated like a dispatch argument (device, declared access,
+        host mappings); geometry and scalars stay as prepared. A rejected rebind
+        changes nothing. Work already launched keeps its old binding.
+        """
+        expected = self._kernel.buffer_access
+        if type(index) is not int or not 0 <= index < len(expected):
+            raise InvalidArgument(f"index: kernel {self._kernel.name!r} has buffers 0..{len(expected) - 1}, got {index!r}")
+        name = f"bindings[{index}]"
+        b = as_binding(name, binding, expected[index])
+        if b.access & expected[index] != expected[index]:
+            _narrower(self._kernel, index, b, expected[index])
+        self._stream._check_device(name, b)
+        view = b.view
+        alloc = view.buffer.allocation
+        writes = b.access.writes
+        if alloc.host_maps or alloc.host_dirty:
+            alloc.check_device_use(view.start, view.end, writes)
+        self._native.set_arg(index, BufferArg(alloc.native, view.start, view.length, b.access))
+        ranges = list(self._ranges)
+        ranges[index] = (alloc, view.start, view.end, writes)
+        self._ranges = tuple(ranges)
+        self._allocs = tuple(dict.fromkeys(r[0] for r in ranges))
 
     def launch(self) -> Completion:
         slot = self._slot
@@ -288,6 +324,8 @@ class Stream:
         ranges: list[tuple[Allocation, int, int, bool]] = []
         for i, (b, access) in enumerate(zip(bindings, expected)):
             binding = as_binding(f"bindings[{i}]", b, access)
+            if binding.access & access != access:
+                _narrower(kernel, i, binding, access)
             self._check_device(f"bindings[{i}]", binding)
             view = binding.view
             alloc = view.buffer.allocation
@@ -368,7 +406,7 @@ class Stream:
         self._check_family("dispatch")
         exe = kernel.executable(self.device)
         native = self.device.native.prepare_dispatch(exe, g, b, args)
-        return PreparedLaunch(self, native, allocs, ranges)
+        return PreparedLaunch(self, kernel, native, allocs, ranges)
 
     # -- events and synchronization ---------------------------------------------
 

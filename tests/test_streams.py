@@ -11,7 +11,7 @@ import pytest
 import hrx_core as hrx
 from hrx_core.staging import DEFAULT_CHUNKS, MAX_CHUNK_BYTES
 
-from .kernels import ADD_U32, EMPTY, SLEEPY, launch_1d
+from .kernels import ADD_U32, EMPTY, SLEEPY, XOR_BYTES, launch_1d
 
 
 def _fresh(s, n, value=0xAB):
@@ -316,6 +316,49 @@ def test_prepared_launch(stream):
     assert (s.download(buf).view(np.uint32) == 30).all()
     empty = s.prepare(EMPTY, 1, [])
     empty.launch().wait()
+
+
+def test_prepared_launch_rebind(stream):
+    """rebind() retargets one buffer of a prepared launch; work already launched keeps
+    its old binding, a rejected rebind changes nothing."""
+    s = stream
+    n = 64
+    src_a = s.allocate_from(np.arange(n, dtype=np.uint8))
+    src_b = s.allocate_from(np.arange(n, dtype=np.uint8)[::-1].copy())
+    out_a, out_b = s.allocate(n), s.allocate(n)
+    launch = s.prepare(XOR_BYTES, 1, [src_a, out_a], block=n, scalars=(0xFF, n))
+    launch.launch()
+    launch.rebind(0, src_b.slice(0, n))
+    launch.rebind(1, out_b.binding().write())
+    done = launch.launch()
+    done.wait()
+    assert (s.download(out_a) == np.arange(n, dtype=np.uint8) ^ 0xFF).all()
+    assert (s.download(out_b) == np.arange(n, dtype=np.uint8)[::-1] ^ 0xFF).all()
+    # hazards follow the new binding: a copy into src_b after the launch waits for it
+    launch.rebind(1, out_a)
+    launch.launch()
+    s.copy(src_a, src_b)
+    assert (s.download(out_a) == np.arange(n, dtype=np.uint8)[::-1] ^ 0xFF).all()
+    # rejected rebinds change nothing
+    ro = s.allocate(n)
+    with pytest.raises(hrx.InvalidArgument, match="index"):
+        launch.rebind(2, ro)
+    with pytest.raises(hrx.InvalidArgument, match="bindings\\[1\\]"):
+        launch.rebind(1, ro.binding().read())  # the kernel writes buffer 1
+    other = hrx.device("host") if s.device.info.engine != "host" else None
+    if other is not None:
+        with pytest.raises(hrx.InvalidArgument):
+            launch.rebind(0, other.allocate(n))
+    with pytest.raises(hrx.InvalidArgument):
+        launch.rebind(0, np.zeros(n, np.uint8))
+    s.fill(out_a, 0)
+    launch.launch().wait()
+    assert (s.download(out_a) == np.arange(n, dtype=np.uint8) ^ 0xFF).all()  # src_b now holds src_a's bytes
+    # a freed binding is refused at launch, not used
+    launch.rebind(0, ro)
+    ro.close()
+    with pytest.raises(hrx.InvalidArgument, match="freed"):
+        launch.launch()
 
 
 def test_failed_kernel_raises_and_stream_recovers(dev):

@@ -146,6 +146,11 @@ class CudaPreparedDispatch(PreparedDispatch):
         self._null = driver.NULL
         self._call = functools.partial(driver.lib.cuLaunchKernel, executable.function, *grid, *block, 0)
 
+    def set_arg(self, index: int, arg: BufferArg) -> None:
+        """Patch the packed address of buffer argument ``index`` in place (bound launchers see it)."""
+        super().set_arg(index, arg)
+        self._keep[index][0] = address_of(arg.buffer) + arg.offset
+
     def bind(self, queue: CudaQueue) -> Callable[[], None]:  # type: ignore[override]
         """A zero-argument launcher with every argument of cuLaunchKernel bound."""
         if not queue._dispatch_ok:
