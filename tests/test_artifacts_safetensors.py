@@ -386,6 +386,16 @@ def test_fuzz_only_artifact_error(fuzz_dir: Path, data: bytes, mode: str) -> Non
         assert fv.names() == [] or total == len(data) - 8 - struct.unpack_from("<Q", data)[0]
 
 
+@pytest.mark.parametrize("shape", [[0, 2**66], [0, 2**63], [1] * 33])
+def test_shapes_numpy_cannot_represent_are_refused(tmp_path: Path, shape: list[int]) -> None:
+    """Found by the fuzzer: a zero dimension beside one beyond int64 passes the byte
+    count (0 == 0) but numpy cannot reshape to it."""
+    header = {"a": {"dtype": "I8", "shape": shape, "data_offsets": [0, 1 if 0 not in shape else 0]}}
+    path = write(tmp_path / "f.safetensors", encode_header(header) + (b"" if 0 in shape else b"\0"))
+    with pytest.raises(ArtifactError, match="shape"):
+        FileView.open(path)
+
+
 # -- device loading -------------------------------------------------------------------
 
 

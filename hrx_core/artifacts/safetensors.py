@@ -106,6 +106,11 @@ class TensorInfo:
         return DTYPES[self.dtype][1]
 
 
+#: Array limits numpy enforces (ndim, and each dimension as a signed 64-bit size).
+MAX_DIMS = 32  # numpy 1.x; numpy 2 allows 64
+MAX_DIM = 2**63 - 1
+
+
 def _fail(path: str, rule: str, detail: str, tensor: str | None = None) -> ArtifactError:
     where = f"tensor {tensor!r} " if tensor is not None else "header "
     return ArtifactError(f"{path}: {where}breaks rule '{rule}': {detail}")
@@ -156,6 +161,9 @@ def parse_header(
             raise _fail(path, "dtype", f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})", name)
         if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
             raise _fail(path, "shape", f"shape {shape!r} is not a list of non-negative integers", name)
+        if len(shape) > MAX_DIMS or any(d > MAX_DIM for d in shape):
+            # numpy cannot represent it even when another dimension is 0
+            raise _fail(path, "shape", f"shape {shape!r} has more than {MAX_DIMS} dimensions or one above {MAX_DIM}", name)
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) and o >= 0 for o in offsets)):
             raise _fail(path, "offsets", f"data_offsets {offsets!r} is not [begin, end] of non-negative integers", name)
         begin, end = offsets
