@@ -32,6 +32,53 @@ def per_call(fn, calls: int, sync) -> float:
     return (time.perf_counter() - t) / calls * 1e6
 
 
+def gpu_time(ops, dev, k: int, n: int) -> None:
+    """GPU time per linear kernel (CUDA events around 200 prepared launches over weights
+    rotated through 768 MiB, so none is served from L2), and torch F.linear alike."""
+    import torch
+    import torch.nn.functional as F
+
+    s = ops.stream
+    count = max(2, (768 << 20) // (k * n * 2))
+    ws = [dev.allocate(k * n * 2) for _ in range(count)]
+    for w in ws:
+        s.fill(w, 0)
+    x = dev.allocate(k * 2)
+    s.fill(x, 0)
+    out = dev.allocate(n * 2)
+    scalars = (np.uint32(k), np.uint32(n), np.uint32(0), np.uint32(0), np.uint32(0))
+    launches = [s.prepare(ops._linear, -(-n // 8), [x, w, w, w, out], block=256, scalars=scalars) for w in ws]
+    ext = torch.cuda.ExternalStream(s.native_queue().native_handle())
+    s.synchronize()
+
+    def timed(run, stream) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        run(20)
+        start.record(stream)
+        run(200)
+        end.record(stream)
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / 200
+
+    def hrx_run(reps: int) -> None:
+        for i in range(reps):
+            launches[i % count].launch()
+
+    tw = [torch.zeros(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(count)]
+    tx = torch.zeros(1, k, device="cuda", dtype=torch.bfloat16)
+    cur = torch.cuda.current_stream()
+
+    def torch_run(reps: int) -> None:
+        for i in range(reps):
+            F.linear(tx, tw[i % count])
+
+    for _ in range(3):
+        h, t = timed(hrx_run, ext), timed(torch_run, cur)
+    wbytes = k * n * 2
+    print(f"cuda {k}x{n} GPU time per kernel: hrx {h:.2f} us ({wbytes / h / 1e6:.2f} TB/s), "
+          f"torch {t:.2f} us ({wbytes / t / 1e6:.2f} TB/s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engine", default=None)
@@ -56,6 +103,8 @@ def main() -> None:
     }
     for name, us in results.items():
         print(f"{dev.info.engine} {args.k}x{args.n} {name:<24} {us:8.1f} us/call")
+    if dev.info.engine == "cuda":
+        gpu_time(ops, dev, args.k, args.n)
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(args.calls):

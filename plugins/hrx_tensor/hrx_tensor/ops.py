@@ -12,6 +12,7 @@ row and be launch-bound beyond a few dozen rows.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ import numpy as np
 from ml_dtypes import bfloat16
 
 from hrx_core.buffer import Buffer, View
+from hrx_core.completion import Completion
 from hrx_core.errors import InvalidArgument, OutOfBounds, Unsupported
 from hrx_core.execution.graph import ComputeRegion, TrackedGraph
 from hrx_core.execution.plan_cache import PlanCache, PlanLease
@@ -33,6 +35,16 @@ F32 = np.dtype(np.float32)
 _OUT_DTYPES = {BF16: 0, F32: 1}
 MAX_PROJECTIONS = 3
 K_MULTIPLE = 128
+
+
+def _slices(out: Buffer, shapes: list[tuple[int, ...]], dt: np.dtype) -> list[tuple[View, tuple[int, ...]]]:
+    """Consecutive views of ``out`` holding tensors of ``shapes`` (a slot's outputs)."""
+    views, offset = [], 0
+    for shape in shapes:
+        nbytes = math.prod(shape) * dt.itemsize
+        views.append((out.slice(offset, nbytes), shape))
+        offset += nbytes
+    return views
 
 
 def _kernels_for(engine: str) -> dict[str, Any]:
@@ -177,30 +189,43 @@ class TensorOps:
 
     def _run_linear(self, x: DeviceTensor, ws: list[DeviceTensor], ns: list[int], k: int, dt: np.dtype) -> list[DeviceTensor]:
         key = ("linear", k, tuple(ns), dt.name)
-        total = sum(ns)
         device = self.device
 
         def prepare() -> Plan:
             grid, block, scalars = self._linear_geometry(k, ns, dt)
-            nbytes = total * dt.itemsize
+            nbytes = sum(ns) * dt.itemsize
             return Plan(key, grid, block, scalars, lambda: Slot([device.allocate(nbytes)]))
 
         lease, plan, slot = self._take(key, prepare)
         try:
             out = slot.buffers[0]
-            wv = [w.view for w in ws] + [ws[0].view] * (MAX_PROJECTIONS - len(ws))
-            done = self.stream.dispatch(self._linear, plan.grid, [x.view, *wv, out], block=plan.block, scalars=plan.scalars)
+            w0 = ws[0].view
+            views = [x.view, w0, ws[1].view if len(ws) > 1 else w0, ws[2].view if len(ws) > 2 else w0, out]
+            done = self._launch(slot, self._linear, plan, views)
+            outputs = slot.outputs
+            if outputs is None:
+                outputs = slot.outputs = _slices(out, [(1, n) for n in ns], dt)
         except BaseException:
             self._give_back(lease, plan, slot)
             raise
         hold = SharedHold(lambda: self._give_back(lease, plan, slot), count=len(ns))
-        tensors = []
-        offset = 0
-        for n in ns:
-            view = out.slice(offset, n * dt.itemsize)
-            tensors.append(DeviceTensor(view, (1, n), dt, completion=done, stream=self.stream, hold=hold))
-            offset += n * dt.itemsize
-        return tensors
+        make, stream = DeviceTensor._output, self.stream
+        return [make(view, shape, dt, done, stream, hold) for view, shape in outputs]
+
+    def _launch(self, slot: Slot, kernel: Any, plan: Plan, views: list[Any]) -> Completion:
+        """Launch the slot's prepared dispatch, rebinding only the inputs that changed."""
+        launch = slot.launch
+        if launch is None:
+            launch = self.stream.prepare(kernel, plan.grid, views, block=plan.block, scalars=plan.scalars)
+            slot.launch, slot.bound = launch, [weakref.ref(v) for v in views]
+        else:
+            bound = slot.bound
+            for i, v in enumerate(views):
+                if bound[i]() is not v:
+                    launch.rebind(i, v)
+                    bound[i] = weakref.ref(v)
+        done = slot.done = launch.launch()
+        return done
 
     def linear_fragment(self, graph: TrackedGraph, x: DeviceTensor, w: DeviceTensor, *,
                         out: DeviceTensor | None = None, out_dtype: Any = "bf16",
@@ -260,19 +285,26 @@ class TensorOps:
             block = min(_kernels.GATHER_THREADS, max(32, -(-units // 32) * 32))
             grid = (n, 1, 1) if n < 2**31 else None
             scalars = (np.uint64(units), np.uint32(width), np.uint64(n))
+            # the indices go into host-visible memory the kernel reads directly: no
+            # staging copy and no upload command per call
             return Plan(key, grid, block, scalars,
-                        lambda: Slot([device.allocate(n * row_bytes), device.allocate(n * 8)]))
+                        lambda: Slot([device.allocate(n * row_bytes), device.allocate_shared(n * 8)]))
 
         lease, plan, slot = self._take(key, prepare)
         try:
             out, ibuf = slot.buffers
-            self.stream.upload(ibuf, idx)
-            done = self.stream.dispatch(self._gather, plan.grid, [table.view, ibuf, out], block=plan.block, scalars=plan.scalars)
+            # Written without waiting for the slot's previous gather: that call's output
+            # was released (its tensor closed), so it may read a mix of old and new
+            # indices -- all validated in range -- and the stream orders its writes of
+            # the output before this call's. Held outputs own other slots.
+            ibuf.allocation.native.host_view()[: idx.nbytes] = idx.view(np.uint8)
+            done = self._launch(slot, self._gather, plan, [table.view, ibuf, out])
         except BaseException:
             self._give_back(lease, plan, slot)
             raise
         hold = SharedHold(lambda: self._give_back(lease, plan, slot))
-        return DeviceTensor(out, (n, *table.shape[1:]), table.dtype, completion=done, stream=self.stream, hold=hold)
+        # the key fixes the row bytes, not the row shape: build the shape per call
+        return DeviceTensor._output(out.view(), (n, *table.shape[1:]), table.dtype, done, self.stream, hold)
 
     @staticmethod
     def _check_indices(indices: Any, rows: int) -> np.ndarray:

@@ -20,12 +20,22 @@ MAX_IDLE_SLOTS = 2
 
 
 class Slot:
-    """The buffers of one call: its output and any auxiliary (uploaded indices)."""
+    """The buffers of one call: its output and any auxiliary (uploaded indices).
 
-    __slots__ = ("buffers",)
+    ``launch`` is the slot's prepared launch (bound on first use, then only the
+    inputs that changed are rebound); ``bound`` holds weak references to the input
+    views it is bound to, so an idle slot never keeps a caller's tensor alive;
+    ``done`` is the completion of the slot's last use.
+    """
+
+    __slots__ = ("buffers", "launch", "bound", "done", "outputs")
 
     def __init__(self, buffers: Sequence[Buffer]) -> None:
         self.buffers = tuple(buffers)
+        self.launch: Any = None
+        self.bound: list[Any] = []
+        self.done: Any = None
+        self.outputs: Any = None
 
     def close(self) -> None:
         for b in self.buffers:

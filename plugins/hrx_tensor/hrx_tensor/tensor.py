@@ -102,6 +102,23 @@ class DeviceTensor:
         self.stream = stream
         self._hold = hold
         self._closed = False
+        self._contiguous = strides == contiguous
+
+    @classmethod
+    def _output(cls, view: View, shape: tuple[int, ...], dtype: np.dtype, completion: Completion,
+                stream: Stream, hold: SharedHold) -> DeviceTensor:
+        """An operation's contiguous output, built without re-validating what the plan fixed."""
+        t = cls.__new__(cls)
+        t.view = view
+        t.shape = shape
+        t.dtype = dtype
+        t.strides = _contiguous_strides(shape, dtype.itemsize)
+        t.completion = completion
+        t.stream = stream
+        t._hold = hold
+        t._closed = False
+        t._contiguous = True
+        return t
 
     @property
     def buffer(self) -> Buffer:
@@ -122,7 +139,7 @@ class DeviceTensor:
 
     @property
     def contiguous(self) -> bool:
-        return self.strides == _contiguous_strides(self.shape, self.dtype.itemsize)
+        return self._contiguous
 
     @property
     def closed(self) -> bool:
