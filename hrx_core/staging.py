@@ -69,6 +69,36 @@ def host_copy_async(dst: np.ndarray, src: np.ndarray) -> list[Future[None]]:
     return [pool.submit(np.copyto, dst[o : o + step], src[o : o + step]) for o in range(0, n, step)]
 
 
+#: Smallest piece one thread reads from a file (reads have no non-temporal threshold).
+MIN_FILE_PIECE_BYTES = 4 << 20
+
+
+def pread_into(fd: int, dst: np.ndarray, offset: int) -> None:
+    """Read ``dst.nbytes`` bytes of file ``fd`` at ``offset`` into ``dst`` (uint8,
+    contiguous); short reads continue, end of file raises EOFError."""
+    view = memoryview(dst).cast("B")
+    done = 0
+    n = len(view)
+    while done < n:
+        got = os.preadv(fd, [view[done:]], offset + done)
+        if got == 0:
+            raise EOFError(f"file ended at byte {offset + done}, {n - done} bytes short")
+        done += got
+
+
+def file_read_async(dst: np.ndarray, fd: int, offset: int) -> list[Future[None]]:
+    """Start reading file bytes into ``dst`` on the copy threads (the kernel copies out
+    of the page cache: no page-table population as with a memory mapping)."""
+    threads = _threads()
+    n = dst.nbytes
+    if threads <= 1 or n < PARALLEL_COPY_BYTES:
+        pread_into(fd, dst, offset)
+        return []
+    step = _step(n, max(1, min(threads, n // MIN_FILE_PIECE_BYTES)))
+    pool = _pool(threads)
+    return [pool.submit(pread_into, fd, dst[o : o + step], offset + o) for o in range(0, n, step)]
+
+
 def wait_all(futures: list[Future[None]]) -> None:
     for f in futures:
         f.result()

@@ -8,8 +8,10 @@ is encoded, so a rejected call changes nothing.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,7 +22,7 @@ from .completion import Completion, Event
 from .engine import Access, BufferArg, CacheOp, KernelArg, NativeQueue
 from .errors import InvalidArgument, OutOfBounds, Overlap, Unsupported
 from .kernel import Kernel
-from .staging import MAX_CHUNK_BYTES, StagingRing, host_copy, host_copy_async, wait_all
+from .staging import MAX_CHUNK_BYTES, StagingRing, file_read_async, host_copy, host_copy_async, wait_all
 
 if TYPE_CHECKING:
     from .budget import MemoryBudget
@@ -467,7 +469,42 @@ class Stream:
         """
         da, start, src = self._upload_target(dst, data)
         with self._transfer_lock:
-            return self._upload_locked(da, start, src)
+            return self._upload_locked(da, start, src.nbytes, lambda host, off: host_copy_async(host, src[off : off + host.nbytes]))
+
+    def upload_file(self, dst: Buffer | View | Binding, file: Any, offset: int = 0, nbytes: int | None = None) -> Completion:
+        """Copy ``nbytes`` of a file (a path, a file descriptor or an open binary file)
+        from byte ``offset`` into ``dst`` through the staging chunks.
+
+        The copy threads ``pread`` straight into the pinned chunks, so only the byte
+        range asked for is read and no memory mapping of the file is faulted in.
+        ``nbytes`` defaults to the rest of the file. Returns like :meth:`upload`.
+        """
+        d = as_binding("dst", dst, Access.WRITE)
+        self._check_device("dst", d)
+        if not d.access & Access.WRITE:
+            raise InvalidArgument("dst: binding is declared read-only")
+        check_int("offset", offset)
+        if nbytes is not None:
+            check_int("nbytes", nbytes)
+        with _open_file(file) as fd:
+            size = os.fstat(fd).st_size
+            if offset > size:
+                raise OutOfBounds(f"offset: {offset} is beyond the end of the {size}-byte file")
+            n = size - offset if nbytes is None else nbytes
+            if offset + n > size:
+                raise OutOfBounds(f"nbytes: [{offset}, {offset + n}) runs past the end of the {size}-byte file")
+            dv = d.view
+            if n > dv.length:
+                raise OutOfBounds(f"upload_file: {n} bytes do not fit the {dv.length}-byte destination")
+            da = dv.buffer.allocation
+            if da.host_maps or da.host_dirty:
+                da.check_device_use(dv.start, dv.start + n, True)
+            self._check_family("copy")
+            with self._transfer_lock:
+                try:
+                    return self._upload_locked(da, dv.start, n, lambda host, off: file_read_async(host, fd, offset + off))
+                except EOFError as exc:  # the file shrank under us
+                    raise OutOfBounds(f"file: {exc}") from None
 
     def _upload_target(self, dst: Buffer | View | Binding, data: Any) -> tuple[Allocation, int, np.ndarray]:
         """Validate an upload: (allocation, first byte, flat host bytes)."""
@@ -485,11 +522,10 @@ class Stream:
         self._check_family("copy")
         return da, dv.start, src
 
-    def _upload_locked(self, da: Allocation, start: int, src: np.ndarray) -> Completion:
+    def _upload_locked(self, da: Allocation, start: int, n: int, fill: Callable[[np.ndarray, int], list[Any]]) -> Completion:
         # Pipelined: the copy threads fill up to count-1 chunks while the queue moves
-        # the oldest filled one.
+        # the oldest filled one. fill(chunk_host, source_offset) starts filling a chunk.
         ring = self._ring()
-        n = src.nbytes
         completion: Completion | None = None
         dn = da.native
         depth = max(1, ring.count - 1)
@@ -517,7 +553,7 @@ class Stream:
                 length = min(MAX_CHUNK_BYTES, n - off)
                 chunk = ring.acquire(length)
                 chunk.leased = True
-                filling.append((chunk, off, length, host_copy_async(chunk.host[:length], src[off : off + length])))
+                filling.append((chunk, off, length, fill(chunk.host[:length], off)))
                 if len(filling) >= depth:
                     completion = send(*filling.pop(0))
             while filling:
@@ -543,7 +579,7 @@ class Stream:
         with self._transfer_lock:
             direct = self.device.native.wrap_host(src)
             if direct is None:
-                completion = self._upload_locked(da, start, src)
+                completion = self._upload_locked(da, start, src.nbytes, lambda host, off: host_copy_async(host, src[off : off + host.nbytes]))
             else:
                 completion = self._direct(direct, 0, da, start, src.nbytes, writes_host=False)
                 self.device.stats.upload_bytes += src.nbytes
@@ -681,3 +717,31 @@ class Stream:
                 self._staging.close()
                 self._staging = None
 
+
+@contextlib.contextmanager
+def _open_file(file: Any) -> Iterator[int]:
+    """A readable file descriptor for a path, a descriptor or an object with fileno()."""
+    if isinstance(file, (str, bytes, os.PathLike)):
+        try:
+            fd = os.open(file, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise InvalidArgument(f"file: cannot open {os.fsdecode(file)!r}: {exc.strerror}") from None
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+        return
+    if isinstance(file, int) and not isinstance(file, bool):
+        fd = file
+    elif hasattr(file, "fileno"):
+        try:
+            fd = file.fileno()
+        except (OSError, ValueError) as exc:
+            raise InvalidArgument(f"file: {type(file).__name__} has no usable descriptor ({exc})") from None
+    else:
+        raise InvalidArgument(f"file: expected a path, a file descriptor or a binary file, got {type(file).__name__}")
+    try:
+        os.fstat(fd)
+    except OSError as exc:
+        raise InvalidArgument(f"file: descriptor {fd} is not open ({exc.strerror})") from None
+    yield fd

@@ -419,12 +419,15 @@ def test_load_all(sample_file: Path, host_stream: Any, mode: str) -> None:
         assert s.download(one).view(ml_dtypes.bfloat16).tolist() == sample()["b"].tolist()
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_load_subset_uploads_only_its_ranges(
-    sample_file: Path, host_stream: Any, monkeypatch: pytest.MonkeyPatch
+    sample_file: Path, host_stream: Any, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
+    """Mapped files are read with pread (Stream.upload_file) over exactly the selected
+    byte ranges; owned files upload views of their memory, not copies."""
     _, s = host_stream
     ranges: list[tuple[int, int]] = []
-    real_upload = s.upload
+    real_upload, real_upload_file = s.upload, s.upload_file
 
     def spy(dst: Any, data: Any) -> Any:
         assert isinstance(data, np.ndarray) and not data.flags.owndata  # a view of the file, not a copy
@@ -433,8 +436,14 @@ def test_load_subset_uploads_only_its_ranges(
         ranges.append((start, start + data.nbytes))
         return real_upload(dst, data)
 
+    def spy_file(dst: Any, file: Any, offset: int = 0, nbytes: int | None = None) -> Any:
+        assert isinstance(file, int) and nbytes is not None
+        ranges.append((offset, offset + nbytes))
+        return real_upload_file(dst, file, offset, nbytes)
+
     monkeypatch.setattr(s, "upload", spy)
-    with FileView.open(sample_file) as fv:
+    monkeypatch.setattr(s, "upload_file", spy_file)
+    with FileView.open(sample_file, mode=mode) as fv:
         bufs = fv.load(s, ["i", "w"])
         assert set(bufs) == {"i", "w"}
         assert sorted(ranges) == sorted((fv.info(n).begin, fv.info(n).end) for n in ("i", "w"))

@@ -361,6 +361,42 @@ def test_prepared_launch_rebind(stream):
         launch.launch()
 
 
+def test_upload_file(stream, tmp_path):
+    """upload_file reads a byte range of a file into device memory through staging:
+    paths, descriptors and file objects; multi-chunk sizes; a rejected call changes nothing."""
+    s = stream
+    n = (64 << 20) + 12345  # more than one staging chunk
+    data = np.random.default_rng(5).integers(0, 256, n, dtype=np.uint8)
+    path = tmp_path / "blob.bin"
+    data.tofile(path)
+    big = s.allocate(n)
+    s.upload_file(big, path)
+    assert np.array_equal(s.download(big), data)
+    small = s.allocate(1000)
+    with open(path, "rb") as f:
+        s.upload_file(small, f, offset=777, nbytes=1000)
+        assert np.array_equal(s.download(small), data[777:1777])
+        s.upload_file(small.slice(100, 50), f.fileno(), offset=n - 50)
+    assert np.array_equal(s.download(small)[100:150], data[-50:])
+    before = s.download(small)
+    with pytest.raises(hrx.OutOfBounds, match="past the end"):
+        s.upload_file(small, path, offset=n - 10, nbytes=20)
+    with pytest.raises(hrx.OutOfBounds, match="beyond the end"):
+        s.upload_file(small, path, offset=n + 1)
+    with pytest.raises(hrx.OutOfBounds, match="do not fit"):
+        s.upload_file(small, path, offset=0, nbytes=1001)
+    with pytest.raises(hrx.InvalidArgument, match="cannot open"):
+        s.upload_file(small, tmp_path / "missing.bin")
+    with pytest.raises(hrx.InvalidArgument, match="not open"):
+        s.upload_file(small, 987654)
+    with pytest.raises(hrx.InvalidArgument, match="read-only"):
+        s.upload_file(small.binding().read(), path, nbytes=10)
+    with pytest.raises(hrx.InvalidArgument, match="offset"):
+        s.upload_file(small, path, offset=-1)
+    assert np.array_equal(s.download(small), before)
+    big.close()
+
+
 def test_failed_kernel_raises_and_stream_recovers(dev):
     if dev.kind != "host":
         pytest.skip("a failing host callable is the host engine's fault model")

@@ -213,10 +213,13 @@ class FileView:
         tensors: dict[str, TensorInfo],
         metadata: dict[str, str],
         mode: str,
+        fd: int | None = None,
     ) -> None:
         self.path = path
         self.mode = mode
         self._data: mmap.mmap | bytearray | None = data
+        #: a descriptor of the mapped file itself (device loads pread from it)
+        self._fd = fd
         self._tensors = tensors
         self.metadata: Mapping[str, str] = metadata
 
@@ -233,6 +236,7 @@ class FileView:
                     data: mmap.mmap | bytearray = bytearray(f.read())
                 elif mode == "mapped":
                     data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    fd = os.dup(f.fileno())
                 else:
                     data = bytearray(size)
                     f.readinto(data)
@@ -243,8 +247,9 @@ class FileView:
         except BaseException:
             if isinstance(data, mmap.mmap):
                 data.close()
+                os.close(fd)
             raise
-        return cls(spath, data, tensors, metadata, mode)
+        return cls(spath, data, tensors, metadata, mode, fd if isinstance(data, mmap.mmap) else None)
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -255,6 +260,9 @@ class FileView:
     def close(self) -> None:
         """Release the file's memory (idempotent)."""
         data, self._data = self._data, None
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
         if isinstance(data, mmap.mmap):
             try:
                 data.close()
@@ -344,9 +352,10 @@ class FileView:
         """Upload the selected tensors (all by default) to new device buffers.
 
         Each buffer is charged to ``budget`` (default: the stream's budget) before it is
-        allocated, then filled by ``stream.upload`` straight from the file's memory
-        through the stream's staging ring: only the selected byte ranges are read, so
-        a subset touches only its own pages. Zero-byte tensors get a 1-byte buffer
+        allocated, then filled through the stream's staging ring: a mapped file is read
+        with ``pread`` into the pinned chunks (:meth:`Stream.upload_file`: no page-table
+        population of the mapping), an owned one copied from memory. Only the selected
+        byte ranges are read, so a subset touches only its own pages. Zero-byte tensors get a 1-byte buffer
         (devices allocate nothing smaller). On any failure the buffers allocated so far
         are closed. Returns buffers by name; the uploads are queued on ``stream``.
         """
@@ -360,7 +369,9 @@ class FileView:
             for t in infos:
                 buf = stream.device.allocate(max(t.nbytes, 1), budget=charge_to)
                 out[t.name] = buf
-                if t.nbytes:
+                if t.nbytes and self._fd is not None:
+                    stream.upload_file(buf, self._fd, t.begin, t.nbytes)
+                elif t.nbytes:
                     stream.upload(buf, np.frombuffer(data, np.uint8, count=t.nbytes, offset=t.begin))
         except BaseException:
             for buf in out.values():
