@@ -177,10 +177,18 @@ class _Inflight:
         return list(found.values())
 
     def record(self, accesses: Sequence[tuple[Allocation, int, int, bool]], event: Event) -> None:
+        slot = event.completion.slot
         for alloc, start, end, writes in accesses:
             entries = self._entries.setdefault(id(alloc), [])
             if writes:
+                # the write waited for every access it covers: it stands for them
                 entries[:] = [x for x in entries if not (start <= x[0] and x[1] <= end)]
+            elif entries:
+                # one queue runs in order: a later read of the same range on the same
+                # queue finishes after an earlier one, so the earlier entry is redundant
+                # (keeps the list bounded when many submissions read one input)
+                entries[:] = [x for x in entries
+                              if x[2] or x[0] != start or x[1] != end or x[3].completion.slot is not slot]
             entries.append((start, end, writes, event))
 
 

@@ -24,6 +24,7 @@ from hrx_core.completion import Completion
 from hrx_core.errors import InvalidArgument, OutOfBounds, Unsupported
 from hrx_core.execution.graph import ComputeRegion, TrackedGraph
 from hrx_core.execution.plan_cache import PlanCache, PlanLease
+from hrx_core.graph import Graph
 from hrx_core.stream import Stream
 
 from . import kernels as _kernels
@@ -233,12 +234,46 @@ class TensorOps:
         """Record y = x @ w.T as a compute region of ``graph`` (read x, w; write out).
 
         Returns the region and the output tensor (``out``, or a new tensor owning its
-        buffer). Nothing runs until the graph is submitted.
+        buffer). Nothing runs until the graph is submitted. To put several projections
+        in one region (one native graph launch per replay), call :meth:`record_linear`
+        inside ``graph.compute(name, record)`` instead.
         """
         if not isinstance(graph, TrackedGraph):
             raise InvalidArgument(f"graph: expected a TrackedGraph, got {type(graph).__name__}")
-        if graph.runtime.lane("compute").stream.device is not self.device:
+        lane_stream = graph.runtime.lane("compute").stream
+        if lane_stream.device is not self.device:
             raise InvalidArgument(f"graph: its compute lane is not on {self.device.name}")
+        launch, out, owned = self._linear_record_args(x, w, out, out_dtype, lane_stream)
+        try:
+            region = graph.compute(name, lambda g: g.dispatch(*launch[0], **launch[1]))
+        except BaseException:
+            if owned:
+                out.close()
+            raise
+        return region, out
+
+    def record_linear(self, g: Graph, x: DeviceTensor, w: DeviceTensor, *, out: DeviceTensor | None = None,
+                      out_dtype: Any = "bf16") -> DeviceTensor:
+        """Record y = x @ w.T into ``g``, an access graph being recorded (the argument a
+        ``TrackedGraph.compute(name, record)`` callback receives, or ``stream.access_graph()``).
+
+        Returns ``out`` or a new tensor owning its buffer. Every projection recorded
+        into one region replays as one native graph launch.
+        """
+        if not isinstance(g, Graph):
+            raise InvalidArgument(f"g: expected an hrx access graph being recorded, got {type(g).__name__}")
+        launch, out, owned = self._linear_record_args(x, w, out, out_dtype, getattr(g, "stream", None) or self.stream)
+        try:
+            g.dispatch(*launch[0], **launch[1])
+        except BaseException:
+            if owned:
+                out.close()
+            raise
+        return out
+
+    def _linear_record_args(self, x: DeviceTensor, w: DeviceTensor, out: DeviceTensor | None, out_dtype: Any,
+                            stream: Stream) -> tuple[tuple[tuple[Any, ...], dict[str, Any]], DeviceTensor, bool]:
+        """Validated dispatch arguments of a recorded linear, its output and whether it is new."""
         k = self._check_x(x)
         n = self._check_w("w", w, k)
         if out is None:
@@ -251,18 +286,12 @@ class TensorOps:
             if out.shape != (1, n):
                 raise InvalidArgument(f"out: shape {list(out.shape)} is not [1, {n}]")
         grid, block, scalars = self._linear_geometry(k, [n], dt)
-        owned = None
+        owned = out is None
         if out is None:
-            owned = self.device.allocate(n * dt.itemsize)
-            out = DeviceTensor(owned, (1, n), dt, stream=graph.runtime.lane("compute").stream, hold=SharedHold(owned.close))
+            buf = self.device.allocate(n * dt.itemsize)
+            out = DeviceTensor(buf, (1, n), dt, stream=stream, hold=SharedHold(buf.close))
         bindings = [x.view.read(), w.view.read(), w.view.read(), w.view.read(), out.view.write()]
-        try:
-            region = graph.compute(name, lambda g: g.dispatch(self._linear, grid, bindings, block=block, scalars=scalars))
-        except BaseException:
-            if owned is not None:
-                out.close()
-            raise
-        return region, out
+        return ((self._linear, grid, bindings), {"block": block, "scalars": scalars}), out, owned
 
     # -- gather -------------------------------------------------------------------
 

@@ -209,6 +209,41 @@ def test_linear_fragment_validates(ops, dev):
         assert not g.regions
 
 
+def test_record_linear_many_projections_in_one_region(ops, dev):
+    """Projections recorded into one compute region replay as one unit; a chain
+    (the output of one feeding the next) is ordered by the declared access."""
+    rng = np.random.default_rng(7)
+    k = 128
+    x_host = rand_bf16(rng, (1, k))
+    ws_host = [rand_bf16(rng, (k, k), 0.05) for _ in range(3)]
+    rt = Runtime(dev)
+    x = ops.upload(x_host)
+    ws = [ops.upload(w) for w in ws_host]
+    outs = []
+    with rt.graph("chain") as g:
+
+        def record(rg):
+            h = x
+            for w in ws:
+                h = ops.record_linear(rg, h, w)
+                outs.append(h)
+
+        g.compute("three", record)
+        assert len(g.regions) == 1
+        down = g.download(outs[-1].view)
+        for _ in range(2):
+            rt.submit(g).wait(timeout=60)
+            h = x_host
+            for w in ws_host:  # the BF16 rounding of each stage, as the kernel does
+                h = (w.astype(np.float64) @ h.astype(np.float64).reshape(-1)).astype(np.float32).astype(bfloat16).reshape(1, -1)
+            got = down.read(bfloat16).astype(np.float64)
+            np.testing.assert_allclose(got, h.astype(np.float64).reshape(-1), rtol=2**-6, atol=1e-3)
+        with pytest.raises(InvalidArgument, match="g: expected"):
+            ops.record_linear(object(), x, ws[0])  # type: ignore[arg-type]
+    for o in outs:
+        o.close()
+
+
 def test_unsupported_engine_names_implementations(dev):
     class Info:
         engine = "npu-host"
