@@ -85,3 +85,17 @@ __all__ = [
     "open_device",
     "reload",
 ]
+
+# The model layer (sessions, frozen definitions, prepared slots, fragments) loads on
+# first use: it pulls in the execution runtime, which plain stream users never need.
+_MODEL_NAMES = ("DeviceTensor", "InferenceGraph", "ModelContext", "ModelDefinition", "ModelSession", "PreparedModel")
+__all__ += ["model", *_MODEL_NAMES]
+
+
+def __getattr__(name: str) -> object:
+    if name == "model" or name in _MODEL_NAMES:
+        import importlib
+
+        model = importlib.import_module(".model", __name__)
+        return model if name == "model" else getattr(model, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,347 @@
+"""DeviceTensor: a typed, shaped view of device memory with its producer and lease.
+
+A tensor is metadata (shape, dtype, strides) over a :class:`~hrx_core.View`, plus
+what a consumer needs to use it safely: ``completion`` (the producing work; None
+for memory that was simply wrapped) and a *hold* -- a lease on the storage, such as
+an inference slot's output. While any tensor (or any view derived from it with
+:meth:`DeviceTensor.reshape`, :meth:`~DeviceTensor.rows` or
+:meth:`~DeviceTensor.share`) is open, the lease stays held: a prepared model does
+not reuse the slot's outputs until every consumer closed its views.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+from ml_dtypes import bfloat16
+
+from ..buffer import Binding, Buffer, View
+from ..errors import InvalidArgument, OutOfBounds
+
+if TYPE_CHECKING:
+    from ..completion import Completion
+    from ..device import Device
+    from ..stream import Stream
+
+#: Names accepted wherever a dtype is expected, besides numpy dtypes.
+DTYPE_NAMES = {"bf16": np.dtype(bfloat16), "bfloat16": np.dtype(bfloat16), "f32": np.dtype(np.float32),
+               "float32": np.dtype(np.float32)}
+
+
+def as_dtype(name: str, value: Any) -> np.dtype:
+    """A numpy dtype from a dtype, a numpy name or one of :data:`DTYPE_NAMES`."""
+    if isinstance(value, str) and value in DTYPE_NAMES:
+        return DTYPE_NAMES[value]
+    try:
+        return np.dtype(value)
+    except TypeError:
+        raise InvalidArgument(f"{name}: {value!r} is not a dtype") from None
+
+
+def as_shape(name: str, value: Any) -> tuple[int, ...]:
+    """A tuple of non-negative ints (an int is a 1-d shape)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        value = (value,)
+    try:
+        items = list(value)
+        if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s in items):
+            raise TypeError
+        shape = tuple(int(s) for s in items)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"{name}: expected a sequence of ints, got {value!r}") from None
+    if any(s < 0 for s in shape):
+        raise InvalidArgument(f"{name}: negative extent in {shape}")
+    return shape
+
+
+class SharedHold:
+    """A reference count over one release action; it runs when the count drops to 0.
+
+    ``retain()`` adds a reference (a derived view), ``release()`` drops one.
+    """
+
+    __slots__ = ("_count", "_lock", "_release")
+
+    def __init__(self, release: Callable[[], Any], count: int = 1) -> None:
+        self._release: Callable[[], Any] | None = release
+        self._count = count
+        self._lock = threading.Lock()
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def retain(self) -> SharedHold:
+        with self._lock:
+            if self._count <= 0:
+                raise InvalidArgument("hold: already released")
+            self._count += 1
+        return self
+
+    def release(self) -> None:
+        with self._lock:
+            self._count -= 1
+            fire = self._count == 0
+            action, self._release = (self._release, None) if fire else (None, self._release)
+        if action is not None:
+            action()
+
+
+@attrs.frozen
+class TensorSpec:
+    """The declared shape and dtype of a fragment input, output or scratch tensor."""
+
+    shape: tuple[int, ...] = attrs.field(converter=lambda v: as_shape("shape", v))
+    dtype: np.dtype = attrs.field(converter=lambda v: as_dtype("dtype", v))
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    @classmethod
+    def coerce(cls, name: str, value: Any) -> TensorSpec:
+        """A spec from a TensorSpec, a ``(shape, dtype)`` pair or a DeviceTensor."""
+        if isinstance(value, TensorSpec):
+            return value
+        if isinstance(value, DeviceTensor):
+            return cls(value.shape, value.dtype)
+        if isinstance(value, tuple) and len(value) == 2:
+            try:
+                return cls(value[0], value[1])
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"{name}: {exc}") from None
+        raise InvalidArgument(f"{name}: expected a TensorSpec or a (shape, dtype) pair, got {value!r}")
+
+    def matches(self, tensor: DeviceTensor) -> bool:
+        return tensor.shape == self.shape and tensor.dtype == self.dtype
+
+
+class DeviceTensor:
+    """A shaped, typed view of device memory (``view`` = buffer + offset).
+
+    ``completion`` completes when the producing work has finished (None for tensors
+    wrapped around existing memory). ``hold`` is a lease the tensor keeps until
+    :meth:`close` (or garbage collection): an inference slot's output, an
+    operation's output buffer. Derived views retain the same lease.
+    """
+
+    def __init__(
+        self,
+        view: Buffer | View,
+        shape: Sequence[int],
+        dtype: Any,
+        *,
+        strides: Sequence[int] | None = None,
+        completion: Completion | None = None,
+        stream: Stream | None = None,
+        hold: SharedHold | None = None,
+    ) -> None:
+        if isinstance(view, Buffer):
+            view = view.view()
+        if not isinstance(view, View):
+            raise InvalidArgument(f"view: expected an hrx Buffer or View, got {type(view).__name__}")
+        shape = as_shape("shape", shape)
+        dt = as_dtype("dtype", dtype)
+        contiguous = _contiguous_strides(shape, dt.itemsize)
+        if strides is None:
+            strides = contiguous
+        else:
+            strides = tuple(int(s) for s in strides)
+            if len(strides) != len(shape):
+                raise InvalidArgument(f"strides: {strides} does not match shape {shape}")
+        span = _span(shape, strides, dt.itemsize)
+        if span > view.length:
+            raise OutOfBounds(f"shape: {shape} of {dt} spans {span} bytes, the view has {view.length}")
+        if strides == contiguous and span != view.length:
+            raise InvalidArgument(
+                f"shape: {shape} of {dt} is {span} bytes, the view has {view.length} (slice the view to fit)"
+            )
+        if hold is not None and not isinstance(hold, SharedHold):
+            raise InvalidArgument(f"hold: expected a SharedHold or None, got {type(hold).__name__}")
+        self.view = view
+        self.shape: tuple[int, ...] = shape
+        self.dtype: np.dtype = dt
+        self.strides: tuple[int, ...] = tuple(strides)
+        self.completion = completion
+        self.stream = stream
+        self._hold = hold
+        self._closed = False
+
+    # -- metadata -----------------------------------------------------------------
+
+    @property
+    def buffer(self) -> Buffer:
+        return self.view.buffer
+
+    @property
+    def offset(self) -> int:
+        """Byte offset of the first element inside :attr:`buffer`."""
+        return self.view.offset
+
+    @property
+    def device(self) -> Device:
+        return self.view.buffer.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    @property
+    def contiguous(self) -> bool:
+        return self.strides == _contiguous_strides(self.shape, self.dtype.itemsize)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def hold(self) -> SharedHold | None:
+        """The lease this tensor keeps (None for plain wrapped memory)."""
+        return self._hold
+
+    @property
+    def is_ready(self) -> bool:
+        """True when the producing work (if any) has finished."""
+        return self.completion is None or self.completion.is_complete
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the producing work has finished (raises its failure or Timeout)."""
+        if self.completion is not None:
+            self.completion.wait(timeout)
+
+    # -- bindings for recording ------------------------------------------------------
+
+    def _open_view(self) -> View:
+        if self._closed:
+            raise InvalidArgument("tensor is closed")
+        return self.view
+
+    def read(self) -> Binding:
+        """The tensor's bytes bound for reading (for graph dispatches)."""
+        return self._open_view().read()
+
+    def write(self) -> Binding:
+        """The tensor's bytes bound for writing."""
+        return self._open_view().write()
+
+    def read_write(self) -> Binding:
+        """The tensor's bytes bound for reading and writing."""
+        return self._open_view().read_write()
+
+    # -- derived views ----------------------------------------------------------------
+
+    def _derive(self, view: View, shape: Sequence[int], dtype: Any, strides: Sequence[int] | None = None) -> DeviceTensor:
+        self._open_view()
+        hold = self._hold.retain() if self._hold is not None else None
+        try:
+            return DeviceTensor(view, shape, dtype, strides=strides, completion=self.completion, stream=self.stream, hold=hold)
+        except BaseException:
+            if hold is not None:
+                hold.release()
+            raise
+
+    def share(self) -> DeviceTensor:
+        """Another handle on the same view; it retains the same lease until closed."""
+        return self._derive(self.view, self.shape, self.dtype, self.strides)
+
+    def reshape(self, *shape: Any, dtype: Any = None) -> DeviceTensor:
+        """A contiguous view with another shape (and optionally dtype) of the same bytes."""
+        if not self.contiguous:
+            raise InvalidArgument(f"reshape: tensor is not contiguous (strides {list(self.strides)})")
+        target = as_shape("shape", shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape)
+        return self._derive(self.view, target, self.dtype if dtype is None else dtype)
+
+    def rows(self, start: int, count: int) -> DeviceTensor:
+        """Rows ``[start, start + count)`` along the first axis (a contiguous tensor)."""
+        if not self.contiguous or not self.shape:
+            raise InvalidArgument(f"rows: needs a contiguous tensor with at least one axis, got shape {list(self.shape)}")
+        from ..buffer import check_int
+
+        start = check_int("start", start)
+        count = check_int("count", count, minimum=1)
+        if start + count > self.shape[0]:
+            raise OutOfBounds(f"rows: [{start}, {start + count}) is outside the {self.shape[0]} rows")
+        row = self.strides[0]
+        return self._derive(self.view.slice(start * row, count * row), (count, *self.shape[1:]), self.dtype)
+
+    # -- host access ------------------------------------------------------------------
+
+    def numpy(self, stream: Stream | None = None) -> np.ndarray:
+        """Download the tensor (after its producer) into a new numpy array."""
+        view = self._open_view()
+        stream = stream or self.stream or self.device.stream()
+        if self.completion is not None and self.completion.slot is not stream.slot:
+            self.completion.wait()
+        raw = stream.download(view)
+        if self.contiguous:
+            return raw.view(self.dtype).reshape(self.shape)
+        return np.lib.stride_tricks.as_strided(raw.view(self.dtype), self.shape, self.strides).copy()
+
+    # -- lifetime -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the lease this tensor keeps (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            hold, self._hold = self._hold, None
+            if hold is not None:
+                hold.release()
+
+    def __enter__(self) -> DeviceTensor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
+
+    def __repr__(self) -> str:
+        state = " closed" if self._closed else ""
+        return f"<hrx.DeviceTensor {list(self.shape)} {self.dtype} at {self.view!r}{state}>"
+
+
+def check_tensor(name: str, value: Any, device: Device) -> DeviceTensor:
+    """Validate an argument that must be an open, contiguous DeviceTensor on ``device``."""
+    if isinstance(value, (Buffer, View)):
+        raise InvalidArgument(f"{name}: a {type(value).__name__} has no shape; wrap it as DeviceTensor(view, shape, dtype)")
+    if not isinstance(value, DeviceTensor):
+        raise InvalidArgument(f"{name}: expected a DeviceTensor, got {type(value).__name__}")
+    if value.closed:
+        raise InvalidArgument(f"{name}: tensor is closed")
+    if value.device is not device:
+        raise InvalidArgument(f"{name}: lives on {value.device.name}, not {device.name}")
+    if not value.contiguous:
+        raise InvalidArgument(f"{name}: tensor is not contiguous (shape {list(value.shape)}, strides {list(value.strides)})")
+    return value
+
+
+def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides = []
+    step = itemsize
+    for s in reversed(shape):
+        strides.append(step)
+        step *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def _span(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> int:
+    if any(s == 0 for s in shape):
+        return 0
+    return sum((s - 1) * abs(st) for s, st in zip(shape, strides)) + itemsize
