@@ -171,6 +171,24 @@ class DeviceTensor:
         self.stream = stream
         self._hold = hold
         self._closed = False
+        self._contiguous = self.strides == contiguous
+
+    @classmethod
+    def _output(cls, view: View, shape: tuple[int, ...], dtype: np.dtype, completion: Completion | None,
+                stream: Stream | None, hold: SharedHold | None) -> DeviceTensor:
+        """An operation's contiguous output whose geometry the operation's plan already
+        checked: built without re-validating (the per-call fast path of tensor ops)."""
+        t = cls.__new__(cls)
+        t.view = view
+        t.shape = shape
+        t.dtype = dtype
+        t.strides = _contiguous_strides(shape, dtype.itemsize)
+        t.completion = completion
+        t.stream = stream
+        t._hold = hold
+        t._closed = False
+        t._contiguous = True
+        return t
 
     # -- metadata -----------------------------------------------------------------
 
@@ -201,7 +219,7 @@ class DeviceTensor:
 
     @property
     def contiguous(self) -> bool:
-        return self.strides == _contiguous_strides(self.shape, self.dtype.itemsize)
+        return self._contiguous
 
     @property
     def closed(self) -> bool:
