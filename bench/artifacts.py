@@ -39,12 +39,20 @@ from results_file import RESULTS, entry, host_machine, report, write  # noqa: E4
 CMD = "python bench/artifacts.py"
 
 
-def write_file(path: Path, total: int, tensors: int = 64) -> None:
-    """A valid safetensors file of ``total`` data bytes in ``tensors`` U8 tensors."""
-    each = total // tensors
+def write_file(path: Path, total: int, tensors: int = 64, dtype: str = "U8", row: int = 0) -> None:
+    """A valid safetensors file of about ``total`` data bytes in ``tensors`` tensors of
+    ``dtype`` (U8 vectors, or BF16 matrices of ``row`` columns), random bytes."""
+    itemsize = {"U8": 1, "BF16": 2}[dtype]
     header, offset = {}, 0
+    if row:
+        rows = total // tensors // (row * itemsize)
+        shape, each = [rows, row], rows * row * itemsize
+    else:
+        each = total // tensors
+        shape = [each]
     for i in range(tensors):
-        header[f"t{i:03d}"] = {"dtype": "U8", "shape": [each], "data_offsets": [offset, offset + each]}
+        name = f"layers.{i}.weight" if row else f"t{i:03d}"
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + each]}
         offset += each
     blob = json.dumps(header).encode()
     blob += b" " * (-len(blob) % 8)
@@ -69,27 +77,6 @@ def time_open(path: Path, reps: int) -> float:
     return statistics.median(samples) * 1e6
 
 
-def write_bf16_checkpoint(path: Path, total: int, tensors: int = 32) -> None:
-    """A 2 GiB-class safetensors checkpoint of ``tensors`` BF16 matrices (random bytes)."""
-    rows = total // tensors // (4096 * 2)
-    header, offset = {}, 0
-    each = rows * 4096 * 2
-    for i in range(tensors):
-        header[f"layers.{i}.weight"] = {"dtype": "BF16", "shape": [rows, 4096], "data_offsets": [offset, offset + each]}
-        offset += each
-    blob = json.dumps(header).encode()
-    blob += b" " * (-len(blob) % 8)
-    chunk = os.urandom(1 << 20)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)))
-        f.write(blob)
-        left = offset
-        while left:
-            n = min(left, len(chunk))
-            f.write(chunk[:n])
-            left -= n
-
-
 def gpu_bench(reps: int, tmp: str | None) -> list[dict]:
     import numpy as np
     import torch
@@ -102,7 +89,7 @@ def gpu_bench(reps: int, tmp: str | None) -> list[dict]:
     total = 2 << 30
     with tempfile.TemporaryDirectory(dir=tmp) as d:
         path = Path(d) / "ckpt.safetensors"
-        write_bf16_checkpoint(path, total)
+        write_file(path, total, tensors=32, dtype="BF16", row=4096)
         nbytes = path.stat().st_size
         with open(path, "rb") as f:  # into the page cache
             while f.read(64 << 20):
