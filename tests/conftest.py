@@ -6,27 +6,10 @@ import pytest
 
 import hrx_core as hrx
 
-ENGINES = ["host", "cuda"]
+from hrx_core.testing import ENGINES, engine_params, open_device  # noqa: F401 - tests import these from here
 
 
-def _engine_params():
-    params = []
-    for name in ENGINES:
-        marks = [pytest.mark.gpu] if name != "host" else []
-        params.append(pytest.param(name, marks=marks, id=name))
-    return params
-
-
-def open_device(name: str, **options):
-    if name not in hrx.engines():
-        pytest.skip(f"engine {name!r} is not installed")
-    status = hrx.engine_status()[name]
-    if not status.available:
-        pytest.skip(f"engine {name!r} unavailable: {status.reason}")
-    return hrx.device(name, **options)
-
-
-@pytest.fixture(params=_engine_params())
+@pytest.fixture(params=engine_params())
 def engine(request) -> str:
     return request.param
 

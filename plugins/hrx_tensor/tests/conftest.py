@@ -6,19 +6,10 @@ import pytest
 
 import hrx_core as hrx
 
-ENGINES = ["host", "cuda"]
+from hrx_core.testing import engine_params, open_device
 
 
-def open_device(name: str):
-    if name not in hrx.engines():
-        pytest.skip(f"engine {name!r} is not installed")
-    status = hrx.engine_status()[name]
-    if not status.available:
-        pytest.skip(f"engine {name!r} unavailable: {status.reason}")
-    return hrx.device(name)
-
-
-@pytest.fixture(scope="module", params=[pytest.param(n, marks=[pytest.mark.gpu] if n != "host" else [], id=n) for n in ENGINES])
+@pytest.fixture(scope="module", params=engine_params())
 def dev(request):
     return open_device(request.param)
 
