@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-import hrx_core as hrx
-
 from hrx_core.testing import engine_params, open_device
 
 
