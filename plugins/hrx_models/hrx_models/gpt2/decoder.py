@@ -1,0 +1,497 @@
+"""The GPT-2 decoder: shared weights, per-request slots, one recorded graph per step.
+
+A :class:`DecoderSlot` owns everything one request writes -- its stream, the step
+state (position, prompt length), the token sequence, activations and a BF16 KV
+cache of ``context`` rows per layer, packed in one allocation -- and two graphs
+recorded once on its stream:
+
+* ``step``: embeddings (two row gathers at the device-side token and position) +
+  ln_1, then per layer QKV projection, attention over the
+  cache, output projection, residual + ln_2, MLP up-projection, bias + GELU, MLP
+  down-projection, residual + next layer norm (ln_1 of the next layer, or ln_f);
+  then the tied logits ``linear(h, wte)`` and greedy argmax, which writes the next
+  token into the device-side sequence and advances the position;
+* ``prefill``: the same without logits (prompt positions), advancing the position.
+
+Position and tokens live on the device, so every step replays the same graph with
+nothing uploaded: generating N tokens from a T-token prompt is one upload (prompt
+and state), T-1 + N graph launches and one download. On CUDA each graph is one
+native CUDA graph (8 kernels a layer). The projections are ``hrx_tensor.linear``
+dispatches (BF16 GEMV, F32 out); the rest are this package's kernels
+(:mod:`hrx_models.gpt2.kernels`).
+
+Slots never share writable memory, so requests on different slots -- from threads
+or asyncio tasks -- produce exactly what each produces alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+import attrs
+import numpy as np
+from hrx_tensor.kernels import GATHER_THREADS
+from ml_dtypes import bfloat16
+
+from hrx_core.budget import MemoryBudget
+from hrx_core.errors import InvalidArgument, Timeout, Unsupported
+
+from . import kernels as K
+from .config import Gpt2Config
+from .layout import Layout
+from .loader import Gpt2Weights, load_weights
+
+BF16 = np.dtype(bfloat16)
+#: Words of the step state at the start of a slot: uint32 [pos, n_prompt, 0, 0].
+STATE_WORDS = 4
+
+
+@attrs.frozen
+class Generation:
+    """The result of one greedy request."""
+
+    prompt: tuple[int, ...]
+    tokens: tuple[int, ...]
+    #: seconds from submission to the prompt's last position being processed
+    prefill_s: float
+    #: seconds from then to the last token being on the host
+    decode_s: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / self.decode_s if self.decode_s > 0 else float("inf")
+
+
+def slot_layout(config: Gpt2Config, context: int) -> Layout:
+    d = config.n_embd
+    entries: list[tuple[str, tuple[int, ...], Any]] = [
+        ("state", (STATE_WORDS,), np.uint32), ("emb_idx", (2,), np.int64), ("seq", (context,), np.int32),
+        ("te", (d,), BF16), ("pe", (d,), BF16),
+        ("x", (d,), np.float32), ("xn", (d,), BF16), ("qkv", (3 * d,), np.float32), ("attn", (d,), BF16),
+        ("proj", (d,), np.float32), ("fc", (4 * d,), np.float32), ("act", (4 * d,), BF16),
+        ("logits", (config.vocab_size,), np.float32),
+    ]
+    for i in range(config.n_layer):
+        entries += [(f"k{i}", (context, d), BF16), (f"v{i}", (context, d), BF16)]
+    return Layout(entries)
+
+
+@attrs.frozen
+class StepKernels:
+    """The kernels a decode step dispatches on one engine (hrx_tensor's linear + ours)."""
+
+    linear: Any
+    linear_warps: int
+    gather: Any
+    embed_ln: Any = K.EMBED_LN
+    residual_ln: Any = K.RESIDUAL_LN
+    attention: Any = K.ATTENTION
+    bias_gelu: Any = K.BIAS_GELU
+    argmax: Any = K.ARGMAX
+    advance: Any = K.ADVANCE
+
+    @classmethod
+    def for_engine(cls, engine: str) -> StepKernels:
+        if not K.kernels_for(engine):
+            raise Unsupported(f"device: hrx_models has no GPT-2 kernels for engine {engine!r}; "
+                              f"implementations exist for: {', '.join(K.ENGINES)}")
+        from hrx_tensor import kernels as tensor_kernels
+
+        found = tensor_kernels.kernels_for(engine)
+        if not found:
+            raise Unsupported(f"device: hrx_tensor has no linear kernel for engine {engine!r}")
+        return cls(found[tensor_kernels.LINEAR.name], tensor_kernels.LINEAR_WARPS, found[tensor_kernels.GATHER.name])
+
+
+def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callable[[str], Any],
+                s: Mapping[str, Any], *, logits: bool) -> None:
+    """Record one decode step into ``g`` (anything with ``dispatch(kernel, grid, bindings,
+    block=, scalars=)``: a stream's access graph, a tracked-graph compute region).
+
+    ``w(name)`` gives the view of a parameter (HF name, device layout); ``s`` the slot's
+    views by :func:`slot_layout` name. ``logits=False`` records the prefill variant.
+    """
+    d, p, v = cfg.n_embd, context, cfg.vocab_size
+    eps = np.float32(cfg.layer_norm_epsilon)
+    warps = k.linear_warps
+
+    def project(x: Any, weight: str, y: Any, kdim: int, n: int) -> None:
+        wv = w(weight)
+        g.dispatch(k.linear, -(-n // warps), [x, wv, wv, wv, y], block=warps * 32,
+                   scalars=(np.uint32(kdim), np.uint32(n), np.uint32(0), np.uint32(0), np.uint32(1)))
+
+    def residual_ln(bias: str, ln: str) -> None:
+        g.dispatch(k.residual_ln, 1, [s["x"], s["proj"], w(bias), w(ln + ".weight"), w(ln + ".bias"), s["xn"]],
+                   block=K.ln_block(d), scalars=(np.uint32(d), eps))
+
+    # embeddings: hrx_tensor's gather (the kernel of TensorOps.gather_rows) of one row each,
+    # indexed by the device-side emb_idx = [token, position]
+    units = 2 * d // 16  # 16-byte units (rows are 2 * n_embd bytes, a multiple of 256)
+    block = min(GATHER_THREADS, max(32, -(-units // 32) * 32))
+    for table, idx, row in (("wte.weight", 0, "te"), ("wpe.weight", 8, "pe")):
+        g.dispatch(k.gather, 1, [w(table), s["emb_idx"].slice(idx, 8), s[row]], block=block,
+                   scalars=(np.uint64(units), np.uint32(16), np.uint64(1)))
+    g.dispatch(k.embed_ln, 1, [s["te"], s["pe"], w("h.0.ln_1.weight"), w("h.0.ln_1.bias"), s["x"], s["xn"]],
+               block=K.ln_block(d), scalars=(np.uint32(d), eps))
+    scale = np.float32(1.0 / math.sqrt(cfg.head_dim))
+    for i in range(cfg.n_layer):
+        h = f"h.{i}."
+        project(s["xn"], h + "attn.c_attn.weight", s["qkv"], d, 3 * d)
+        g.dispatch(k.attention, cfg.n_head, [s["qkv"], w(h + "attn.c_attn.bias"), s["state"], s[f"k{i}"], s[f"v{i}"], s["attn"]],
+                   block=K.ATTENTION_THREADS, scalars=(np.uint32(d), np.uint32(cfg.head_dim), np.uint32(p), scale))
+        project(s["attn"], h + "attn.c_proj.weight", s["proj"], d, d)
+        residual_ln(h + "attn.c_proj.bias", h + "ln_2")
+        project(s["xn"], h + "mlp.c_fc.weight", s["fc"], d, 4 * d)
+        g.dispatch(k.bias_gelu, -(-4 * d // K.GELU_THREADS), [s["fc"], w(h + "mlp.c_fc.bias"), s["act"]],
+                   block=K.GELU_THREADS, scalars=(np.uint32(4 * d),))
+        project(s["act"], h + "mlp.c_proj.weight", s["proj"], 4 * d, d)
+        residual_ln(h + "mlp.c_proj.bias", f"h.{i + 1}.ln_1" if i + 1 < cfg.n_layer else "ln_f")
+    if logits:
+        project(s["xn"], "wte.weight", s["logits"], d, v)
+        g.dispatch(k.argmax, 1, [s["logits"], s["state"], s["seq"], s["emb_idx"]], block=K.ARGMAX_THREADS,
+                   scalars=(np.uint32(v), np.uint32(p)))
+    else:
+        g.dispatch(k.advance, 1, [s["state"], s["seq"], s["emb_idx"]], block=32, scalars=(np.uint32(p),))
+
+
+def head_words(layout: Layout, ids: np.ndarray, context: int | None = None) -> np.ndarray:
+    """The first words of a slot for a request: state [0, len(ids), 0, 0], the embedding
+    indices [ids[0], 0] (int64), then ``ids`` (int32) -- and zeros up to ``context``
+    tokens if given."""
+    seq_word = layout.entries["seq"][0] // 4
+    out = np.zeros(seq_word + (ids.size if context is None else context), dtype=np.uint32)
+    out[1] = ids.size
+    idx_word = layout.entries["emb_idx"][0] // 4
+    out[idx_word : idx_word + 4].view(np.int64)[:] = (int(ids[0]), 0)
+    out[seq_word : seq_word + ids.size] = ids.astype(np.int32).view(np.uint32)
+    return out
+
+
+def check_prompt(config: Gpt2Config, context: int, prompt: Sequence[int]) -> np.ndarray:
+    """Validate token ids against ``config`` and ``context``; the prompt as int32."""
+    try:
+        ids = np.asarray(prompt)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"prompt: not a sequence of token ids ({type(prompt).__name__})") from None
+    if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
+        raise InvalidArgument(f"prompt: expected a nonempty 1-D sequence of integer token ids, got {ids.dtype} {list(ids.shape)}")
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= config.vocab_size:
+        raise InvalidArgument(f"prompt: token id {lo if lo < 0 else hi} is outside 0..{config.vocab_size - 1} (vocab_size)")
+    if ids.size > context:
+        raise InvalidArgument(f"prompt: {ids.size} tokens exceed the context of {context} positions")
+    return ids.astype(np.int32)
+
+
+def check_request(config: Gpt2Config, context: int, prompt: Sequence[int], max_new_tokens: int) -> np.ndarray:
+    """Validate a request (prompt and max_new_tokens); the prompt as int32."""
+    ids = check_prompt(config, context, prompt)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+        raise InvalidArgument(f"max_new_tokens: expected an int >= 1, got {max_new_tokens!r}")
+    if ids.size + int(max_new_tokens) > context:
+        raise InvalidArgument(
+            f"max_new_tokens: prompt ({ids.size}) + max_new_tokens ({max_new_tokens}) = {ids.size + int(max_new_tokens)} "
+            f"exceeds the context of {context} positions"
+        )
+    return ids
+
+
+class DecoderSlot:
+    """One request's state and recorded step graphs (see the module docstring).
+
+    Use from one thread at a time (a lock serializes calls); create through
+    :meth:`Gpt2Decoder.new_slot` or lease with :meth:`Gpt2Decoder.slot`.
+    """
+
+    def __init__(self, decoder: Gpt2Decoder, index: int) -> None:
+        self.decoder = decoder
+        self.index = index
+        self.config = decoder.config
+        self.context = decoder.context
+        self.stream = decoder.device.stream()
+        self.layout = slot_layout(self.config, self.context)
+        self.buffer = decoder.device.allocate(self.layout.nbytes, budget=decoder.budget)
+        self._lock = threading.Lock()
+        self._prompt: tuple[int, ...] = ()
+        self._pos = 0
+        try:
+            self.step_graph = self._record(logits=True)
+            self.prefill_graph = self._record(logits=False)
+        except BaseException:
+            self.buffer.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"<hrx_models.DecoderSlot {self.index} of {self.decoder!r}>"
+
+    # -- recording ------------------------------------------------------------------
+
+    def _record(self, *, logits: bool) -> Any:
+        g = self.stream.access_graph()
+        record_step(g, self.decoder.kernels, self.config, self.context, self.decoder.weights.view,
+                    self.layout.views(self.buffer), logits=logits)
+        return g
+
+    # -- requests -------------------------------------------------------------------
+
+    def check_prompt(self, prompt: Sequence[int]) -> np.ndarray:
+        """Validate token ids (InvalidArgument naming the bad id); the prompt as int32."""
+        return check_prompt(self.config, self.context, prompt)
+
+    def check_request(self, prompt: Sequence[int], max_new_tokens: int) -> np.ndarray:
+        """Validate a request (prompt and max_new_tokens); the prompt as int32."""
+        return check_request(self.config, self.context, prompt, max_new_tokens)
+
+    def start(self, prompt: Sequence[int]) -> None:
+        """Reset the slot to position 0 with ``prompt`` (one upload of state and prompt; the
+        cache needs no clearing: attention reads only rows this request wrote)."""
+        ids = self.check_prompt(prompt)
+        head = head_words(self.layout, ids)
+        self.stream.upload(self.buffer.slice(0, head.nbytes), head.view(np.uint8))
+        self._prompt = tuple(int(t) for t in ids)
+        self._pos = 0
+
+    @property
+    def position(self) -> int:
+        """The position the next step processes (host mirror of the device state)."""
+        return self._pos
+
+    def step(self, *, logits: bool = True) -> Any:
+        """Process one position (replay a recorded graph); returns its Completion."""
+        if self._pos >= self.context:
+            raise InvalidArgument(f"step: position {self._pos} is past the context of {self.context}")
+        graph = self.step_graph if logits else self.prefill_graph
+        done = graph.launch()
+        self._pos += 1
+        return done
+
+    def logits(self) -> np.ndarray:
+        """The F32 logits of the last ``step(logits=True)`` (downloaded)."""
+        return self.stream.download(self.layout.view(self.buffer, "logits")).view(np.float32).copy()
+
+    def tokens(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """The device-side token sequence [start, stop) (prompt then generated), int32."""
+        stop = self._pos + 1 if stop is None else stop
+        seq_off = self.layout.entries["seq"][0]
+        if not 0 <= start < stop <= self.context:
+            raise InvalidArgument(f"tokens: range [{start}, {stop}) is outside 0..{self.context}")
+        return self.stream.download(self.buffer.slice(seq_off + 4 * start, 4 * (stop - start))).view(np.int32).copy()
+
+    def generate(self, prompt: Sequence[int], max_new_tokens: int, *,
+                 on_token: Callable[[int, int], Any] | None = None, trace: Any = None) -> Generation:
+        """Greedy decoding: ``max_new_tokens`` tokens after ``prompt``.
+
+        Without ``on_token``/``trace`` the steps are launched back to back and the
+        tokens downloaded once at the end. ``on_token(index, token)`` or a
+        ``trace`` (:class:`hrx_core.execution.trace.TraceRecorder`) waits for each step
+        and reports it (one slice per step on the track ``slot <index>``).
+        """
+        ids = self.check_request(prompt, max_new_tokens)
+        n = int(max_new_tokens)
+        with self._lock:
+            t0 = time.perf_counter_ns()
+            self.start(ids)
+            for _ in range(ids.size - 1):
+                self.step(logits=False)
+            self.stream.synchronize()
+            t1 = time.perf_counter_ns()
+            track = None
+            if trace is not None:
+                track = trace.track(f"slot {self.index}", "gpt2")
+                trace.slice(track, "prefill", t0, t1, args={"prompt_tokens": int(ids.size)})
+            if on_token is None and trace is None:
+                for _ in range(n):
+                    done = self.step()
+                done.wait()
+                out = self.tokens(ids.size, ids.size + n)
+            else:
+                out = np.empty(n, dtype=np.int32)
+                seq_off = self.layout.entries["seq"][0]
+                for i in range(n):
+                    ts = time.perf_counter_ns()
+                    self.step().wait()
+                    pos = ids.size + i
+                    out[i] = self.stream.download(self.buffer.slice(seq_off + 4 * pos, 4)).view(np.int32)[0]
+                    if track is not None:
+                        trace.slice(track, "decode", ts, time.perf_counter_ns(), args={"position": pos - 1, "token": int(out[i])})
+                    if on_token is not None:
+                        on_token(i, int(out[i]))
+            t2 = time.perf_counter_ns()
+        return Generation(tuple(int(t) for t in ids), tuple(int(t) for t in out), (t1 - t0) / 1e9, (t2 - t1) / 1e9)
+
+    async def generate_async(self, prompt: Sequence[int], max_new_tokens: int) -> Generation:
+        """:meth:`generate` for asyncio: the steps are launched, then awaited (the event
+        loop runs other tasks -- other slots -- meanwhile)."""
+        ids = self.check_request(prompt, max_new_tokens)
+        n = int(max_new_tokens)
+        while not self._lock.acquire(blocking=False):
+            await asyncio.sleep(0.001)
+        try:
+            t0 = time.perf_counter_ns()
+            self.start(ids)
+            done = None
+            for _ in range(ids.size - 1):
+                done = self.step(logits=False)
+            if done is not None:
+                await done
+            t1 = time.perf_counter_ns()
+            for _ in range(n):
+                done = self.step()
+            await done
+            out = self.tokens(ids.size, ids.size + n)
+            t2 = time.perf_counter_ns()
+        finally:
+            self._lock.release()
+        return Generation(tuple(int(t) for t in ids), tuple(int(t) for t in out), (t1 - t0) / 1e9, (t2 - t1) / 1e9)
+
+    def close(self) -> None:
+        """Free the slot's graphs and memory (after its work)."""
+        try:
+            self.stream.synchronize()
+        finally:
+            self.step_graph.close()
+            self.prefill_graph.close()
+            self.buffer.close()
+
+
+class Gpt2Decoder:
+    """A GPT-2 loaded on one device, with a pool of :class:`DecoderSlot` for requests.
+
+    ``context`` (default n_positions) sizes each slot's KV cache; ``max_slots``
+    bounds the pool (leasing waits for a free slot beyond it).
+    """
+
+    def __init__(self, weights: Gpt2Weights, device: Any, *, budget: MemoryBudget | None = None,
+                 context: int | None = None, max_slots: int = 8) -> None:
+        cfg = weights.config
+        context = cfg.n_positions if context is None else context
+        if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= cfg.n_positions:
+            raise InvalidArgument(f"context: expected an int in 1..{cfg.n_positions} (n_positions), got {context!r}")
+        if isinstance(max_slots, bool) or not isinstance(max_slots, int) or max_slots < 1:
+            raise InvalidArgument(f"max_slots: expected an int >= 1, got {max_slots!r}")
+        self.kernels = StepKernels.for_engine(device.info.engine)
+        self.weights = weights
+        self.config = cfg
+        self.device = device
+        self.budget = budget
+        self.context = context
+        self.max_slots = max_slots
+        self._slots: list[DecoderSlot] = []
+        self._idle: list[DecoderSlot] = []
+        self._cond = threading.Condition()
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str], device: Any = None, *, budget: MemoryBudget | None = None,
+             context: int | None = None, max_slots: int = 8) -> Gpt2Decoder:
+        """Load a Hugging Face GPT-2 checkpoint directory onto ``device`` (default: the best one).
+
+        ``budget`` is charged for the weights and every slot.
+        """
+        import hrx_core as hrx
+
+        device = hrx.device() if device is None else device
+        stream = device.stream()
+        try:
+            weights = load_weights(Path(directory), stream, budget=budget)
+        finally:
+            stream.close()  # frees the loader's staging
+        try:
+            return cls(weights, device, budget=budget, context=context, max_slots=max_slots)
+        except BaseException:
+            weights.close()
+            raise
+
+    def __repr__(self) -> str:
+        c = self.config
+        return f"<hrx_models.Gpt2Decoder {c.n_layer}x{c.n_embd} heads={c.n_head} V={c.vocab_size} on {self.device.name}>"
+
+    # -- slots ----------------------------------------------------------------------
+
+    def new_slot(self) -> DecoderSlot:
+        """A new slot (allocates its state and cache, records its graphs); not pooled."""
+        return DecoderSlot(self, len(self._slots) + 1000)
+
+    @contextlib.contextmanager
+    def slot(self, timeout: float | None = None) -> Iterator[DecoderSlot]:
+        """Lease a pooled slot (created on demand up to ``max_slots``)."""
+        s = self.acquire(timeout)
+        try:
+            yield s
+        finally:
+            self.release(s)
+
+    def acquire(self, timeout: float | None = None, *, block: bool = True) -> DecoderSlot:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self._idle and len(self._slots) >= self.max_slots:
+                if not block:
+                    raise Timeout(f"slot: all {self.max_slots} slots are leased")
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise Timeout(f"slot: no slot of {self.max_slots} became free within {timeout} s")
+                self._cond.wait(left)
+            if self._idle:
+                return self._idle.pop()
+            index = len(self._slots)
+            self._slots.append(None)  # type: ignore[arg-type]  # reserve the index
+        try:
+            s = DecoderSlot(self, index)
+        except BaseException:
+            with self._cond:
+                self._slots.pop(index)
+                self._cond.notify()
+            raise
+        with self._cond:
+            self._slots[index] = s
+        return s
+
+    def release(self, s: DecoderSlot) -> None:
+        with self._cond:
+            self._idle.append(s)
+            self._cond.notify()
+
+    @contextlib.asynccontextmanager
+    async def slot_async(self) -> AsyncIterator[DecoderSlot]:
+        while True:
+            try:
+                s = self.acquire(block=False)
+                break
+            except Timeout:
+                await asyncio.sleep(0.001)
+        try:
+            yield s
+        finally:
+            self.release(s)
+
+    # -- requests -------------------------------------------------------------------
+
+    def generate(self, prompt: Sequence[int], max_new_tokens: int, **options: Any) -> Generation:
+        """Greedy decoding on a pooled slot (see :meth:`DecoderSlot.generate`)."""
+        with self.slot() as s:
+            return s.generate(prompt, max_new_tokens, **options)
+
+    async def generate_async(self, prompt: Sequence[int], max_new_tokens: int) -> Generation:
+        async with self.slot_async() as s:
+            return await s.generate_async(prompt, max_new_tokens)
+
+    def close(self) -> None:
+        """Free every slot and the weights."""
+        with self._cond:
+            slots, self._slots, self._idle = [s for s in self._slots if s is not None], [], []
+        for s in slots:
+            s.close()
+        self.weights.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

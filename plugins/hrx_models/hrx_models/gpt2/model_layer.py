@@ -1,0 +1,147 @@
+"""The GPT-2 decoder on the hrx_core.model layer: a frozen ModelDefinition and
+prepared slots with two entry points.
+
+    ctx = ModelContext(dev, RuntimeOptions(memory_budget=budget))
+    gpt2 = Gpt2Definition.load("ckpt/", ctx)              # weights + kernels, frozen
+    model = gpt2.prepare(slots=2, context=256)             # PreparedModel
+    with model.acquire() as slot:
+        tokens = gpt2.generate(slot, [464, 2068], 32)
+
+The definition adopts the packed weight allocation of :func:`load_weights` as one
+weight (``"weights"``, not charged twice) and loads the decoder's kernels. The slot
+factory allocates one slot-private tensor of :func:`slot_layout` (state, tokens,
+activations, KV cache) and records :func:`record_step` into two tracked graphs that
+share it: ``"prefill"`` (no logits) and ``"step"`` (tied logits + greedy argmax). Both
+take the input ``"head"`` -- the state words and the prompt, uploaded with a
+request's first submission only -- and ``"step"`` outputs ``"logits"`` and ``"seq"``.
+Position and tokens stay on the device between submissions, exactly as with
+:class:`~hrx_models.gpt2.decoder.DecoderSlot`; each step is one runtime submission
+(one CUDA graph per region on cuda).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hrx_core.errors import InvalidArgument
+
+from .config import Gpt2Config
+from .decoder import StepKernels, check_request, head_words, record_step, slot_layout
+from .loader import load_weights, weights_layout
+
+WEIGHTS = "weights"
+
+
+class Gpt2Definition:
+    """A GPT-2 frozen on the model layer (``definition``), with its config and kernels."""
+
+    def __init__(self, definition: Any, config: Gpt2Config, kernels: StepKernels, session: Any = None) -> None:
+        self.definition = definition
+        self.session = session
+        self.config = config
+        self.kernels = kernels
+        self.wlayout = weights_layout(config)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str], context: Any, *, name: str = "gpt2",
+             budget: Any = None) -> Gpt2Definition:
+        """Load a Hugging Face GPT-2 checkpoint into ``context`` (a ModelContext) and freeze it.
+
+        The weights are charged to ``budget`` (default: the context's) once.
+        """
+        session = context.session(name)
+        try:
+            charge_to = budget if budget is not None else context.budget
+            with session.in_context(charge_to):
+                kernels = StepKernels.for_engine(context.device.info.engine)
+                loaded = {}
+                for k in (kernels.linear, kernels.gather, kernels.embed_ln, kernels.residual_ln, kernels.attention, kernels.bias_gelu,
+                          kernels.argmax, kernels.advance):
+                    session.load_kernel(k)
+                    loaded[k.name] = session.kernel(k.name)
+                stream = context.device.stream()
+                weights = load_weights(Path(directory), stream, budget=charge_to)
+                try:
+                    session.adopt(WEIGHTS, weights.buffer)  # already charged to charge_to: not again
+                finally:
+                    weights.buffer.close()  # the session holds the allocation now
+                    stream.close()
+            definition = session.freeze(budget=charge_to)
+        except BaseException:
+            session.close()
+            raise
+        shared = StepKernels(loaded[kernels.linear.name], kernels.linear_warps, loaded[kernels.gather.name],
+                             loaded[kernels.embed_ln.name],
+                             loaded[kernels.residual_ln.name], loaded[kernels.attention.name],
+                             loaded[kernels.bias_gelu.name], loaded[kernels.argmax.name], loaded[kernels.advance.name])
+        return cls(definition, weights.config, shared, session)
+
+    def slot_factory(self, context_len: int) -> Any:
+        """The factory ``definition.prepare`` calls once per slot."""
+        from hrx_core.model import InferenceGraph
+
+        cfg, kernels, wlayout = self.config, self.kernels, self.wlayout
+        layout = slot_layout(cfg, context_len)
+        seq_off = layout.entries["seq"][0]
+
+        def factory(b: Any) -> dict[str, Any]:
+            weights = b.weight(WEIGHTS).view
+            mem = b.tensor((layout.nbytes,), np.uint8)
+            views = layout.views(mem.buffer)
+
+            def w(name: str) -> Any:
+                offset = wlayout.entries[name][0]
+                return weights.slice(offset, wlayout.nbytes_of(name))
+
+            head = mem.reshape(layout.nbytes // 4, dtype=np.uint32).rows(0, seq_off // 4 + context_len)
+            seq = mem.reshape(layout.nbytes // 4, dtype=np.int32).rows(seq_off // 4, context_len)
+            logits = mem.reshape(layout.nbytes // 4, dtype=np.float32).rows(
+                layout.entries["logits"][0] // 4, cfg.vocab_size)
+            prefill = b.graph
+            prefill.compute("prefill", lambda g: record_step(g, kernels, cfg, context_len, w, views, logits=False))
+            step = b.new_graph("step")
+            step.compute("step", lambda g: record_step(g, kernels, cfg, context_len, w, views, logits=True))
+            return {
+                "prefill": InferenceGraph(inputs={"head": head}, outputs={"seq": seq}, graph=prefill),
+                "step": InferenceGraph(inputs={"head": head}, outputs={"logits": logits, "seq": seq}, graph=step),
+            }
+
+        return factory
+
+    def prepare(self, slots: int = 1, *, context: int | None = None) -> Any:
+        """A PreparedModel of ``slots`` slots, each with a KV cache of ``context`` positions."""
+        context = self.config.n_positions if context is None else context
+        if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= self.config.n_positions:
+            raise InvalidArgument(f"context: expected an int in 1..{self.config.n_positions}, got {context!r}")
+        model = self.definition.prepare(self.slot_factory(context), slots=slots)
+        model.gpt2_context = context
+        return model
+
+    def head(self, context_len: int, prompt: np.ndarray) -> np.ndarray:
+        """The ``head`` input of a request: state words [0, len(prompt), 0, 0], padding, the prompt."""
+        return head_words(slot_layout(self.config, context_len), np.asarray(prompt), context_len)
+
+    def generate(self, slot: Any, prompt: Sequence[int], max_new_tokens: int) -> tuple[int, ...]:
+        """Greedy decoding on a prepared ``slot``: one submission per position, the
+        prompt uploaded with the first, the tokens read back once at the end."""
+        context_len = slot.model.gpt2_context
+        ids = check_request(self.config, context_len, prompt, max_new_tokens)
+        inputs: dict[str, Any] | None = {"head": self.head(context_len, ids)}
+        for _ in range(ids.size - 1):
+            slot.submit(inputs, entry="prefill")
+            inputs = None
+        for _ in range(int(max_new_tokens) - 1):
+            slot.submit(inputs, entry="step")
+            inputs = None
+        seq = slot.run(inputs, entry="step", read=["seq"])["seq"]
+        return tuple(int(t) for t in seq[ids.size : ids.size + int(max_new_tokens)])
+
+    def close(self) -> None:
+        self.definition.close()
+        if self.session is not None:
+            self.session.close()

@@ -1,0 +1,92 @@
+"""The decoder on the hrx_core.model layer: a frozen definition, prepared slots with
+"prefill" and "step" entries, the same tokens as the stream-level decoder and the
+reference; slots from several threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("hrx_models", reason="hrx-models is not installed: pip install -e plugins/hrx_models")
+
+model_layer = pytest.importorskip("hrx_core.model", reason="the hrx_core.model layer is not in this tree")
+
+PROMPTS = [[1, 2, 3, 4, 5], [7], [100, 200, 300]]
+
+
+@pytest.fixture(scope="module")
+def gpt2(dev, tiny_dir):
+    from hrx_models.gpt2.model_layer import Gpt2Definition
+
+    from hrx_core.budget import MemoryBudget
+    from hrx_core.execution import RuntimeOptions
+
+    budget = MemoryBudget(256 << 20)
+    ctx = model_layer.ModelContext(dev, RuntimeOptions(memory_budget=budget))
+    d = Gpt2Definition.load(tiny_dir, ctx)
+    yield d, budget, ctx
+    d.close()
+    ctx.close()
+
+
+def test_same_tokens_as_the_decoder_and_reference(gpt2, decoder, reference):
+    d, _, _ = gpt2
+    model = d.prepare(slots=1, context=96)
+    try:
+        for prompt in PROMPTS:
+            got = d.generate(model.slot(0), prompt, 40)
+            assert got == decoder.generate(prompt, 40).tokens
+            if decoder.device.info.engine == "host":
+                assert list(got) == reference.greedy(prompt, 40)
+    finally:
+        model.close()
+
+
+def test_logits_output(gpt2, decoder):
+    d, _, _ = gpt2
+    model = d.prepare(slots=1, context=32)
+    try:
+        slot = model.slot(0)
+        head = d.head(32, np.array([5, 6, 7], np.int32))
+        slot.submit({"head": head}, entry="prefill")
+        slot.submit(None, entry="prefill")
+        logits = slot.run(None, entry="step", read=["logits"])["logits"]
+        with decoder.slot() as s:
+            s.start([5, 6, 7])
+            for _ in range(3):
+                s.step()
+            np.testing.assert_array_equal(logits, s.logits())
+    finally:
+        model.close()
+
+
+def test_slots_from_threads(gpt2, decoder):
+    d, budget, ctx = gpt2
+    before = budget.used_bytes
+    model = d.prepare(slots=len(PROMPTS), context=64)
+    try:
+        assert budget.used_bytes > before  # slots are charged to the context's budget
+        alone = [decoder.generate(p, 24).tokens for p in PROMPTS]
+        results: list = [None] * len(PROMPTS)
+
+        def run(i: int) -> None:
+            with model.acquire(timeout=30) as slot:
+                results[i] = d.generate(slot, PROMPTS[i], 24)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(PROMPTS))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == alone
+    finally:
+        model.close()
+    # the slots' memory is released once the work that used it has retired
+    deadline = time.monotonic() + 10
+    while budget.used_bytes != before and time.monotonic() < deadline:
+        ctx.runtime.synchronize()
+        time.sleep(0.01)
+    assert budget.used_bytes == before

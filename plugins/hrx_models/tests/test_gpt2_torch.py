@@ -1,0 +1,67 @@
+"""On the GPU machine: the cuda decoder at the GPT-2-small shape against an independent
+PyTorch implementation (hrx_models.gpt2.torch_reference, F32 over the same BF16 weights).
+Skipped where torch or a CUDA GPU is missing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("hrx_models", reason="hrx-models is not installed: pip install -e plugins/hrx_models")
+from hrx_models.gpt2 import SHAPES, Gpt2Decoder, write_random_checkpoint
+from hrx_models.gpt2.testing import check_greedy
+
+pytestmark = pytest.mark.gpu
+
+PROMPT = [464, 2068, 7586, 21831, 18045, 625, 262, 16931]
+STEPS = 64
+CONTEXT = 128
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory, cuda_dev):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    dev = cuda_dev
+    d = write_random_checkpoint(tmp_path_factory.mktemp("gpt2"), SHAPES["gpt2"], seed=2, std=0.05, dtype="bf16")
+    from hrx_models.gpt2.torch_reference import TorchGpt2
+
+    ref = TorchGpt2(d, dtype=torch.float32, context=CONTEXT)
+    dec = Gpt2Decoder.load(d, dev, context=CONTEXT)
+    yield dec, ref
+    dec.close()
+
+
+def test_gpt2_small_logits_match_torch(small):
+    dec, ref = small
+    ids = PROMPT + list(range(1000, 1024))
+    want = ref.logits(ids)
+    with dec.slot() as s:
+        s.start(ids)
+        for t in range(len(ids)):
+            s.step()
+            got = s.logits()
+            tol = 0.03 * float(np.abs(want[t]).max()) + 1e-2
+            err = np.abs(got - want[t])
+            assert err.max() <= tol, (f"position {t}: cuda logits differ from torch F32 by {err.max():.4g} at token "
+                                      f"{int(err.argmax())} (tolerance {tol:.4g}; |logits| up to {np.abs(want[t]).max():.4g})")
+
+
+def test_gpt2_small_greedy_matches_torch_for_64_steps(small):
+    dec, ref = small
+    want = ref.generate(PROMPT, STEPS)
+    got = dec.generate(PROMPT, STEPS).tokens
+    check_greedy(ref, PROMPT, got, want)
+
+
+def test_torch_bf16_graph_peer_agrees_with_eager(small, tmp_path):
+    """The benchmark's peers (BF16 eager and CUDA-graph replay) produce the same tokens."""
+    import torch
+    from hrx_models.gpt2.torch_reference import TorchGpt2
+
+    dec, _ = small
+    peer = TorchGpt2(dec.weights.source, dtype=torch.bfloat16, context=CONTEXT)
+    eager = peer.generate(PROMPT, 32)
+    graph = peer.cuda_graph()
+    assert peer.generate(PROMPT, 32, graph=graph) == eager
