@@ -26,6 +26,7 @@ from ..engine import Access
 from ..errors import InvalidArgument, OutOfBounds
 from ..graph import Graph as DeviceGraph
 from ..hazards import HazardTracker
+from ..placement import backing_of
 
 if TYPE_CHECKING:
     from ..completion import Event
@@ -90,8 +91,9 @@ class _RecordedRegion(Region):
         super().__init__(graph, name, lane)
         self.device_graph = device_graph
         self.transfer_bytes = sum(n.refs[0][2] for n in device_graph.nodes if n.kind == "copy")
+        # an alias (placement.Fabric.adopt) and its original are one allocation here
         self.accesses = merge_accesses(
-            (buffer._alloc, buffer._base + off, buffer._base + off + n, access.writes)
+            (backing_of(buffer._alloc), buffer._base + off, buffer._base + off + n, access.writes)
             for node in device_graph.nodes
             for buffer, off, n, access in node.refs
         )
@@ -168,7 +170,7 @@ class ScopedRegion(Region):
         self.bindings = list(bindings)
         for b in self.bindings:
             v = b.view
-            self.accesses.append((v.buffer._alloc, v.start, v.end, b.access.writes))
+            self.accesses.append((backing_of(v.buffer._alloc), v.start, v.end, b.access.writes))
             v.buffer._alloc.retain()
 
     def encode(self, lane: Lane) -> None:

@@ -1,0 +1,77 @@
+"""``hrx demo``: the GPU+NPU examples on the best engines present, as one table.
+
+cuda + npu-host on a GPU machine, host + npu-host elsewhere. Runs gpu_npu_parallel
+(writing its Perfetto trace) and gemm_pipeline, prints their timings and checks, and
+exits 1 if any output or replay check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from hrx_core.cli import CliCommand
+
+from .examples import gemm_pipeline, gpu_npu_parallel
+from .examples.common import engine_arguments, table
+
+QUICK = {"n": 1 << 18, "m": 256, "samples": 5, "requests": 3, "rounds": 3}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace", default="trace.json", help="Perfetto trace of gpu_npu_parallel (default trace.json; '' for none)")
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds, for CI)")
+    parser.add_argument("--n", type=int, default=None, help="GPU elements of gpu_npu_parallel (default 16777216)")
+    parser.add_argument("--m", type=int, default=None, help="NPU matrices (default 1024)")
+    parser.add_argument("--samples", type=int, default=None, help="sequential/parallel pairs (default 21)")
+    parser.add_argument("--requests", type=int, default=None, help="concurrent gemm_pipeline requests (default 4)")
+    parser.add_argument("--rounds", type=int, default=None, help="gemm_pipeline rounds (default 5)")
+    engine_arguments(parser)
+
+
+def _pick(args: argparse.Namespace, name: str, default: int) -> int:
+    value = getattr(args, name)
+    if value is not None:
+        return int(value)
+    return QUICK[name] if args.quick else default
+
+
+def run(args: argparse.Namespace) -> int:
+    n, m = _pick(args, "n", gpu_npu_parallel.DEFAULTS[0]), _pick(args, "m", gpu_npu_parallel.DEFAULTS[1])
+    samples = _pick(args, "samples", gpu_npu_parallel.DEFAULTS[2])
+    engines = {"gpu_engine": args.gpu_engine, "npu_engine": args.npu_engine, "columns": args.columns}
+    print(f"hrx demo: gpu_npu_parallel N={n} M={m} x{samples} pairs, then gemm_pipeline ...", flush=True)
+    par = gpu_npu_parallel.run(n, m, samples, args.trace or None, **engines)
+    gem = gemm_pipeline.run(m, _pick(args, "requests", 4), _pick(args, "rounds", 5), **engines)
+    print(render(par, gem))
+    return 0 if par["ok"] and gem["ok"] else 1
+
+
+def _checks(r: dict[str, Any]) -> str:
+    created = sum(r["new_native_objects"].values())
+    ok = r["checks_failed"] == 0 and created == 0
+    return (f"{'ok' if ok else 'FAILED'}: {r['checks_passed']} exact, {r['checks_failed']} wrong, "
+            f"{created} new native objects in replays")
+
+
+def render(par: dict[str, Any], gem: dict[str, Any]) -> str:
+    rows = [
+        ["gpu_npu_parallel", f"sequential {par['sequential_ms']:.3f}", f"parallel {par['parallel_ms']:.3f}",
+         f"{par['speedup']:.2f}x (ideal {par['ideal_speedup']:.2f}x, {par['overlap_efficiency']:.0%})", _checks(par)],
+        ["  branches", f"gpu {par['gpu_branch_ms']:.3f}", f"npu {par['npu_branch_ms']:.3f}", "", ""],
+        ["gemm_pipeline", f"one at a time {gem['serial_ms']:.3f}", f"concurrent {gem['concurrent_ms']:.3f}",
+         f"{gem['speedup']:.2f}x ({gem['requests']} requests)", _checks(gem)],
+    ]
+    lines = [
+        f"GPU side: {par['gpu']}",
+        f"NPU side: {par['npu']}  (npu-host is a host reference of the NPU programming model, not NPU hardware)",
+        "",
+        table(rows, ["example", "ms (median)", "ms (median)", "speedup", "checks"]),
+    ]
+    if par["trace"]:
+        lines += ["", f"trace: {par['trace']} (open in https://ui.perfetto.dev)"]
+    return "\n".join(lines)
+
+
+DEMO = CliCommand("demo", "run the GPU+NPU examples (gpu_npu_parallel, gemm_pipeline) on the best engines, with checks and a trace",
+                  configure, run)

@@ -1,0 +1,65 @@
+"""The examples and ``hrx demo`` at small sizes (each checks its own outputs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from hrx_npu.examples import gemm_pipeline, gpu_npu_parallel, shared_bench, shared_roundtrip
+
+from hrx_core.execution import validate_trace
+
+
+def test_gpu_npu_parallel(gpu, tmp_path):
+    trace = tmp_path / "trace.json"
+    r = gpu_npu_parallel.run(50_000, 40, 3, str(trace), gpu_engine=gpu.info.engine, columns=2)
+    assert r["ok"], r
+    assert r["checks_failed"] == 0 and r["checks_passed"] == 6 * (1 + 3)
+    assert r["new_native_objects"] == {"gpu_allocations": 0, "npu_allocations": 0, "npu_imports": 0}
+    assert r["sequential_ms"] > 0 and r["parallel_ms"] > 0 and r["ideal_speedup"] >= 1
+    data = json.loads(trace.read_text())
+    validate_trace(data)
+    names = {e.get("name") for e in data["traceEvents"]}
+    assert {"gpu int transform", "npu matmul8x8 bf16"} <= names
+
+
+def test_gemm_pipeline(gpu):
+    r = gemm_pipeline.run(24, 3, 2, gpu_engine=gpu.info.engine)
+    assert r["ok"], r
+    assert r["checks_passed"] == 3 * (1 + 2 * 2)
+
+
+def test_shared_examples(gpu):
+    assert shared_roundtrip.run(8192, 2, gpu_engine=gpu.info.engine)["ok"]
+    r = shared_bench.run(16384, 3, gpu_engine=gpu.info.engine)
+    assert r["ok"] and [s["bytes"] for s in r["sizes"]] == [4096, 16384]
+
+
+def _hrx(*args, cwd):
+    env = dict(os.environ, HRX_ENGINE="host")
+    return subprocess.run([sys.executable, "-m", "hrx_core.cli.main", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300, check=False)
+
+
+def test_hrx_demo_doctor_prepare(tmp_path):
+    r = _hrx("demo", "--quick", "--n", "20000", "--m", "16", "--samples", "2", "--requests", "2", "--rounds", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for word in ("gpu_npu_parallel", "gemm_pipeline", "sequential", "parallel", "ok:", "not NPU hardware", "trace.json"):
+        assert word in r.stdout, word
+    validate_trace(json.loads((tmp_path / "trace.json").read_text()))
+    r = _hrx("doctor", cwd=tmp_path)
+    assert r.returncode == 0 and "npu-host" in r.stdout and "not NPU hardware" in r.stdout
+    r = _hrx("prepare", cwd=tmp_path)
+    assert r.returncode == 0 and "npu-host" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("script", ["gpu_npu_parallel.py 4096 8 1", "gemm_pipeline.py --m 8 --requests 2 --rounds 1",
+                                    "shared_roundtrip.py --bytes 4096 --rounds 1", "shared_bench.py --max-bytes 4096 --reps 1"])
+def test_example_scripts(script, tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    name, *args = script.split()
+    r = subprocess.run([sys.executable, os.path.join(root, "examples", name), *args], capture_output=True, text=True,
+                       cwd=tmp_path, env=dict(os.environ, HRX_ENGINE="host"), timeout=300, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -1,0 +1,154 @@
+"""Placement, aliases, visibility and host cache operations (hrx_core.placement),
+with the host or cuda engine as the GPU side and npu-host as the NPU."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+from conftest import add_one, numpy_artifact, rw_contract
+
+import hrx_core as hrx
+from hrx_core.buffer import Buffer
+from hrx_core.execution import Runtime
+from hrx_core.placement import Fabric, MemoryPlacement, prepare_acquire_host, prepare_release_host
+
+
+def test_profiles_answer_before_allocating(gpu, npu):
+    f = Fabric()
+    allocations = gpu.stats.allocations
+    coherent = f.allocation_profiles([gpu, npu], coherent=True)
+    assert coherent and all(p.coherent and p.host == "coherent" for p in coherent)
+    assert coherent[0].access == {gpu.name: "owner", npu.name: "import"}
+    assert isinstance(coherent[0].placement, MemoryPlacement.Shared)
+    anything = f.allocation_profiles([gpu, npu], coherent=False)
+    assert len(anything) >= len(coherent)
+    if gpu.info.host_mappable:
+        assert any(p.host == "cache-maintained" for p in anything)
+    assert f.allocation_profiles([npu], coherent=False)[-1].placement == MemoryPlacement.NpuLocal(npu)
+    assert gpu.stats.allocations == allocations
+    with pytest.raises(hrx.InvalidArgument):
+        MemoryPlacement.NpuLocal(gpu)
+    with pytest.raises(hrx.InvalidArgument):
+        f.allocation_profiles([], coherent=True)
+
+
+def test_alias_shares_guards_and_retains_the_original(gpu, npu):
+    f = Fabric()
+    owner = f.allocate(4096, MemoryPlacement.Shared(gpu))
+    alias = f.adopt(owner, npu)
+    assert alias.device is npu and alias.nbytes == 4096 and f.imports == 1
+    assert npu.npu_stats()["imports"] >= 1
+    prog = npu.load_artifact(numpy_artifact(add_one), columns=1, contract=rw_contract(4096))
+    with owner.map("read"), pytest.raises(hrx.AccessConflict):        # host mapping of the original
+        prog.invoke([alias])                       # rejects device use of the alias
+    assert prog.pending == 0
+    with owner.map("write") as host:
+        host[:] = 0
+    gc.collect()                                       # earlier tests' garbage must not move the count
+    live = gpu.stats.live_bytes
+    owner_view = Buffer(gpu, owner.allocation.retain())   # a second handle of the original
+    owner.close()
+    gate = threading.Event()
+
+    def held(x, *, scratch, column, columns):
+        gate.wait(30)
+        x.view(np.uint32)[:] += 1
+
+    slow = npu.load_artifact(numpy_artifact(held), columns=1, contract=rw_contract(4096))
+    slow.invoke([alias])
+    try:
+        # pending NPU work on the alias guards host mappings of the original
+        with pytest.raises(hrx.AccessConflict), owner_view.map("read"):
+            pass
+    finally:
+        gate.set()
+    npu.synchronize()
+    with alias.map("read") as host:
+        assert (host.view(np.uint32) >= 1).all()
+    owner_view.close()                                 # every handle of the original gone:
+    gc.collect()
+    assert gpu.stats.live_bytes == live                # the alias retains the backing
+    alias.close()
+    gc.collect()
+    assert gpu.stats.live_bytes == live - 4096         # last handle gone: freed
+
+
+def test_alias_of_ordinary_memory_shares_cache_state():
+    import hrx_npu
+
+    gpu, npu = hrx.device("host"), hrx_npu.open_device("npu-host")
+    f = Fabric()
+    owner = gpu.allocate(256)
+    alias = f.adopt(owner, npu)
+    npu.stream().fill(alias, 3)
+    npu.synchronize()
+    with pytest.raises(hrx.InvalidArgument, match="INVALIDATE"), owner.map("read"):   # device wrote it through the alias
+        pass
+    with prepare_acquire_host([owner.slice(0, 64), alias.slice(32, 64), owner.slice(200, 56)]) as ops:
+        assert [r[1:] for r in ops.ranges] == [(0, 96), (200, 256)]
+        assert [o[0] for o in ops.operations] == [hrx.CacheOp.INVALIDATE] * 2
+        ops.apply()
+    with owner.map("read") as host:
+        assert (host == 3).all()
+    with owner.map("write") as host:
+        host[:] = 9
+    with pytest.raises(hrx.InvalidArgument, match="FLUSH"):
+        npu.stream().fill(alias.slice(0, 4), 1)
+    with prepare_release_host(alias) as ops:
+        ops.apply()
+    npu.stream().fill(alias.slice(0, 4), 1)
+    npu.close()
+
+
+def test_visibility_describes_reach_actions_and_atomics(gpu, npu):
+    f = Fabric()
+    shared = f.allocate(256, MemoryPlacement.Shared(gpu))
+    v = shared.visibility(gpu, npu)
+    assert v.reachable and v.coherent and v.release == ("device-release-system",) and v.atomic_scopes[4] == "system"
+    v = f.adopt(shared, npu).visibility("host", npu)
+    assert v.release == ("host-store-release",) and v.acquire == ("device-acquire-system",)
+    assert shared.visibility(gpu, gpu).atomic_scopes == {4: "device", 8: "device"}
+    local = f.allocate(256, MemoryPlacement.NpuLocal(npu))
+    assert local.visibility(npu, npu).reachable
+    if not gpu.info.imports_host_memory:
+        assert not local.visibility(npu, gpu).reachable
+    if gpu.info.host_mappable:
+        plain = gpu.allocate(256)
+        v = plain.visibility(npu, "host")
+        assert not v.coherent and v.acquire == ("host-cache-invalidate",) and v.atomic_scopes[8] == "none"
+
+
+def test_runtime_orders_gpu_and_npu_through_aliases(gpu, npu):
+    """GPU writes shared memory, the NPU updates it through its alias, the GPU reads
+    it back: the hazards see one allocation, so the order holds without explicit edges."""
+    f = Fabric()
+    prof = f.allocation_profiles([gpu, npu], coherent=True)[0]
+    prog = npu.load_artifact(numpy_artifact(add_one), columns=2, contract=rw_contract(1 << 16))
+    with Runtime(gpu, npu=npu) as rt, prof.allocate(1 << 16, fabric=f) as shared:
+        g = rt.graph()
+        up = g.upload(shared.on(gpu), np.zeros(1 << 14, np.uint32))
+        npu_region = g.compute("npu", lambda r: prog.record(r, [shared.on(npu)]), lane="npu")
+        down = g.download(shared.on(gpu))
+        assert npu_region.deps == (up.index,) and down.deps == (npu_region.index,)
+        for k in range(3):
+            up.write(np.full(1 << 14, k, np.uint32))
+            rt.submit(g).wait()
+            assert (down.read(np.uint32) == k + 1).all()
+        g.close()
+
+
+def test_adopting_back_returns_the_original_and_devices_that_cannot_reach_are_refused(gpu, npu):
+    f = Fabric()
+    shared = f.allocate(512, MemoryPlacement.Shared(gpu))
+    alias = f.adopt(shared, npu)
+    back = f.adopt(alias, gpu)
+    assert back.allocation is shared.allocation and f.imports == 1
+    local = f.allocate(512, MemoryPlacement.NpuLocal(npu))
+    if gpu.native.import_buffer(local.allocation.native) is None:
+        with pytest.raises(hrx.Unsupported, match="cannot import"):
+            f.adopt(local, gpu)
+    with pytest.raises(hrx.InvalidArgument):
+        f.allocate(16, "shared")  # type: ignore[arg-type]
