@@ -9,8 +9,7 @@ import pytest
 from hrx_npu import BufferContract, KernelContract
 
 import hrx_core as hrx
-
-GPU_ENGINES = ["host", "cuda"]
+from hrx_core.testing import engine_params, open_device
 
 
 @pytest.fixture
@@ -20,15 +19,9 @@ def npu():
     dev.close()
 
 
-@pytest.fixture(params=[pytest.param(n, marks=[pytest.mark.gpu] if n != "host" else [], id=n) for n in GPU_ENGINES])
+@pytest.fixture(params=engine_params())
 def gpu(request):
-    name = request.param
-    if name not in hrx.engines():
-        pytest.skip(f"engine {name!r} is not installed")
-    status = hrx.engine_status()[name]
-    if not status.available:
-        pytest.skip(f"engine {name!r} unavailable: {status.reason}")
-    return hrx.device(name)
+    return open_device(request.param)
 
 
 def numpy_artifact(fn, entry=None):
