@@ -217,6 +217,7 @@ def host_shape(dev, name: str, tokens: int, reps: int, workdir: Path) -> list[di
     config = SHAPES[name]
     prompt = prompt_for(config)
     n = tokens if name == "tiny" else max(4, tokens // 8)
+    n = min(n, config.n_positions - len(prompt))  # the context must fit the positions
     ckpt = write_random_checkpoint(workdir / name, config, seed=0, dtype="bf16")
     dec = Gpt2Decoder.load(ckpt, dev, context=len(prompt) + n, max_slots=1)
     ref = NumpyGpt2(ckpt, dtype=np.float32, mirror=False)
