@@ -78,6 +78,28 @@ def gpu_time(ops, dev, k: int, n: int) -> None:
     print(f"cuda {k}x{n} GPU time per kernel: hrx {h:.2f} us ({wbytes / h / 1e6:.2f} TB/s), "
           f"torch {t:.2f} us ({wbytes / t / 1e6:.2f} TB/s)")
 
+    # gather_rows of 4096 rows of a [rows, k] BF16 table: GPU time per call, and host time per call
+    rows = max(4096, n)
+    table = ops.upload(np.zeros((rows, k), dtype=bfloat16))
+    ttable = torch.zeros(rows, k, device="cuda", dtype=torch.bfloat16)
+    idx = np.random.default_rng(0).integers(0, rows, 4096)
+    tidx = torch.from_numpy(idx).cuda()
+    host_us = per_call(lambda: ops.gather_rows(table, idx).close(), 200, s.synchronize)
+
+    def g_hrx(reps: int) -> None:
+        for _ in range(reps):
+            ops.gather_rows(table, idx).close()
+
+    def g_torch(reps: int) -> None:
+        for _ in range(reps):
+            torch.index_select(ttable, 0, tidx)
+
+    for _ in range(3):
+        gh, gt = timed(g_hrx, ext), timed(g_torch, cur)
+    moved = 2 * 4096 * k * 2
+    print(f"cuda gather 4096 rows x {k}: per call hrx {gh:.2f} us ({moved / gh / 1e6:.2f} TB/s, host loop {host_us:.1f} us/call), "
+          f"torch {gt:.2f} us ({moved / gt / 1e6:.2f} TB/s)")
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
