@@ -426,6 +426,8 @@ class ImageOps:
                     graph.dispatch(plan.kernel, plan.grid, args, block=plan.block, scalars=sc)
             elif copy:
                 done = self.stream.copy(args[0], out)
+            elif scalars is None:  # the plan fixes the scalars: the slot's prepared launch
+                done = slot.launch(self.stream, plan.kernel, plan.grid, plan.block, sc, args)
             else:
                 done = self.stream.dispatch(plan.kernel, plan.grid, args, block=plan.block, scalars=sc)
         except BaseException:

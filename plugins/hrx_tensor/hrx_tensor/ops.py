@@ -12,7 +12,6 @@ row and be launch-bound beyond a few dozen rows.
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -215,18 +214,7 @@ class TensorOps:
 
     def _launch(self, slot: Slot, kernel: Any, plan: Plan, views: list[Any]) -> Completion:
         """Launch the slot's prepared dispatch, rebinding only the inputs that changed."""
-        launch = slot.launch
-        if launch is None:
-            launch = self.stream.prepare(kernel, plan.grid, views, block=plan.block, scalars=plan.scalars)
-            slot.launch, slot.bound = launch, [weakref.ref(v) for v in views]
-        else:
-            bound = slot.bound
-            for i, v in enumerate(views):
-                if bound[i]() is not v:
-                    launch.rebind(i, v)
-                    bound[i] = weakref.ref(v)
-        done = slot.done = launch.launch()
-        return done
+        return slot.launch(self.stream, kernel, plan.grid, plan.block, plan.scalars, views)
 
     def linear_fragment(self, graph: TrackedGraph, x: DeviceTensor, w: DeviceTensor, *,
                         out: DeviceTensor | None = None, out_dtype: Any = "bf16",

@@ -10,6 +10,7 @@ released slot can be rewritten by the next call without waiting.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,6 +18,14 @@ from hrx_core.buffer import Buffer
 
 #: Idle output slots a plan keeps for reuse; more are freed when released.
 MAX_IDLE_SLOTS = 2
+
+
+def _remember(obj: Any) -> Callable[[], Any]:
+    """A weak reference where the object allows one (buffers, views), else a strong one."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
 
 
 class Slot:
@@ -28,14 +37,32 @@ class Slot:
     ``done`` is the completion of the slot's last use.
     """
 
-    __slots__ = ("buffers", "launch", "bound", "done", "outputs")
+    __slots__ = ("buffers", "prepared", "bound", "done", "outputs")
 
     def __init__(self, buffers: Sequence[Buffer]) -> None:
         self.buffers = tuple(buffers)
-        self.launch: Any = None
+        self.prepared: Any = None
         self.bound: list[Any] = []
         self.done: Any = None
         self.outputs: Any = None
+
+    def launch(self, stream: Any, kernel: Any, grid: Any, block: Any, scalars: tuple[Any, ...],
+               views: list[Any]) -> Any:
+        """Launch ``kernel`` on ``stream`` over ``views`` through this slot's prepared
+        launch: prepared on first use (the plan fixes kernel, geometry and scalars for
+        the slot's life), afterwards only the views that changed are rebound."""
+        prepared = self.prepared
+        if prepared is None:
+            prepared = stream.prepare(kernel, grid, views, block=block, scalars=scalars)
+            self.prepared, self.bound = prepared, [_remember(v) for v in views]
+        else:
+            bound = self.bound
+            for i, v in enumerate(views):
+                if bound[i]() is not v:
+                    prepared.rebind(i, v)
+                    bound[i] = _remember(v)
+        done = self.done = prepared.launch()
+        return done
 
     def close(self) -> None:
         for b in self.buffers:
