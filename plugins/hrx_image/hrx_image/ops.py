@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 from hrx_tensor import DeviceTensor, TensorOps
-from hrx_tensor.plans import Plan, Slot
+from hrx_tensor.plans import OpFamily, Plan, Slot
 from hrx_tensor.tensor import SharedHold
 
 from hrx_core.buffer import Buffer
-from hrx_core.errors import InvalidArgument, Unsupported
+from hrx_core.errors import InvalidArgument
 from hrx_core.execution.plan_cache import PlanCache, PlanLease
 from hrx_core.stream import Stream
 
@@ -31,20 +31,6 @@ from . import tables
 from . import validate as v
 
 U8, F32, BF16 = v.U8, v.F32, v.BF16
-
-
-def _kernels_for(engine: str) -> dict[str, Any]:
-    """Image kernels for ``engine``: from the ``hrx_kernels`` hook, else this package's."""
-    try:
-        from hrx_core.plugins import kernels
-
-        found: dict[str, Any] = kernels(engine)
-    except Exception:  # noqa: BLE001 - a broken third-party hook must not hide ours
-        found = {}
-    names = [k.name for k in _k.ALL]
-    if all(n in found for n in names):
-        return {n: found[n] for n in names}
-    return _k.kernels_for(engine)
 
 
 class ImagePlan(Plan):
@@ -97,35 +83,21 @@ class AffineParams:
         self._slot.matrix = m.tobytes()
 
 
-class ImageOps:
+class ImageOps(OpFamily):
     """Image operations on ``device``: normalize, patchify, resize, affine, composite.
 
     ``plan_cache`` (a PlanCache, e.g. the runtime's) holds one plan per operation
     shape; ``stream`` orders the work (a new stream of the device by default).
     """
 
-    def __init__(self, device: Any, *, plan_cache: PlanCache | None = None, stream: Stream | None = None) -> None:
-        info = getattr(device, "info", None)
-        engine = getattr(info, "engine", None)
-        kernels = _kernels_for(engine) if isinstance(engine, str) else {}
-        if not kernels:
-            raise Unsupported(
-                f"device: hrx_image has no kernels for engine {engine!r} ({getattr(device, 'name', device)!r}); "
-                f"implementations exist for: {', '.join(_k.ENGINES)}"
-            )
-        if plan_cache is not None and not isinstance(plan_cache, PlanCache):
-            raise InvalidArgument(f"plan_cache: expected a PlanCache or None, got {type(plan_cache).__name__}")
-        if stream is not None and (not isinstance(stream, Stream) or stream.device is not device):
-            raise InvalidArgument(f"stream: expected a Stream of {device.name}, got {stream!r}")
-        self.device = device
-        self.engine = engine
-        self.plan_cache = plan_cache if plan_cache is not None else PlanCache(max_plans=64)
-        self.stream = stream if stream is not None else device.stream()
-        self._kernels = kernels
-        self._specs: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    family = "hrx_image"
+    engines = _k.ENGINES
+    kernel_names = tuple(k.name for k in _k.ALL)
+    own_kernels = staticmethod(_k.kernels_for)
 
-    def __repr__(self) -> str:
-        return f"<hrx_image.ImageOps on {self.device.name}>"
+    def __init__(self, device: Any, *, plan_cache: PlanCache | None = None, stream: Stream | None = None) -> None:
+        super().__init__(device, plan_cache=plan_cache, stream=stream)
+        self._specs: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     # -- tensors (TensorOps' own: they only use the device and stream) ---------------
 

@@ -20,14 +20,14 @@ from ml_dtypes import bfloat16
 
 from hrx_core.buffer import Buffer, View
 from hrx_core.completion import Completion
-from hrx_core.errors import InvalidArgument, OutOfBounds, Unsupported
+from hrx_core.errors import InvalidArgument, OutOfBounds
 from hrx_core.execution.graph import ComputeRegion, TrackedGraph
 from hrx_core.execution.plan_cache import PlanCache, PlanLease
 from hrx_core.graph import Graph
 from hrx_core.stream import Stream
 
 from . import kernels as _kernels
-from .plans import Plan, Slot
+from .plans import OpFamily, Plan, Slot
 from .tensor import DeviceTensor, SharedHold, as_dtype
 
 BF16 = np.dtype(bfloat16)
@@ -47,50 +47,22 @@ def _slices(out: Buffer, shapes: list[tuple[int, ...]], dt: np.dtype) -> list[tu
     return views
 
 
-def _kernels_for(engine: str) -> dict[str, Any]:
-    """Tensor kernels for ``engine``: from the ``hrx_kernels`` hook, else this package's."""
-    try:
-        from hrx_core.plugins import kernels
-
-        found: dict[str, Any] = kernels(engine)
-    except Exception:  # noqa: BLE001 - a broken third-party hook must not hide ours
-        found = {}
-    own = _kernels.kernels_for(engine)
-    names = (_kernels.LINEAR.name, _kernels.GATHER.name)
-    if all(n in found for n in names):
-        return {n: found[n] for n in names}
-    return own
-
-
-class TensorOps:
+class TensorOps(OpFamily):
     """Tensor operations on ``device``: linear, linear_many, linear_fragment, gather_rows.
 
     ``plan_cache`` (a PlanCache, e.g. the runtime's) holds one plan per operation
     shape; ``stream`` orders the work (a new stream of the device by default).
     """
 
-    def __init__(self, device: Any, *, plan_cache: PlanCache | None = None, stream: Stream | None = None) -> None:
-        info = getattr(device, "info", None)
-        engine = getattr(info, "engine", None)
-        kernels = _kernels_for(engine) if isinstance(engine, str) else {}
-        if not kernels:
-            raise Unsupported(
-                f"device: hrx_tensor has no kernels for engine {engine!r} ({getattr(device, 'name', device)!r}); "
-                f"implementations exist for: {', '.join(_kernels.ENGINES)}"
-            )
-        if plan_cache is not None and not isinstance(plan_cache, PlanCache):
-            raise InvalidArgument(f"plan_cache: expected a PlanCache or None, got {type(plan_cache).__name__}")
-        if stream is not None and (not isinstance(stream, Stream) or stream.device is not device):
-            raise InvalidArgument(f"stream: expected a Stream of {device.name}, got {stream!r}")
-        self.device = device
-        self.engine = engine
-        self.plan_cache = plan_cache if plan_cache is not None else PlanCache(max_plans=64)
-        self.stream = stream if stream is not None else device.stream()
-        self._linear = kernels[_kernels.LINEAR.name]
-        self._gather = kernels[_kernels.GATHER.name]
+    family = "hrx_tensor"
+    engines = _kernels.ENGINES
+    kernel_names = (_kernels.LINEAR.name, _kernels.GATHER.name)
+    own_kernels = staticmethod(_kernels.kernels_for)
 
-    def __repr__(self) -> str:
-        return f"<hrx_tensor.TensorOps on {self.device.name}>"
+    def __init__(self, device: Any, *, plan_cache: PlanCache | None = None, stream: Stream | None = None) -> None:
+        super().__init__(device, plan_cache=plan_cache, stream=stream)
+        self._linear = self._kernels[_kernels.LINEAR.name]
+        self._gather = self._kernels[_kernels.GATHER.name]
 
     # -- tensors ------------------------------------------------------------------
 

@@ -106,3 +106,58 @@ class Plan:
             idle, self._idle = self._idle, []
         for slot in idle:
             slot.close()
+
+
+class OpFamily:
+    """What every op family (TensorOps, ImageOps, ...) sets up on a device: its kernels
+    for the device's engine -- from the ``hrx_kernels`` hook when it provides all of
+    them, else the family's own -- a plan cache and a stream.
+
+    Subclasses set ``family`` (the name errors use), ``engines`` (where the family has
+    kernels), ``kernel_names`` and ``own_kernels(engine) -> {name: Kernel}``.
+    """
+
+    family = "op family"
+    engines: tuple[str, ...] = ()
+    kernel_names: tuple[str, ...] = ()
+
+    @staticmethod
+    def own_kernels(engine: str) -> dict[str, Any]:
+        return {}
+
+    def __init__(self, device: Any, *, plan_cache: Any = None, stream: Any = None) -> None:
+        from hrx_core.errors import InvalidArgument, Unsupported
+        from hrx_core.execution.plan_cache import PlanCache
+        from hrx_core.stream import Stream
+
+        info = getattr(device, "info", None)
+        engine = getattr(info, "engine", None)
+        kernels = self._find_kernels(engine) if isinstance(engine, str) else {}
+        if not kernels:
+            raise Unsupported(
+                f"device: {self.family} has no kernels for engine {engine!r} ({getattr(device, 'name', device)!r}); "
+                f"implementations exist for: {', '.join(self.engines)}"
+            )
+        if plan_cache is not None and not isinstance(plan_cache, PlanCache):
+            raise InvalidArgument(f"plan_cache: expected a PlanCache or None, got {type(plan_cache).__name__}")
+        if stream is not None and (not isinstance(stream, Stream) or stream.device is not device):
+            raise InvalidArgument(f"stream: expected a Stream of {device.name}, got {stream!r}")
+        self.device = device
+        self.engine = engine
+        self.plan_cache = plan_cache if plan_cache is not None else PlanCache(max_plans=64)
+        self.stream = stream if stream is not None else device.stream()
+        self._kernels: dict[str, Any] = kernels
+
+    def _find_kernels(self, engine: str) -> dict[str, Any]:
+        try:
+            from hrx_core.plugins import kernels
+
+            found: dict[str, Any] = kernels(engine)
+        except Exception:  # noqa: BLE001 - a broken third-party hook must not hide ours
+            found = {}
+        if self.kernel_names and all(n in found for n in self.kernel_names):
+            return {n: found[n] for n in self.kernel_names}
+        return self.own_kernels(engine)
+
+    def __repr__(self) -> str:
+        return f"<{self.family}.{type(self).__name__} on {self.device.name}>"
