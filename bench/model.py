@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hrx_models.gpt2 import SHAPES, Gpt2Config, Gpt2Decoder, write_random_checkpoint
-from results_file import entry, host_machine, report, write
+from results_file import d2d_bandwidth, entry, host_machine, report, write
 from tensor import _machine, rounds
 
 import hrx_core as hrx
@@ -86,23 +86,7 @@ def model_layer_rate(slot, head, prompt: list[int], tokens: int) -> float:
 
 
 def copy_bandwidth(dev, reps) -> float:
-    s = dev.stream()
-    n = 1 << 30
-    a, b = dev.allocate(n), dev.allocate(n)
-    s.fill(a, 1)
-    s.synchronize()
-
-    def d2d():
-        t0 = time.perf_counter()
-        for _ in range(5):
-            s.copy(a, b)
-        s.synchronize()
-        return 2 * n * 5 / (time.perf_counter() - t0) / 1e12
-
-    d2d()
-    bw = rounds([d2d], reps)[0]
-    a.close(), b.close()
-    return bw
+    return d2d_bandwidth(dev, reps)
 
 
 def cuda_shape(dev, name: str, tokens: int, reps: int, copy_bw: float, workdir: Path) -> list[dict]:

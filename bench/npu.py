@@ -24,7 +24,6 @@ Ids npu.* go to bench/results/h200.json on cuda, host-2core.json on the host eng
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -34,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hrx_npu
 from hrx_npu.examples import gemm_pipeline, gpu_npu_parallel, shared_bench
-from results_file import entry, host_machine, report, write
+from results_file import entry, report, write_for
 
 import hrx_core as hrx
 
@@ -135,12 +134,7 @@ def main() -> int:
     report(results)
     if args.quick:
         return 0
-    if cuda:
-        info = gpu.info
-        machine = f"{info.name}, driver {info.properties.get('driver_version', '?')}, {os.cpu_count()} cores"
-    else:
-        machine = host_machine()
-    path = write(args.out or ("h200.json" if cuda else "host-2core.json"), machine, results)
+    path = write_for(gpu, results, args.out)
     print(f"wrote {path}")
     return 0
 

@@ -40,6 +40,42 @@ def host_machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
+def write_for(dev, entries: list[dict[str, Any]], out: str | None = None) -> Path:
+    """Write ``entries`` into the file of the machine ``dev`` runs on: h200.json for the
+    cuda engine, host-2core.json otherwise (``out`` overrides the file name)."""
+    if dev.info.engine == "cuda":
+        info = dev.info
+        machine = f"{info.name}, driver {info.properties.get('driver_version', '?')}, {os.cpu_count()} cores"
+        default = "h200.json"
+    else:
+        machine, default = host_machine(), "host-2core.json"
+    return write(out or default, machine, entries)
+
+
+def d2d_bandwidth(dev, reps: int) -> float:
+    """Median D2D copy bandwidth (read + write bytes, TB/s) of 1 GiB on ``dev``."""
+    import statistics
+    import time
+
+    s = dev.stream()
+    n = 1 << 30
+    a, b = dev.allocate(n), dev.allocate(n)
+    s.fill(a, 1)
+    s.synchronize()
+
+    def d2d() -> float:
+        t0 = time.perf_counter()
+        for _ in range(5):
+            s.copy(a, b)
+        s.synchronize()
+        return 2 * n * 5 / (time.perf_counter() - t0) / 1e12
+
+    d2d()
+    bw = statistics.median(d2d() for _ in range(reps))
+    a.close(), b.close()
+    return bw
+
+
 def entry(id: str, what: str, unit: str, hrx: float, *, peer: str | None = None, peer_value: float | None = None,
           goal: str | None = None, command: str) -> dict[str, Any]:
     ratio = None if peer_value in (None, 0) else round(hrx / peer_value, 4)

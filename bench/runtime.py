@@ -16,7 +16,6 @@ Ids runtime.* go to bench/results/h200.json on cuda, host-2core.json on the host
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -28,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hrx_core as hrx  # noqa: E402
 from hrx_core.execution import Runtime, RuntimeOptions  # noqa: E402
-from results_file import entry, host_machine, report, write  # noqa: E402
+from results_file import entry, report, write_for  # noqa: E402
 
 CMD = "python bench/runtime.py"
 
@@ -107,7 +106,6 @@ def bench_replay(dev, reps: int, nodes: int = 100, n: int = 200) -> list[dict]:
 def bench_overlap(dev, pairs: int) -> list[dict]:
     rt = Runtime(dev, RuntimeOptions(observe=False))
     flag = rt.allocate(256)
-    cuda = dev.info.engine == "cuda"
     nbytes = (1 << 30) if cuda else (256 << 20)
     dst = rt.allocate(nbytes)
     data = np.ones(nbytes, np.uint8)
@@ -173,15 +171,9 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     dev = hrx.device(args.engine)
-    cuda = dev.info.engine == "cuda"
     results = bench_replay(dev, args.reps) + bench_overlap(dev, args.pairs)
     report(results)
-    if cuda:
-        info = dev.info
-        machine = f"{info.name}, driver {info.properties.get('driver_version', '?')}, {os.cpu_count()} cores"
-    else:
-        machine = host_machine()
-    path = write(args.out or ("h200.json" if cuda else "host-2core.json"), machine, results)
+    path = write_for(dev, results, args.out)
     print(f"wrote {path}")
     return 0
 

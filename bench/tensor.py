@@ -31,7 +31,7 @@ from ml_dtypes import bfloat16
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hrx_core as hrx  # noqa: E402
-from results_file import entry, report, write  # noqa: E402
+from results_file import d2d_bandwidth, entry, report, write  # noqa: E402
 
 from hrx_tensor import TensorOps  # noqa: E402
 
@@ -66,22 +66,7 @@ def cuda_bench(reps: int) -> list[dict]:
     out: list[dict] = []
     rng = np.random.default_rng(0)
 
-    # D2D copy bandwidth (read + write bytes), 1 GiB
-    n = 1 << 30
-    a, b = dev.allocate(n), dev.allocate(n)
-    s.fill(a, 1)
-    s.synchronize()
-
-    def d2d():
-        t0 = time.perf_counter()
-        for _ in range(5):
-            s.copy(a, b)
-        s.synchronize()
-        return 2 * n * 5 / (time.perf_counter() - t0) / 1e12
-
-    d2d()
-    copy_bw = rounds([d2d], reps)[0]
-    a.close(), b.close()
+    copy_bw = d2d_bandwidth(dev, reps)  # D2D copy bandwidth (read + write bytes), 1 GiB
     out.append(entry("tensor.cuda.d2d_copy", "D2D copy of 1 GiB in this run (read+write bytes)", "TB/s", copy_bw, command=CMD))
 
     def rotation(k, nrows):
