@@ -106,6 +106,7 @@ def bench_replay(dev, reps: int, nodes: int = 100, n: int = 200) -> list[dict]:
 def bench_overlap(dev, pairs: int) -> list[dict]:
     rt = Runtime(dev, RuntimeOptions(observe=False))
     flag = rt.allocate(256)
+    cuda = dev.info.engine == "cuda"
     nbytes = (1 << 30) if cuda else (256 << 20)
     dst = rt.allocate(nbytes)
     data = np.ones(nbytes, np.uint8)
