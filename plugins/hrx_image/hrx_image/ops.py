@@ -23,7 +23,7 @@ from hrx_tensor.tensor import SharedHold
 
 from hrx_core.buffer import Buffer
 from hrx_core.errors import InvalidArgument
-from hrx_core.execution.plan_cache import PlanCache, PlanLease
+from hrx_core.execution.plan_cache import PlanCache
 from hrx_core.stream import Stream
 
 from . import kernels as _k
@@ -377,13 +377,7 @@ class ImageOps(OpFamily):
     def _run(self, graph: Any, key: Any, prepare: Callable[[], ImagePlan], bindings: Callable[[ImagePlan, Slot], list[Any]],
              shape: tuple[int, ...], dtype: np.dtype, before: Callable[[Slot], None] | None = None, *,
              copy: bool = False, scalars: tuple[Any, ...] | None = None) -> tuple[DeviceTensor, Slot]:
-        lease: PlanLease[ImagePlan] = self.plan_cache.lease(key, prepare)
-        try:
-            plan = lease.plan
-            slot = plan.acquire()
-        except BaseException:
-            lease.close()
-            raise
+        lease, plan, slot = self._take(key, prepare)
         try:
             out = slot.buffers[0]
             args = bindings(plan, slot)

@@ -22,7 +22,7 @@ from hrx_core.buffer import Buffer, View
 from hrx_core.completion import Completion
 from hrx_core.errors import InvalidArgument, OutOfBounds
 from hrx_core.execution.graph import ComputeRegion, TrackedGraph
-from hrx_core.execution.plan_cache import PlanCache, PlanLease
+from hrx_core.execution.plan_cache import PlanCache
 from hrx_core.graph import Graph
 from hrx_core.stream import Stream
 
@@ -315,20 +315,3 @@ class TensorOps(OpFamily):
             bad = lo if lo < 0 else hi
             raise OutOfBounds(f"indices: {bad} is outside 0..{rows - 1} (table rows)")
         return np.ascontiguousarray(idx, dtype=np.int64)
-
-    # -- plans --------------------------------------------------------------------
-
-    def _take(self, key: Any, prepare: Any) -> tuple[PlanLease[Plan], Plan, Slot]:
-        lease: PlanLease[Plan] = self.plan_cache.lease(key, prepare)
-        try:
-            plan = lease.plan
-            slot = plan.acquire()
-        except BaseException:
-            lease.close()
-            raise
-        return lease, plan, slot
-
-    @staticmethod
-    def _give_back(lease: PlanLease[Plan], plan: Plan, slot: Slot) -> None:
-        plan.release(slot)
-        lease.close()

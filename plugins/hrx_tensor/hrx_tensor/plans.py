@@ -161,3 +161,19 @@ class OpFamily:
 
     def __repr__(self) -> str:
         return f"<{self.family}.{type(self).__name__} on {self.device.name}>"
+
+    def _take(self, key: Any, prepare: Callable[[], Any]) -> tuple[Any, Any, Slot]:
+        """Lease the plan of ``key`` (built by ``prepare`` on a miss) and take a free slot."""
+        lease = self.plan_cache.lease(key, prepare)
+        try:
+            plan = lease.plan
+            slot = plan.acquire()
+        except BaseException:
+            lease.close()
+            raise
+        return lease, plan, slot
+
+    @staticmethod
+    def _give_back(lease: Any, plan: Any, slot: Slot) -> None:
+        plan.release(slot)
+        lease.close()
