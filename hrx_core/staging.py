@@ -40,6 +40,15 @@ def _threads() -> int:
     return max(1, min(8, (os.cpu_count() or 1) - 1))
 
 
+def _file_threads() -> int:
+    """Threads reading a file into one chunk: reads are kernel copies out of the page
+    cache and scale further than memcpy on the H200's host (8 -> 15 threads: +9%)."""
+    env = os.environ.get("HRX_STAGING_THREADS")
+    if env:
+        return max(1, int(env))
+    return max(1, min(16, (os.cpu_count() or 1) - 1))
+
+
 def host_copy(dst: np.ndarray, src: np.ndarray) -> None:
     """memcpy, on several threads when large and the machine has cores to spare."""
     threads = _threads()
@@ -89,7 +98,7 @@ def pread_into(fd: int, dst: np.ndarray, offset: int) -> None:
 def file_read_async(dst: np.ndarray, fd: int, offset: int) -> list[Future[None]]:
     """Start reading file bytes into ``dst`` on the copy threads (the kernel copies out
     of the page cache: no page-table population as with a memory mapping)."""
-    threads = _threads()
+    threads = _file_threads()
     n = dst.nbytes
     if threads <= 1 or n < PARALLEL_COPY_BYTES:
         pread_into(fd, dst, offset)
@@ -112,7 +121,9 @@ def _step(n: int, threads: int) -> int:
 def _pool(threads: int) -> ThreadPoolExecutor:
     global _copy_pool
     if _copy_pool is None:
-        _copy_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hrx-copy")
+        # sized for the widest user (file reads); memcpy splits into fewer pieces
+        workers = max(threads, _threads(), _file_threads())
+        _copy_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hrx-copy")
     return _copy_pool
 
 

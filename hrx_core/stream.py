@@ -9,6 +9,7 @@ is encoded, so a rejected call changes nothing.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -469,7 +470,7 @@ class Stream:
         """
         da, start, src = self._upload_target(dst, data)
         with self._transfer_lock:
-            return self._upload_locked(da, start, src.nbytes, lambda host, off: host_copy_async(host, src[off : off + host.nbytes]))
+            return self._upload_locked([(da, start, src.nbytes, functools.partial(_copy_fill, src))])
 
     def upload_file(self, dst: Buffer | View | Binding, file: Any, offset: int = 0, nbytes: int | None = None) -> Completion:
         """Copy ``nbytes`` of a file (a path, a file descriptor or an open binary file)
@@ -479,30 +480,47 @@ class Stream:
         range asked for is read and no memory mapping of the file is faulted in.
         ``nbytes`` defaults to the rest of the file. Returns like :meth:`upload`.
         """
-        d = as_binding("dst", dst, Access.WRITE)
-        self._check_device("dst", d)
-        if not d.access & Access.WRITE:
-            raise InvalidArgument("dst: binding is declared read-only")
-        check_int("offset", offset)
-        if nbytes is not None:
-            check_int("nbytes", nbytes)
+        return self.upload_file_ranges(file, [(dst, offset, nbytes)])
+
+    def upload_file_ranges(self, file: Any, ranges: Sequence[tuple[Buffer | View | Binding, int, int | None]]) -> Completion:
+        """:meth:`upload_file` of several ``(dst, offset, nbytes)`` ranges of one file
+        through one staging pipeline: the copy threads read the next ranges while the
+        queue moves the earlier ones (loading many tensors of a checkpoint). Every
+        range is validated before anything is read. Returns the completion of the last.
+        """
+        if isinstance(ranges, (str, bytes)) or not isinstance(ranges, Sequence) or not ranges:
+            raise InvalidArgument("ranges: expected a nonempty list of (dst, offset, nbytes)")
         with _open_file(file) as fd:
             size = os.fstat(fd).st_size
-            if offset > size:
-                raise OutOfBounds(f"offset: {offset} is beyond the end of the {size}-byte file")
-            n = size - offset if nbytes is None else nbytes
-            if offset + n > size:
-                raise OutOfBounds(f"nbytes: [{offset}, {offset + n}) runs past the end of the {size}-byte file")
-            dv = d.view
-            if n > dv.length:
-                raise OutOfBounds(f"upload_file: {n} bytes do not fit the {dv.length}-byte destination")
-            da = dv.buffer.allocation
-            if da.host_maps or da.host_dirty:
-                da.check_device_use(dv.start, dv.start + n, True)
+            segments = []
+            for i, item in enumerate(ranges):
+                if not isinstance(item, (tuple, list)) or len(item) != 3:
+                    raise InvalidArgument(f"ranges[{i}]: expected (dst, offset, nbytes), got {item!r}")
+                dst, offset, nbytes = item
+                where = "" if len(ranges) == 1 else f"ranges[{i}]: "
+                d = as_binding(f"{where}dst", dst, Access.WRITE)
+                self._check_device("dst", d)
+                if not d.access & Access.WRITE:
+                    raise InvalidArgument(f"{where}dst: binding is declared read-only")
+                check_int(f"{where}offset", offset)
+                if nbytes is not None:
+                    check_int(f"{where}nbytes", nbytes)
+                if offset > size:
+                    raise OutOfBounds(f"{where}offset: {offset} is beyond the end of the {size}-byte file")
+                n = size - offset if nbytes is None else nbytes
+                if offset + n > size:
+                    raise OutOfBounds(f"{where}nbytes: [{offset}, {offset + n}) runs past the end of the {size}-byte file")
+                dv = d.view
+                if n > dv.length:
+                    raise OutOfBounds(f"{where}upload_file: {n} bytes do not fit the {dv.length}-byte destination")
+                da = dv.buffer.allocation
+                if da.host_maps or da.host_dirty:
+                    da.check_device_use(dv.start, dv.start + n, True)
+                segments.append((da, dv.start, n, functools.partial(_pread_fill, fd, offset)))
             self._check_family("copy")
             with self._transfer_lock:
                 try:
-                    return self._upload_locked(da, dv.start, n, lambda host, off: file_read_async(host, fd, offset + off))
+                    return self._upload_locked(segments)
                 except EOFError as exc:  # the file shrank under us
                     raise OutOfBounds(f"file: {exc}") from None
 
@@ -522,21 +540,22 @@ class Stream:
         self._check_family("copy")
         return da, dv.start, src
 
-    def _upload_locked(self, da: Allocation, start: int, n: int, fill: Callable[[np.ndarray, int], list[Any]]) -> Completion:
-        # Pipelined: the copy threads fill up to count-1 chunks while the queue moves
-        # the oldest filled one. fill(chunk_host, source_offset) starts filling a chunk.
+    def _upload_locked(self, segments: Sequence[tuple[Allocation, int, int, Callable[[np.ndarray, int], list[Any]]]]) -> Completion:
+        """Move ``(allocation, first byte, nbytes, fill)`` segments through the staging
+        ring, pipelined across segments: the copy threads fill up to count-1 chunks
+        while the queue moves the oldest filled one. ``fill(chunk_host, source_offset)``
+        starts filling a chunk and returns the futures to wait for."""
         ring = self._ring()
         completion: Completion | None = None
-        dn = da.native
         depth = max(1, ring.count - 1)
-        filling: list[tuple[Any, int, int, list[Any]]] = []
+        filling: list[tuple[Any, Allocation, int, int, list[Any]]] = []
 
-        def send(chunk: Any, off: int, length: int, futures: list[Any]) -> Completion:
+        def send(chunk: Any, da: Allocation, dst_off: int, length: int, futures: list[Any]) -> Completion:
             try:
                 wait_all(futures)
             finally:
                 chunk.leased = False
-            cn, dst_off = chunk.buffer.allocation.native, start + off
+            cn, dn = chunk.buffer.allocation.native, da.native
 
             def encode(q: NativeQueue) -> None:
                 q.copy(cn, 0, dn, dst_off, length)
@@ -549,24 +568,25 @@ class Stream:
             return done
 
         try:
-            for off in range(0, n, MAX_CHUNK_BYTES):
-                length = min(MAX_CHUNK_BYTES, n - off)
-                chunk = ring.acquire(length)
-                chunk.leased = True
-                filling.append((chunk, off, length, fill(chunk.host[:length], off)))
-                if len(filling) >= depth:
-                    completion = send(*filling.pop(0))
+            for da, start, n, fill in segments:
+                for off in range(0, n, MAX_CHUNK_BYTES):
+                    length = min(MAX_CHUNK_BYTES, n - off)
+                    chunk = ring.acquire(length)
+                    chunk.leased = True
+                    filling.append((chunk, da, start + off, length, fill(chunk.host[:length], off)))
+                    if len(filling) >= depth:
+                        completion = send(*filling.pop(0))
             while filling:
                 completion = send(*filling.pop(0))
         finally:
-            for chunk, _, _, futures in filling:  # a failure: let the copy threads finish
+            for chunk, *_, futures in filling:  # a failure: let the copy threads finish
                 try:
                     wait_all(futures)
                 except Exception:
                     pass
                 chunk.leased = False
         self.slot.flush()
-        return completion
+        return completion if completion is not None else self.slot.completion()  # nothing to move
 
     def upload_blocking(self, dst: Buffer | View | Binding, data: Any, timeout: float | None = None) -> None:
         """``upload`` and wait for the final chunk.
@@ -579,7 +599,7 @@ class Stream:
         with self._transfer_lock:
             direct = self.device.native.wrap_host(src)
             if direct is None:
-                completion = self._upload_locked(da, start, src.nbytes, lambda host, off: host_copy_async(host, src[off : off + host.nbytes]))
+                completion = self._upload_locked([(da, start, src.nbytes, functools.partial(_copy_fill, src))])
             else:
                 completion = self._direct(direct, 0, da, start, src.nbytes, writes_host=False)
                 self.device.stats.upload_bytes += src.nbytes
@@ -745,3 +765,13 @@ def _open_file(file: Any) -> Iterator[int]:
     except OSError as exc:
         raise InvalidArgument(f"file: descriptor {fd} is not open ({exc.strerror})") from None
     yield fd
+
+
+def _copy_fill(src: np.ndarray, host: np.ndarray, off: int) -> list[Any]:
+    """Staging fill from host memory: bytes [off, off + len(host)) of ``src``."""
+    return host_copy_async(host, src[off : off + host.nbytes])
+
+
+def _pread_fill(fd: int, base: int, host: np.ndarray, off: int) -> list[Any]:
+    """Staging fill from a file: bytes at ``base + off`` of descriptor ``fd``."""
+    return file_read_async(host, fd, base + off)

@@ -394,6 +394,22 @@ def test_upload_file(stream, tmp_path):
     with pytest.raises(hrx.InvalidArgument, match="offset"):
         s.upload_file(small, path, offset=-1)
     assert np.array_equal(s.download(small), before)
+    # several ranges through one pipeline; one bad range rejects the whole call
+    parts = [s.allocate(n // 3) for _ in range(3)]
+    s.upload_file_ranges(path, [(parts[0], 0, n // 3), (parts[1], n // 3, n // 3), (parts[2].slice(0, 100), n - 100, 100)])
+    assert np.array_equal(s.download(parts[0]), data[: n // 3])
+    assert np.array_equal(s.download(parts[1]), data[n // 3 : 2 * (n // 3)])
+    assert np.array_equal(s.download(parts[2])[:100], data[-100:])
+    s.fill(parts[0], 0)
+    with pytest.raises(hrx.OutOfBounds, match="ranges\\[1\\]: nbytes"):
+        s.upload_file_ranges(path, [(parts[0], 0, 10), (parts[1], n - 5, 10)])
+    assert not s.download(parts[0]).any()
+    with pytest.raises(hrx.InvalidArgument, match="ranges"):
+        s.upload_file_ranges(path, [])
+    with pytest.raises(hrx.InvalidArgument, match="ranges\\[0\\]"):
+        s.upload_file_ranges(path, [(parts[0], 0)])
+    for p in parts:
+        p.close()
     big.close()
 
 

@@ -353,8 +353,8 @@ class FileView:
 
         Each buffer is charged to ``budget`` (default: the stream's budget) before it is
         allocated, then filled through the stream's staging ring: a mapped file is read
-        with ``pread`` into the pinned chunks (:meth:`Stream.upload_file`: no page-table
-        population of the mapping), an owned one copied from memory. Only the selected
+        with ``pread`` into the pinned chunks (:meth:`Stream.upload_file_ranges`, one
+        pipeline over all tensors: no page-table population of the mapping), an owned one copied from memory. Only the selected
         byte ranges are read, so a subset touches only its own pages. Zero-byte tensors get a 1-byte buffer
         (devices allocate nothing smaller). On any failure the buffers allocated so far
         are closed. Returns buffers by name; the uploads are queued on ``stream``.
@@ -367,12 +367,15 @@ class FileView:
         out: dict[str, Buffer] = {}
         try:
             for t in infos:
-                buf = stream.device.allocate(max(t.nbytes, 1), budget=charge_to)
-                out[t.name] = buf
-                if t.nbytes and self._fd is not None:
-                    stream.upload_file(buf, self._fd, t.begin, t.nbytes)
-                elif t.nbytes:
-                    stream.upload(buf, np.frombuffer(data, np.uint8, count=t.nbytes, offset=t.begin))
+                out[t.name] = stream.device.allocate(max(t.nbytes, 1), budget=charge_to)
+            ranges = [(out[t.name], t.begin, t.nbytes) for t in infos if t.nbytes]
+            if ranges and self._fd is not None:
+                # one staging pipeline over every tensor: reads of the next tensors
+                # overlap the device copies of the earlier ones
+                stream.upload_file_ranges(self._fd, ranges)
+            else:
+                for buf, begin, nbytes in ranges:
+                    stream.upload(buf, np.frombuffer(data, np.uint8, count=nbytes, offset=begin))
         except BaseException:
             for buf in out.values():
                 buf.close()
