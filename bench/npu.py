@@ -54,6 +54,8 @@ def bench_parallel(gpu_engine: str, pairs: int, n: int, m: int, suffix: str, lab
               peer_value=r["ideal_speedup"], goal=">= 0.9", command=CMD),
         entry(pid + ".sequential_ms", "the same: sequential median", "ms", r["sequential_ms"], command=CMD),
         entry(pid + ".parallel_ms", "the same: parallel median", "ms", r["parallel_ms"], command=CMD),
+        entry(pid + ".gpu_branch_ms", "the same: the GPU branch replayed alone, median", "ms", r["gpu_branch_ms"], command=CMD),
+        entry(pid + ".npu_branch_ms", "the same: the NPU branch replayed alone, median", "ms", r["npu_branch_ms"], command=CMD),
     ], r
 
 

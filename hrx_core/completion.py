@@ -172,6 +172,26 @@ class Event:
         return f"<hrx.Event {self.completion!r}>"
 
 
+def _sleep_until(completion: Completion, limit: float) -> None:
+    """Wait up to ``limit`` seconds for ``completion`` by sleeping between cheap reads of
+    its timeline. The notifier never spins: a spinning waiter on a second thread would
+    contend for the GIL with the thread that actually waits for the work (on the H200 a
+    replay observed through callbacks took 163 us against 85 us unobserved)."""
+    timeline = completion.slot.timeline
+    value = completion.value
+    deadline = time.monotonic() + limit
+    pause = 20e-6
+    while timeline.completed() < value:
+        if time.monotonic() >= deadline:
+            try:  # asks the engine about failures (a failed device completes everything)
+                timeline.wait(value, 0)
+            except Exception:
+                time.sleep(0.001)
+            return
+        time.sleep(pause)
+        pause = min(pause * 2, 200e-6)
+
+
 class Notifier:
     """One daemon thread per device that runs completion callbacks."""
 
@@ -198,10 +218,7 @@ class Notifier:
                             self._thread = None
                             return
                 first = self._pending[0][0]
-            try:
-                first.slot.timeline.wait(first.value, 0.005)
-            except Exception:
-                time.sleep(0.001)
+            _sleep_until(first, 0.005)
             ready: list[tuple[Completion, Callable[[Completion], Any]]] = []
             with self._cond:
                 keep = []
