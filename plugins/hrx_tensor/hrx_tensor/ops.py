@@ -310,8 +310,15 @@ class TensorOps(OpFamily):
             raise InvalidArgument("indices: empty (gather at least one row)")
         if idx.size >= 2**31:
             raise InvalidArgument(f"indices: {idx.size} rows exceed {2**31 - 1}")
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo < 0 or hi >= rows:
+        out = np.ascontiguousarray(idx, dtype=np.int64)
+        # one pass for both bounds: viewed as uint64, a negative index is huge. Only
+        # uint64 input can hold values the int64 conversion would wrap.
+        if idx.dtype == np.uint64 and int(idx.max()) >= 2**63:
+            in_range = False
+        else:
+            in_range = int(out.view(np.uint64).max()) < rows
+        if not in_range:
+            lo, hi = int(idx.min()), int(idx.max())
             bad = lo if lo < 0 else hi
             raise OutOfBounds(f"indices: {bad} is outside 0..{rows - 1} (table rows)")
-        return np.ascontiguousarray(idx, dtype=np.int64)
+        return out
