@@ -96,19 +96,10 @@ class PreparedLaunch:
         expected = self._kernel.buffer_access
         if type(index) is not int or not 0 <= index < len(expected):
             raise InvalidArgument(f"index: kernel {self._kernel.name!r} has buffers 0..{len(expected) - 1}, got {index!r}")
-        name = f"bindings[{index}]"
-        b = as_binding(name, binding, expected[index])
-        if b.access & expected[index] != expected[index]:
-            _narrower(self._kernel, index, b, expected[index])
-        self._stream._check_device(name, b)
-        view = b.view
-        alloc = view.buffer.allocation
-        writes = b.access.writes
-        if alloc.host_maps or alloc.host_dirty:
-            alloc.check_device_use(view.start, view.end, writes)
-        self._native.set_arg(index, BufferArg(alloc.native, view.start, view.length, b.access))
+        arg, use = self._stream._buffer_arg(self._kernel, index, binding, expected[index])
+        self._native.set_arg(index, arg)
         ranges = list(self._ranges)
-        ranges[index] = (alloc, view.start, view.end, writes)
+        ranges[index] = use
         self._ranges = tuple(ranges)
         self._allocs = tuple(dict.fromkeys(r[0] for r in ranges))
 
@@ -326,21 +317,27 @@ class Stream:
         allocs: list[Allocation] = []
         ranges: list[tuple[Allocation, int, int, bool]] = []
         for i, (b, access) in enumerate(zip(bindings, expected)):
-            binding = as_binding(f"bindings[{i}]", b, access)
-            if binding.access & access != access:
-                _narrower(kernel, i, binding, access)
-            self._check_device(f"bindings[{i}]", binding)
-            view = binding.view
-            alloc = view.buffer.allocation
-            writes = binding.access.writes
-            if alloc.host_maps or alloc.host_dirty:
-                alloc.check_device_use(view.start, view.end, writes)
-            args.append(BufferArg(alloc.native, view.start, view.length, binding.access))
-            if alloc not in allocs:
-                allocs.append(alloc)
-            ranges.append((alloc, view.start, view.end, writes))
+            arg, use = self._buffer_arg(kernel, i, b, access)
+            args.append(arg)
+            if use[0] not in allocs:
+                allocs.append(use[0])
+            ranges.append(use)
         args.extend(kernel.check_scalars(scalars))
         return args, allocs, ranges
+
+    def _buffer_arg(self, kernel: Kernel, i: int, b: Any, access: Access) -> tuple[BufferArg, tuple[Allocation, int, int, bool]]:
+        """Buffer argument ``i`` of ``kernel`` checked (type, declared access, device,
+        host mappings): the native argument and the byte range it uses."""
+        binding = as_binding(f"bindings[{i}]", b, access)
+        if binding.access & access != access:
+            _narrower(kernel, i, binding, access)
+        self._check_device(f"bindings[{i}]", binding)
+        view = binding.view
+        alloc = view.buffer.allocation
+        writes = binding.access.writes
+        if alloc.host_maps or alloc.host_dirty:
+            alloc.check_device_use(view.start, view.end, writes)
+        return BufferArg(alloc.native, view.start, view.length, binding.access), (alloc, view.start, view.end, writes)
 
     def dispatch(
         self,
@@ -498,10 +495,7 @@ class Stream:
                     raise InvalidArgument(f"ranges[{i}]: expected (dst, offset, nbytes), got {item!r}")
                 dst, offset, nbytes = item
                 where = "" if len(ranges) == 1 else f"ranges[{i}]: "
-                d = as_binding(f"{where}dst", dst, Access.WRITE)
-                self._check_device("dst", d)
-                if not d.access & Access.WRITE:
-                    raise InvalidArgument(f"{where}dst: binding is declared read-only")
+                d = self._writable(f"{where}dst", dst)
                 check_int(f"{where}offset", offset)
                 if nbytes is not None:
                     check_int(f"{where}nbytes", nbytes)
@@ -510,13 +504,8 @@ class Stream:
                 n = size - offset if nbytes is None else nbytes
                 if offset + n > size:
                     raise OutOfBounds(f"{where}nbytes: [{offset}, {offset + n}) runs past the end of the {size}-byte file")
-                dv = d.view
-                if n > dv.length:
-                    raise OutOfBounds(f"{where}upload_file: {n} bytes do not fit the {dv.length}-byte destination")
-                da = dv.buffer.allocation
-                if da.host_maps or da.host_dirty:
-                    da.check_device_use(dv.start, dv.start + n, True)
-                segments.append((da, dv.start, n, functools.partial(_pread_fill, fd, offset)))
+                da, start = self._fits(d, n, f"{where}upload_file")
+                segments.append((da, start, n, functools.partial(_pread_fill, fd, offset)))
             self._check_family("copy")
             with self._transfer_lock:
                 try:
@@ -526,19 +515,31 @@ class Stream:
 
     def _upload_target(self, dst: Buffer | View | Binding, data: Any) -> tuple[Allocation, int, np.ndarray]:
         """Validate an upload: (allocation, first byte, flat host bytes)."""
-        d = as_binding("dst", dst, Access.WRITE)
-        self._check_device("dst", d)
-        if not d.access & Access.WRITE:
-            raise InvalidArgument("dst: binding is declared read-only")
+        d = self._writable("dst", dst)
         src = transfer.host_bytes("data", data)
+        da, start = self._fits(d, src.nbytes, "upload")
+        self._check_family("copy")
+        return da, start, src
+
+    def _writable(self, name: str, dst: Buffer | View | Binding) -> Binding:
+        """``dst`` as a binding of this device that may be written."""
+        d = as_binding(name, dst, Access.WRITE)
+        self._check_device(name, d)
+        if not d.access & Access.WRITE:
+            raise InvalidArgument(f"{name}: binding is declared read-only")
+        return d
+
+    @staticmethod
+    def _fits(d: Binding, n: int, what: str) -> tuple[Allocation, int]:
+        """(allocation, first byte) of ``n`` bytes written at ``d``, checked against its
+        length and any host mapping of those bytes."""
         dv = d.view
-        if src.nbytes > dv.length:
-            raise OutOfBounds(f"upload: {src.nbytes} bytes do not fit the {dv.length}-byte destination")
+        if n > dv.length:
+            raise OutOfBounds(f"{what}: {n} bytes do not fit the {dv.length}-byte destination")
         da = dv.buffer.allocation
         if da.host_maps or da.host_dirty:
-            da.check_device_use(dv.start, dv.start + src.nbytes, True)
-        self._check_family("copy")
-        return da, dv.start, src
+            da.check_device_use(dv.start, dv.start + n, True)
+        return da, dv.start
 
     def _upload_locked(self, segments: Sequence[tuple[Allocation, int, int, Callable[[np.ndarray, int], list[Any]]]]) -> Completion:
         """Move ``(allocation, first byte, nbytes, fill)`` segments through the staging
