@@ -33,20 +33,17 @@ MIN_PIECE_BYTES = 16 << 20
 _copy_pool: ThreadPoolExecutor | None = None
 
 
-def _threads() -> int:
+def _threads(cap: int = 8) -> int:
+    """Copy threads: HRX_STAGING_THREADS, else the cores but one, at most ``cap``."""
     env = os.environ.get("HRX_STAGING_THREADS")
     if env:
         return max(1, int(env))
-    return max(1, min(8, (os.cpu_count() or 1) - 1))
+    return max(1, min(cap, (os.cpu_count() or 1) - 1))
 
 
-def _file_threads() -> int:
-    """Threads reading a file into one chunk: reads are kernel copies out of the page
-    cache and scale further than memcpy on the H200's host (8 -> 15 threads: +9%)."""
-    env = os.environ.get("HRX_STAGING_THREADS")
-    if env:
-        return max(1, int(env))
-    return max(1, min(16, (os.cpu_count() or 1) - 1))
+#: File reads are kernel copies out of the page cache and scale further than memcpy
+#: on the H200's host (8 -> 15 threads: +9%).
+FILE_THREADS_CAP = 16
 
 
 def host_copy(dst: np.ndarray, src: np.ndarray) -> None:
@@ -98,7 +95,7 @@ def pread_into(fd: int, dst: np.ndarray, offset: int) -> None:
 def file_read_async(dst: np.ndarray, fd: int, offset: int) -> list[Future[None]]:
     """Start reading file bytes into ``dst`` on the copy threads (the kernel copies out
     of the page cache: no page-table population as with a memory mapping)."""
-    threads = _file_threads()
+    threads = _threads(FILE_THREADS_CAP)
     n = dst.nbytes
     if threads <= 1 or n < PARALLEL_COPY_BYTES:
         pread_into(fd, dst, offset)
@@ -122,7 +119,7 @@ def _pool(threads: int) -> ThreadPoolExecutor:
     global _copy_pool
     if _copy_pool is None:
         # sized for the widest user (file reads); memcpy splits into fewer pieces
-        workers = max(threads, _threads(), _file_threads())
+        workers = max(threads, _threads(), _threads(FILE_THREADS_CAP))
         _copy_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hrx-copy")
     return _copy_pool
 
