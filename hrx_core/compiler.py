@@ -28,6 +28,9 @@ class Compiler:
     ``compile(source, entry, options)`` returns ``(code, log)`` or raises
     CompileError. ``persistent`` compilers return bytes, which are cached on disk.
     ``salt()`` names what else the output depends on (compiler and driver versions).
+    ``source`` names the kernel-source target this compiler reads when it is not its
+    own target: ``Compiler(target="gfx1151", source="cuda", ...)`` compiles a kernel's
+    ``cuda`` source (and receives its ``cuda`` options) for a gfx1151 device.
     """
 
     target: str
@@ -35,6 +38,12 @@ class Compiler:
     persistent: bool = False
     salt: Callable[[], str] = lambda: ""
     description: str = ""
+    source: str = ""
+
+    @property
+    def source_target(self) -> str:
+        """The kernel-source target this compiler reads (its own target by default)."""
+        return self.source or self.target
 
 
 def cache_dir() -> Path:

@@ -4,7 +4,10 @@ A kernel carries sources keyed by target -- ``"host"`` (a Python callable over n
 views), ``"cuda"`` (CUDA C++ for NVRTC), ``"ptx"``, ``"cubin"`` -- so the same kernel
 runs on every engine: each device lists the targets it runs, most preferred first,
 and the kernel compiles (through :func:`hrx_core.compile`, cached) and loads the
-first one it has. Cloning a kernel retains its loaded executables.
+first one it has. A device target the kernel has no source for is still served when
+that target's compiler declares that it reads another target's source (``gfx1151``
+compiles the ``cuda`` source); an explicit source for the device target wins.
+Cloning a kernel retains its loaded executables.
 
 Parameters are buffers first, then scalars. ``buffers`` declares each buffer's
 access ("read", "write", "read_write"); ``scalars`` declares each scalar's numpy
@@ -95,20 +98,43 @@ class Kernel:
             exe = self._executables.get(key)
             if exe is not None:
                 return exe
-            target = next((t for t in device.info.targets if t in self.sources), None)
-            if target is None:
+            picked = self.source_for(device.info.targets)
+            if picked is None:
                 raise Unsupported(
                     f"kernel {self.name!r} has sources for {', '.join(self.sources)}; "
                     f"{device.name} runs {', '.join(device.info.targets) or 'nothing'}"
                 )
+            target, source = picked
             from .plugins import compile as compile_source
 
-            options = tuple(self.options.get(target, ())) + tuple(device.native.compile_options(target))
-            artifact = compile_source(self.sources[target], target=target, entry=self.entry, options=options)
+            options = tuple(self.options.get(source, ()))
+            if source != target:
+                options += tuple(self.options.get(target, ()))
+            options += tuple(device.native.compile_options(target))
+            artifact = compile_source(self.sources[source], target=target, entry=self.entry, options=options)
             exe = device.native.load_executable(artifact)
             self._executables[key] = exe
             # keep the device alive as long as its executable is cached here
             return exe
+
+    def source_for(self, targets: Sequence[str]) -> tuple[str, str] | None:
+        """``(target, source target)`` for the first of ``targets`` this kernel can serve.
+
+        A target is served by the kernel's own source for it, else by the source its
+        registered compiler declares (``Compiler.source``); None when none is.
+        """
+        compilers = None
+        for target in targets:
+            if target in self.sources:
+                return target, target
+            if compilers is None:
+                from .plugins import registry
+
+                compilers = registry().compilers()
+            compiler = compilers.get(target)
+            if compiler is not None and compiler.source_target in self.sources:
+                return target, compiler.source_target
+        return None
 
     def check_scalars(self, scalars: Sequence[Any]) -> tuple[np.generic, ...]:
         if not scalars and not self.scalar_types:

@@ -7,6 +7,8 @@ import pytest
 
 import hrx_core as hrx
 from hrx_core import plugins
+from hrx_core.compiler import Compiler
+from hrx_core.hookspecs import hookimpl
 
 
 def test_host_target_compiles_callables_and_source():
@@ -78,3 +80,71 @@ def test_kernel_validation():
         hrx.Kernel("bad", buffers=("sideways",), host=lambda b: None)
     with pytest.raises(hrx.InvalidArgument):
         hrx.Kernel("bad", scalars=("not-a-dtype",), host=lambda: None)
+
+
+class _ToyCompilerPlugin:
+    """Registers a compiler for target "toy" that reads a kernel's cuda source."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[object, str, tuple[str, ...]]] = []
+
+    @hookimpl
+    def hrx_compilers(self):
+        def compile_toy(source, entry, options):
+            self.calls.append((source, entry, tuple(options)))
+            return f"toy:{entry}".encode(), ""
+
+        return [Compiler(target="toy", source="cuda", compile=compile_toy, description="test")]
+
+
+@pytest.fixture
+def toy_compiler():
+    reg = plugins.registry()
+    plugin = _ToyCompilerPlugin()
+    reg.pm.register(plugin, name="test-toy-compiler")
+    reg._compilers = None
+    try:
+        yield plugin
+    finally:
+        reg.pm.unregister(plugin)
+        reg._compilers = None
+
+
+def _toy_device(targets):
+    from types import SimpleNamespace
+
+    loaded = []
+    native = SimpleNamespace(
+        compile_options=lambda target: ("--dev",) if target == "toy" else (),
+        load_executable=lambda artifact: loaded.append(artifact) or artifact,
+    )
+    return SimpleNamespace(name="toy0", info=SimpleNamespace(targets=targets), native=native), loaded
+
+
+def test_compiler_declares_the_source_target_it_reads(toy_compiler):
+    assert Compiler(target="gfx", compile=lambda *a: (b"", "")).source_target == "gfx"
+    k = hrx.Kernel("toyk", host=lambda b: None, cuda="__global__ void toyk() {}", options={"cuda": ("-c1",), "toy": ("-t1",)})
+    assert k.source_for(("toy", "host")) == ("toy", "cuda")
+    assert k.source_for(("host", "toy")) == ("host", "host")
+    assert hrx.Kernel("hostonly", host=lambda: None).source_for(("toy",)) is None
+    device, loaded = _toy_device(("toy",))
+    artifact = k.executable(device)
+    # the cuda source, cuda options, then the target's own and the device's options
+    assert toy_compiler.calls == [("__global__ void toyk() {}", "toyk", ("-c1", "-t1", "--dev"))]
+    assert artifact.target == "toy" and artifact.code == b"toy:toyk" and loaded == [artifact]
+    assert k.executable(device) is artifact  # loaded once per device
+
+
+def test_explicit_source_for_the_target_wins(toy_compiler):
+    k = hrx.Kernel("toyk2", cuda="cuda text", sources={"toy": "toy text"})
+    assert k.source_for(("toy",)) == ("toy", "toy")
+    device, _ = _toy_device(("toy",))
+    k.executable(device)
+    assert toy_compiler.calls == [("toy text", "toyk2", ("--dev",))]
+
+
+def test_target_without_a_compiler_reading_the_source_is_unsupported():
+    k = hrx.Kernel("toyk3", cuda="cuda text")
+    device, _ = _toy_device(("toy",))
+    with pytest.raises(hrx.Unsupported, match="toy0 runs toy"):
+        k.executable(device)
