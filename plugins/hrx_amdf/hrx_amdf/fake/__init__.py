@@ -450,6 +450,18 @@ class FakeProvider(Provider):
                 raise fail("instance_destroy", StatusCode.BUSY, f"{endpoint.info.name}: {len(endpoint._devices)} device(s) still live")
         self.closed = True
 
+    def shutdown(self) -> None:
+        """Stop every command processor and NPU worker at once (test teardown; skips
+        the ordering checks of ``destroy``)."""
+        for endpoint in self._endpoints:
+            for device in list(endpoint._devices):
+                queues = list(getattr(device, "_queues", ())) + [q for c in getattr(device, "_contexts", ()) for q in c._queues]
+                for queue in queues:
+                    with queue._cond:
+                        queue._stopping = True
+                        queue._cond.notify_all()
+        self._wake_waiters()
+
     # -- simulation-only calls ----------------------------------------------------------------
 
     def register_code_object(self, memory: FakeMemory, offset: int, code: bytes, references: Mapping[str, KernelReference]) -> None:

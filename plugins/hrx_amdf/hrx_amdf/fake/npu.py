@@ -198,6 +198,7 @@ class FakeNpuQueue(KernelQueue):
         self._next_point = 1
         self._pending: collections.deque[_Submission] = collections.deque()
         self._retired = 0
+        self._failed_point = 0  # first submission that failed (0: none)
         self.state = QueueState.ACTIVE
         self.terminal = 0
         self.detail = ""
@@ -314,6 +315,7 @@ class FakeNpuQueue(KernelQueue):
                 self.completed += 1
                 if status and self.state == QueueState.ACTIVE:
                     self.state, self.terminal, self.detail = QueueState.FAILED, status, f"{self.name}: {detail}"
+                    self._failed_point = submission.point
                 self._cond.notify_all()
             self._deliver_notifications()
 
@@ -362,8 +364,9 @@ class FakeNpuQueue(KernelQueue):
         with self._cond:
             while True:
                 self._reclaim_locked()
-                failed = next((s for s in self._pending if s.done and s.status and s.point <= submission), None)
-                if failed is not None or (self.state != QueueState.ACTIVE and self._retired < submission):
+                # a failure at or before this submission is its failure (the queue is
+                # in order); a failure after it does not concern it
+                if (self._failed_point and self._failed_point <= submission) or (self.state != QueueState.ACTIVE and self._retired < submission):
                     raise error_for(call, self.terminal, self.detail)
                 if self._retired >= submission:
                     return
