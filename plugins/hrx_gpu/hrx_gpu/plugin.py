@@ -1,4 +1,5 @@
-"""pluggy hooks of the ``hrx-gpu`` distribution (entry point ``hrx: cuda``)."""
+"""pluggy hooks of the ``hrx-gpu`` distribution (entry point ``hrx: cuda``): the cuda engine,
+the cuda/ptx/cubin compilers and the gfx1151 compiler (:mod:`hrx_gpu.amdgpu.compiler`)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,15 @@ def hrx_engines() -> Sequence[Engine]:
 
 @hookimpl
 def hrx_compilers() -> Sequence[Compiler]:
+    from .amdgpu.compiler import compilers as amdgpu_compilers
     from .compilers import compilers
 
-    return compilers()
+    return [*compilers(), *amdgpu_compilers()]
 
 
 @hookimpl
 def hrx_doctor() -> Sequence[tuple[str, str, str]]:
+    from .amdgpu.compiler import doctor_rows as amdgpu_rows
     from .doctor import rows
 
-    return rows()
+    return [*rows(), *amdgpu_rows()]

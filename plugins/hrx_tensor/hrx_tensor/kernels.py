@@ -13,6 +13,9 @@ out so NVRTC needs no cuda_bf16.h include path).
 ``hrx_tensor_gather`` copies ``n`` rows of ``row_units`` units of ``width`` bytes
 (16, 8, 4, 2 or 1 -- the widest dividing the row size and both offsets) from table
 rows selected by int64 indices: bit-exact for every dtype.
+
+Both sources also compile for gfx1151 (``hrx_gpu.amdgpu``; ``__AMDGCN__`` selects the
+portable streaming load there).
 """
 
 from __future__ import annotations
@@ -33,10 +36,14 @@ HOST_CHUNK_BYTES = 256 * 1024
 
 LINEAR_CUDA = r"""
 __device__ __forceinline__ uint4 hrx_ld_stream(const uint4* p) {
+#ifdef __AMDGCN__
+    return __ldcs(p);  // gfx1151 (hrx_gpu.amdgpu prelude): nontemporal loads
+#else
     uint4 r;
     asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
         : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
     return r;
+#endif
 }
 
 __device__ __forceinline__ float hrx_dot2(unsigned int a, unsigned int b, float acc) {
