@@ -67,3 +67,26 @@ def compile_library(out_dir: Path, source: Path | str, name: str, *defines: str)
 def build_stub(out_dir: Path, *defines: str, name: str = "libamdf_stub.so") -> Path:
     """The libamdf test double (``stub_libamdf.c``) compiled with ``defines``."""
     return compile_library(out_dir, STUB_SOURCE, name, *defines)
+
+
+_built: dict[tuple[str, ...], Path] = {}
+
+
+@pytest.fixture(scope="session")
+def stub_factory(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``stub_factory(*defines) -> Path``: the test double built once per define set."""
+    root = tmp_path_factory.mktemp("libamdf_stub")
+
+    def build(*defines: str) -> Path:
+        key = tuple(sorted(defines))
+        if key not in _built:
+            _built[key] = build_stub(root, *key, name=f"libamdf_stub_{len(_built)}.so")
+        return _built[key]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def stub_path(stub_factory: Any) -> Path:
+    """The default test double (ABI 5, GPU and XDNA extensions)."""
+    return stub_factory()

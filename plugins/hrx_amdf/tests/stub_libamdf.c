@@ -6,7 +6,9 @@
  * on a machine without libamdf or AMD hardware, and it CHECKS what the binding
  * passes: structure types and sizes, empty extension chains, reserved fields zero,
  * non-null pointers, handle kinds, ranges and object lifetimes. A violation returns
- * AMDF_STATUS_CODE_INVALID_ARGUMENT and records why (stub_last_error()).
+ * AMDF_STATUS_CODE_INVALID_ARGUMENT, records why (stub_last_error()) and counts
+ * (stub_rejections()). stub_calls(name) counts calls per entry point and
+ * stub_fail_next(name, status) makes the next call of an entry fail with status.
  *
  * Everything lives in host memory: one GPU endpoint and one XDNA endpoint; memory is
  * a memfd mapping (so an export is a real file descriptor and an import maps the
@@ -137,7 +139,19 @@ static amdf_status_t fail(uint32_t code, const char* fmt, ...) {
   return (amdf_status_t)code;
 }
 
-#define REJECT(...) return fail(S_INVALID, __VA_ARGS__)
+/* A rejection of what the binding passed: counted, so tests can assert there was none. */
+static uint64_t rejections;
+
+static amdf_status_t reject(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(last_error, sizeof(last_error), fmt, args);
+  va_end(args);
+  rejections++;
+  return S_INVALID;
+}
+
+#define REJECT(...) return reject(__VA_ARGS__)
 #define TRY(expr)                     \
   do {                                \
     amdf_status_t status_ = (expr);   \
@@ -145,6 +159,7 @@ static amdf_status_t fail(uint32_t code, const char* fmt, ...) {
   } while (0)
 
 EXPORT const char* stub_last_error(void) { return last_error; }
+EXPORT uint64_t stub_rejections(void) { return rejections; }
 
 /* Per-entry call counts and one-shot injected failures, by entry name. */
 #define MAX_ENTRIES 96
@@ -1049,7 +1064,10 @@ static amdf_status_t stub_host_mapping_destroy(amdf_host_mapping_t* mapping) {
 }
 
 static amdf_status_t stub_memory_destroy(amdf_memory_t* memory) {
-  ENTER("memory_destroy");
+  /* libamdf consumes the handle on every result but an API BUSY: an injected native
+     failure is returned after the object is gone. */
+  amdf_status_t injected = enter("memory_destroy");
+  if (injected == S_BUSY) return injected;
   TRY(live(M_MEMORY, "memory", "memory_destroy", memory));
   if (memory->mappings) REJECT("memory_destroy: %d host mappings still live", memory->mappings);
   if (memory->scratch_users) REJECT("memory_destroy: scratch of %d live queues", memory->scratch_users);
@@ -1057,7 +1075,7 @@ static amdf_status_t stub_memory_destroy(amdf_memory_t* memory) {
   munmap(memory->map_base, memory->map_bytes);
   close(memory->fd);
   destroy_object(memory);
-  return S_OK;
+  return injected;
 }
 
 /* ---------------------------------------------------------- user queues */
@@ -1221,7 +1239,10 @@ static amdf_status_t stub_user_queue_wait_consumed(amdf_user_queue_t* queue, uin
 }
 
 static amdf_status_t stub_user_queue_destroy(amdf_user_queue_t* queue) {
-  ENTER("user_queue_destroy");
+  /* libamdf consumes the handle on every result but an API BUSY: an injected native
+     failure is returned after the object is gone. */
+  amdf_status_t injected = enter("user_queue_destroy");
+  if (injected == S_BUSY) return injected;
   TRY(live(M_UQUEUE, "user queue", "user_queue_destroy", queue));
   consume(queue);
   if (queue->mappings) return fail(S_BUSY, "user_queue_destroy: %d mappings live", queue->mappings);
@@ -1231,7 +1252,7 @@ static amdf_status_t stub_user_queue_destroy(amdf_user_queue_t* queue) {
   free(queue->ring);
   free((void*)queue->control);
   destroy_object(queue);
-  return S_OK;
+  return injected;
 }
 
 /* -------------------------------------------------------- kernel queues */
@@ -1416,7 +1437,10 @@ static amdf_status_t stub_kernel_queue_request_notification(amdf_kernel_queue_t*
 }
 
 static amdf_status_t stub_kernel_queue_destroy(amdf_kernel_queue_t* queue) {
-  ENTER("kernel_queue_destroy");
+  /* libamdf consumes the handle on every result but an API BUSY: an injected native
+     failure is returned after the object is gone. */
+  amdf_status_t injected = enter("kernel_queue_destroy");
+  if (injected == S_BUSY) return injected;
   TRY(live(M_KQUEUE, "kernel queue", "kernel_queue_destroy", queue));
   if (queue->retired < queue->accepted) return fail(S_BUSY, "kernel_queue_destroy: unretired submissions");
   if (queue->context) {
@@ -1425,7 +1449,7 @@ static amdf_status_t stub_kernel_queue_destroy(amdf_kernel_queue_t* queue) {
     queue->device->queues--;
   }
   destroy_object(queue);
-  return S_OK;
+  return injected;
 }
 
 /* ------------------------------------------------------------- contexts */
@@ -1529,7 +1553,9 @@ static amdf_status_t stub_query_extension(uint32_t id, uint32_t minimum, uint32_
   if (out == NULL) REJECT("query_extension: null out_extension_api");
   const void* table = NULL;
   if (id == 2) table = &gpu_table;
-#ifndef STUB_NO_XDNA
+#ifdef STUB_NO_XDNA
+  (void)xdna_table;
+#else
   if (id == 1) table = &xdna_table;
 #endif
   if (table == NULL) return fail(S_UNSUPPORTED, "query_extension: extension %u not built", id);
