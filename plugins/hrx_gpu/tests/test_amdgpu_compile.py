@@ -304,6 +304,33 @@ extern "C" __global__ void dims(unsigned int* out) {
     assert not k.descriptor.enable_sgpr_dispatch_ptr  # nothing read from the dispatch packet
 
 
+def _llvm_ir(clang: amd.Clang, source: str, tmp_path: Path) -> str:
+    src = tmp_path / "ir.hip"
+    src.write_text(source)
+    prelude = tmp_path / "prelude.h"
+    prelude.write_text(amd.prelude_text())
+    args = [a for a in amd.BASE_ARGS if a != "--no-gpu-bundle-output"]
+    return subprocess.run([clang.path, *args, "-include", str(prelude), "-S", "-emit-llvm", str(src), "-o", "-"],
+                          capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("axis", "xyz")
+def test_grid_and_block_dims_read_the_hidden_arguments_llvm_describes(axis, clang, codeobject, tmp_path):
+    """gridDim/blockDim load from the implicit argument block exactly where the code
+    object's own metadata puts hidden_block_count_<axis> and hidden_group_size_<axis>."""
+    for name, kind in (("gridDim", "hidden_block_count"), ("blockDim", "hidden_group_size")):
+        source = f'extern "C" __global__ void one(unsigned int* out) {{ out[0] = {name}.{axis}; }}\n'
+        co = codeobject.CodeObject(amd.compile_gfx1151(source, "one", ())[0])
+        k = co.kernel("one")
+        arg = k.hidden_arg(f"{kind}_{axis}")
+        implicit_base = k.hidden_args[0].offset  # the implicit argument pointer points at the first
+        ir = _llvm_ir(clang, source, tmp_path)
+        loads = re.findall(r"getelementptr inbounds i8, ptr addrspace\(4\) %\d+, i64 (\d+)\n\s*%\d+ = load i(\d+)", ir)
+        if arg.offset == implicit_base:  # offset 0: a load straight from the pointer
+            loads = loads or [("0", m) for m in re.findall(r"load i(\d+), ptr addrspace\(4\) %\d+", ir)]
+        assert loads == [(str(arg.offset - implicit_base), str(8 * arg.size))], (name, axis, loads, ir)
+
+
 # -- options, errors, discovery ------------------------------------------------------------------
 
 
