@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..constants import AddressKind, MemoryAccess
+from ..constants import MemoryAccess
 from .facts import DMA_DATA_MAX_BYTES
 from .kernels import Dispatch, KernelFault
 
@@ -320,7 +320,10 @@ class Pm4Interpreter:
         user_data = [self.registers.get(REGISTERS[f"COMPUTE_USER_DATA_{i}"]) for i in range(user_sgprs)]
         kernarg = None
         position = 0
-        for name, count in kernel.user_sgprs:
+        for sgpr in kernel.user_sgprs:
+            name, count = sgpr.name, sgpr.count
+            if name == "preloaded_kernargs":
+                raise KernelFault(f"{kernel.name}: preloaded kernel arguments are not modelled")
             chunk = user_data[position : position + count]
             if len(chunk) < count or any(v is None for v in chunk):
                 raise KernelFault(f"{kernel.name}: COMPUTE_USER_DATA_{position}..{position + count - 1} ({name}) were never set")
@@ -480,5 +483,3 @@ def wall_clock() -> int:
 
 
 __all__ = ["PacketFault", "Pm4Interpreter", "OPCODES", "FIELDS", "REGISTERS", "HEADER", "SH_REG_BASE", "decode", "header"]
-
-_ = AddressKind  # addresses here are GPU addresses

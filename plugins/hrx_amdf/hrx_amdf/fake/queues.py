@@ -398,10 +398,9 @@ class FakeUserQueue(UserQueue):
         self.provider._wake_waiters()
 
     def _block_until(self, check: Callable[[], bool], label: str) -> None:
-        hung = self.provider.faults.hangs(self)
         while True:
             self._check_live()
-            if not hung and check():
+            if not self.provider.faults.hangs(self) and check():
                 return
             self.provider._wait_for_memory(self.provider.options.poll_seconds)
             if self._stopping:
