@@ -174,8 +174,8 @@ class _Native:
         self.xdna = library.xdna.table
         self.lock = threading.RLock()
 
-    def call(self, name: str, *args: Any, detail: str = "") -> None:
-        check(name, getattr(self.api, name)(*args), detail)
+    def call(self, name: str, *args: Any) -> None:
+        check(name, getattr(self.api, name)(*args))
 
     def ext(self, ext: str, name: str) -> Callable[..., int]:
         table = self.gpu if ext == "gpu" else self.xdna
@@ -186,8 +186,8 @@ class _Native:
             )
         return getattr(table, name)
 
-    def call_ext(self, ext: str, name: str, *args: Any, detail: str = "") -> None:
-        check(f"{ext}.{name}", self.ext(ext, name)(*args), detail)
+    def call_ext(self, ext: str, name: str, *args: Any) -> None:
+        check(f"{ext}.{name}", self.ext(ext, name)(*args))
 
     def enumerate(self, call: str, fn: Callable[..., int], owner: Any, ctype: str) -> list[Any]:
         """The count/prefix protocol of libamdf's enumerations (a zero-capacity query
@@ -213,8 +213,6 @@ class _Native:
 class _Node:
     """A native object: its handle (None once destroyed), parents and live children."""
 
-    _call_prefix = ""
-
     def __init__(self, native: _Native, handle: Any, parents: Sequence[_Node] = ()) -> None:
         self._native = native
         self._handle = handle
@@ -237,6 +235,9 @@ class _Node:
     def _busy_children(self) -> set[_Node]:
         return set(self._children)
 
+    def _released(self) -> None:
+        """Called once the native handle is gone (drop bookkeeping that refers to it)."""
+
     def _destroy(self, call: str, fn: Callable[[Any], int], *, consumed_on_failure: bool = False) -> None:
         """Destroy through ``fn`` unless children are live (AmdfBusy). Idempotent.
 
@@ -254,6 +255,7 @@ class _Node:
             self._handle = None
             for parent in self._parents:
                 parent._children.discard(self)
+            self._released()
             check(call, status)
 
 
@@ -525,12 +527,13 @@ class LibamdfMemory(_Node, api.Memory):
             atomic_scope_64=_known(AtomicScope, int(out.atomic_reach.scope_64)),  # type: ignore[arg-type]
         )
 
+    def _released(self) -> None:
+        for queue in list(self._users):
+            queue._forget(self)
+        self._users.clear()
+
     def destroy(self) -> None:
         self._destroy("memory_destroy", self._native.api.memory_destroy, consumed_on_failure=True)
-        if self._handle is None:
-            for queue in list(self._users):
-                queue._forget(self)
-            self._users.clear()
 
 
 class LibamdfMemoryScope(api.MemoryScope):
@@ -803,14 +806,14 @@ class LibamdfKernelQueue(_Node, api.KernelQueue):
         event.payload.file_descriptor = fd
         self._native.call("kernel_queue_request_notification", handle, submission, event)
 
+    def _released(self) -> None:
+        for _, memories in self._pending:
+            for memory in memories:
+                memory._users.discard(self)
+        self._pending.clear()
+
     def destroy(self) -> None:
         self._destroy("kernel_queue_destroy", self._native.api.kernel_queue_destroy, consumed_on_failure=True)
-        if self._handle is None:
-            with self._native.lock:
-                for _, memories in self._pending:
-                    for memory in memories:
-                        memory._users.discard(self)
-                self._pending.clear()
 
 
 class LibamdfDoorbell(api.Doorbell):
