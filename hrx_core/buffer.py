@@ -174,6 +174,13 @@ class Allocation:
             )
 
 
+def backing_of(alloc: Allocation) -> Allocation:
+    """The allocation that owns the backing (itself, or an alias's original).
+    Hazard tracking and overlap checks key on it, so an alias and its original are one."""
+    origin = getattr(alloc, "origin", None)
+    return alloc if origin is None else origin
+
+
 class Buffer:
     """Device memory. Use :meth:`binding`, :meth:`slice` or :meth:`view` to bind it."""
 
@@ -211,7 +218,7 @@ class Buffer:
     # -- views and bindings -----------------------------------------------------
 
     def view(self) -> View:
-        return View(self, 0, self.nbytes)
+        return View._make(self, 0, self.nbytes)
 
     def slice(self, offset: int, length: int) -> View:
         return self.view().slice(offset, length)
@@ -337,9 +344,24 @@ class View:
     __slots__ = ("buffer", "offset", "length", "__weakref__")
 
     def __init__(self, buffer: Buffer, offset: int, length: int) -> None:
+        if not isinstance(buffer, Buffer):
+            raise InvalidArgument(f"buffer: expected an hrx Buffer, got {type(buffer).__name__}")
+        offset = check_int("offset", offset)
+        length = check_int("length", length, minimum=1)
+        if offset + length > buffer.nbytes:
+            raise OutOfBounds(f"View(offset={offset}, length={length}) ends past the {buffer.nbytes}-byte buffer")
         self.buffer = buffer
         self.offset = offset
         self.length = length
+
+    @classmethod
+    def _make(cls, buffer: Buffer, offset: int, length: int) -> View:
+        """A view whose range the caller already checked."""
+        view = object.__new__(cls)
+        view.buffer = buffer
+        view.offset = offset
+        view.length = length
+        return view
 
     @property
     def start(self) -> int:
@@ -361,7 +383,7 @@ class View:
                 f"slice(offset={offset}, length={length}) ends at {offset + length}, "
                 f"past the {self.length}-byte view"
             )
-        return View(self.buffer, self.offset + offset, length)
+        return View._make(self.buffer, self.offset + offset, length)
 
     def binding(self) -> Binding:
         return Binding(self, Access.READ_WRITE)
@@ -402,9 +424,11 @@ class Binding:
 
     __slots__ = ("view", "access")
 
-    def __init__(self, view: View, access: Access) -> None:
+    def __init__(self, view: View, access: Access | str) -> None:
+        if not isinstance(view, View):
+            raise InvalidArgument(f"view: expected an hrx View, got {type(view).__name__}")
         self.view = view
-        self.access = access
+        self.access = access if type(access) is Access and access in _ACCESSES else coerce_access(access)
 
     def read(self) -> Binding:
         return Binding(self.view, Access.READ)
@@ -424,10 +448,13 @@ class Binding:
 
 
 Bindable = Union[Buffer, View, Binding]
+_ACCESSES = frozenset((Access.READ, Access.WRITE, Access.READ_WRITE))
 
 
 def coerce_access(access: Access | str) -> Access:
     if isinstance(access, Access):
+        if access not in (Access.READ, Access.WRITE, Access.READ_WRITE):
+            raise InvalidArgument(f"access: expected read, write or read_write, got {access!r}")
         return access
     names = {"read": Access.READ, "r": Access.READ, "write": Access.WRITE, "w": Access.WRITE,
              "read_write": Access.READ_WRITE, "rw": Access.READ_WRITE}

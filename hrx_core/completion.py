@@ -10,6 +10,7 @@ done-callbacks.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import logging
 import threading
@@ -18,6 +19,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 from .errors import DeviceError, HRXError, InvalidArgument, Timeout
+from .timeouts import check_timeout
 
 if TYPE_CHECKING:
     from .device import QueueSlot
@@ -77,25 +79,36 @@ class Completion:
         self._raise_failure()
 
     def wait_quiet(self, timeout: float | None = None) -> None:
-        """Like :meth:`wait` but without raising this work's failure (Timeout still raises)."""
-        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
-            raise InvalidArgument(f"timeout: expected seconds >= 0 or None, got {timeout!r}")
+        """Like :meth:`wait` but without raising this work's failure (Timeout still raises).
+
+        ``timeout``: seconds >= 0, or None / inf for no limit (NaN and negatives raise
+        InvalidArgument). The wait is sliced, so a KeyboardInterrupt or SystemExit
+        raised by a done-callback registered on this thread surfaces here."""
+        timeout = check_timeout("timeout", timeout)
         slot = self.slot
         if slot.signaled < self.value:
             slot.flush()
         timeline = slot.timeline
-        if timeline.completed() < self.value:
-            try:
-                reached = timeline.wait(self.value, timeout)
-            except HRXError:
-                raise
-            except Exception as exc:  # an engine bug must surface as an HRX error
-                raise DeviceError(f"{slot.name}: wait failed: {exc}") from exc
-            if not reached:
-                raise Timeout(
-                    f"{slot.name}: value {self.value} not reached within {timeout} s "
-                    f"(completed {timeline.completed()}); the work and its buffers stay alive"
-                )
+        value = self.value
+        if timeline.completed() < value:
+            end = None if timeout is None else time.monotonic() + timeout
+            while True:
+                raise_pending_interrupt()
+                left = None if end is None else max(0.0, end - time.monotonic())
+                step = WAIT_SLICE_S if left is None else min(left, WAIT_SLICE_S)
+                try:
+                    reached = timeline.wait(value, step)
+                except HRXError:
+                    raise
+                except Exception as exc:  # an engine bug must surface as an HRX error
+                    raise DeviceError(f"{slot.name}: wait failed: {exc}") from exc
+                if reached:
+                    break
+                if left is not None and left <= step:
+                    raise Timeout(
+                        f"{slot.name}: value {value} not reached within {timeout} s "
+                        f"(completed {timeline.completed()}); the work and its buffers stay alive"
+                    )
         slot.retire()
 
     def _raise_failure(self) -> None:
@@ -117,7 +130,7 @@ class Completion:
         if not callable(callback):
             raise InvalidArgument(f"callback: expected a callable, got {type(callback).__name__}")
         if self.refresh_quiet():
-            _call(callback, self)
+            _call(callback, self, threading.current_thread())
         else:
             self.slot.device._notifier().add(self, callback)
 
@@ -142,20 +155,64 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def _call(callback: Callable[[Completion], Any], completion: Completion) -> None:
+#: Longest single native wait of :meth:`Completion.wait_quiet` (it loops): bounds how
+#: long an interrupt delivered by a done-callback waits to surface.
+WAIT_SLICE_S = 0.25
+
+# KeyboardInterrupt / SystemExit raised by done-callbacks, by the ident of the thread
+# that registered the callback; raised at that thread's next HRX wait.
+_interrupts: dict[int, BaseException] = {}
+_interrupts_lock = threading.Lock()
+
+
+def deliver_interrupt(exc: BaseException, thread: threading.Thread) -> None:
+    """Hand a KeyboardInterrupt/SystemExit raised by user code that HRX ran on its own
+    thread to the user's thread ``thread``: the main thread gets a KeyboardInterrupt
+    as from Ctrl-C; otherwise the exception is raised at that thread's next HRX wait
+    (the main thread's, if ``thread`` has ended)."""
+    main = threading.main_thread()
+    if not thread.is_alive():
+        thread = main
+    if isinstance(exc, KeyboardInterrupt) and thread is main:
+        _thread.interrupt_main()
+        return
+    with _interrupts_lock:
+        _interrupts.setdefault(thread.ident or 0, exc)
+
+
+def raise_pending_interrupt() -> None:
+    """Raise the interrupt a done-callback left for the calling thread, if any."""
+    if _interrupts:
+        with _interrupts_lock:
+            exc = _interrupts.pop(threading.get_ident(), None)
+        if exc is not None:
+            raise exc
+
+
+def _call(callback: Callable[[Completion], Any], completion: Completion, owner: threading.Thread) -> None:
     try:
         callback(completion)
     except Exception:  # a callback's failure must not kill the notifier
         log.exception("hrx: completion callback %r raised", callback)
+    except BaseException as exc:  # KeyboardInterrupt, SystemExit: the user's, not the notifier's
+        deliver_interrupt(exc, owner)
 
 
 class Event:
-    """A point on a stream's timeline, recorded with ``stream.record_event()``."""
+    """A point on a stream's timeline, recorded with ``stream.record_event()``.
 
-    __slots__ = ("completion",)
+    ``upstream`` lists the events this one was ordered after by the runtime (its
+    hazards); a failure of any of them is this event's failure too (see
+    :func:`hrx_core.execution.runtime.event_failure`).
+    """
+
+    __slots__ = ("completion", "upstream", "resolved")
 
     def __init__(self, completion: Completion) -> None:
         self.completion = completion
+        self.upstream: tuple[Event, ...] = ()
+        #: the runtime's cached verdict once complete (None until then)
+        self.resolved: Any = None
 
     @property
     def is_complete(self) -> bool:
@@ -198,12 +255,12 @@ class Notifier:
     def __init__(self, name: str) -> None:
         self._name = name
         self._cond = threading.Condition()
-        self._pending: list[tuple[Completion, Callable[[Completion], Any]]] = []
+        self._pending: list[tuple[Completion, Callable[[Completion], Any], threading.Thread]] = []
         self._thread: threading.Thread | None = None
 
     def add(self, completion: Completion, callback: Callable[[Completion], Any]) -> None:
         with self._cond:
-            self._pending.append((completion, callback))
+            self._pending.append((completion, callback, threading.current_thread()))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name=f"hrx-notify-{self._name}", daemon=True)
                 self._thread.start()
@@ -219,7 +276,7 @@ class Notifier:
                             return
                 first = self._pending[0][0]
             _sleep_until(first, 0.005)
-            ready: list[tuple[Completion, Callable[[Completion], Any]]] = []
+            ready: list[tuple[Completion, Callable[[Completion], Any], threading.Thread]] = []
             with self._cond:
                 keep = []
                 for item in self._pending:
@@ -229,6 +286,9 @@ class Notifier:
                         done = True
                     (ready if done else keep).append(item)
                 self._pending = keep
-            for completion, callback in ready:
-                completion.refresh_quiet()
-                _call(callback, completion)
+            for completion, callback, owner in ready:
+                try:
+                    completion.refresh_quiet()
+                except Exception:  # noqa: BLE001 - retirement must not cost the batch its callbacks
+                    log.exception("hrx: retiring %r failed", completion)
+                _call(callback, completion, owner)

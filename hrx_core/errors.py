@@ -7,6 +7,8 @@ argument, the value and the limit.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class HRXError(Exception):
     """Root of every error raised by HRX."""
@@ -75,6 +77,45 @@ class DeviceError(HRXError):
 
 class PluginError(HRXError):
     """A plugin failed to load or returned something invalid."""
+
+
+def strict_init(cls: Any) -> Any:
+    """Class decorator for attrs classes users construct: unknown fields, missing or
+    extra arguments and TypeErrors of converters raise InvalidArgument naming the
+    class (attrs itself raises TypeError)."""
+    import functools
+
+    import attrs
+
+    init = cls.__init__
+    names = [f.name for f in attrs.fields(cls) if f.init]
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown:
+            raise InvalidArgument(f"{cls.__name__}: unknown fields {unknown}; known: {names}")
+        if len(args) > len(names):
+            raise InvalidArgument(f"{cls.__name__}: takes at most {len(names)} arguments, got {len(args)}")
+        try:
+            init(self, *args, **kwargs)
+        except HRXError:
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidArgument(f"{cls.__name__}: {exc}") from None
+
+    cls.__init__ = __init__
+    return cls
+
+
+def show(value: Any, limit: int = 80) -> str:
+    """A short, safe rendering of an argument for an error message (a hostile or
+    huge ``repr`` never replaces the real error)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 __all__ = [

@@ -24,13 +24,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import transfer
-from .buffer import Allocation, Binding, Buffer, View, as_binding
+from .buffer import Allocation, Binding, Buffer, View, as_binding, backing_of
 from .completion import Completion
 from .engine import Access, BufferArg, GraphNode, NativeGraph, NativeQueue
 from .errors import InvalidArgument, OutOfBounds, Overlap
 from .hazards import HazardTracker
 from .kernel import Kernel
-from .stream import _dims
+from .stream import _dims, _narrower
 
 if TYPE_CHECKING:
     from .stream import Stream
@@ -175,7 +175,7 @@ class Graph:
             raise InvalidArgument("dst: binding is declared read-only")
         if s[2] != d[2]:
             raise OutOfBounds(f"copy: src has {s[2]} bytes, dst has {d[2]}")
-        sa, da = s[0].allocation, d[0].allocation
+        sa, da = backing_of(s[0].allocation), backing_of(d[0].allocation)
         s0, d0 = s[0]._base + s[1], d[0]._base + d[1]
         if sa is da and s0 < d0 + d[2] and d0 < s0 + s[2]:
             raise Overlap("copy: src and dst overlap in one allocation")
@@ -219,6 +219,9 @@ class Graph:
                 f"bindings: kernel {kernel.name!r} takes {len(kernel.buffer_access)} buffers, got {len(bindings)}"
             )
         refs = [self._bind(f"bindings[{i}]", v, a) for i, (v, a) in enumerate(zip(bindings, kernel.buffer_access))]
+        for i, (ref, access) in enumerate(zip(refs, kernel.buffer_access)):
+            if ref[3] & access != access:  # hazards follow the declaration: it must cover the kernel's use
+                _narrower(kernel, i, Binding(View._make(ref[0], ref[1], ref[2]), ref[3]), access)
         values = kernel.check_scalars(scalars)
         exe = kernel.executable(self.device)
         self._kernels.append(kernel)

@@ -27,9 +27,17 @@ import numpy as np
 from .buffer import coerce_access
 from .engine import Access, Executable
 from .errors import InvalidArgument, Unsupported
+from .errors import show as _show
 
 if TYPE_CHECKING:
     from .device import Device
+
+
+#: Largest buffer and scalar counts a kernel may declare (far above any real kernel).
+MAX_BUFFERS = 256
+MAX_SCALARS = 256
+#: What each known target's source must be.
+_SOURCE_KINDS: dict[str, tuple[type, ...]] = {"cuda": (str,), "ptx": (str, bytes, bytearray), "cubin": (bytes, bytearray)}
 
 
 class Kernel:
@@ -50,28 +58,58 @@ class Kernel:
         options: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
-            raise InvalidArgument(f"name: expected a nonempty str, got {name!r}")
+            raise InvalidArgument(f"name: expected a nonempty str, got {_show(name)}")
+        if entry is not None and (not isinstance(entry, str) or not entry):
+            raise InvalidArgument(f"entry: expected a nonempty str or None, got {_show(entry)}")
         self.name = name
         self.entry = entry or name
         if isinstance(buffers, int) and not isinstance(buffers, bool):
-            if buffers < 0:
-                raise InvalidArgument(f"buffers: expected >= 0, got {buffers}")
+            if not 0 <= buffers <= MAX_BUFFERS:
+                raise InvalidArgument(f"buffers: expected 0..{MAX_BUFFERS}, got {buffers}")
             accesses: tuple[Access, ...] = (Access.READ_WRITE,) * buffers
-        else:
+        elif isinstance(buffers, (list, tuple)) and len(buffers) <= MAX_BUFFERS:
             accesses = tuple(coerce_access(a) for a in buffers)
+        else:
+            raise InvalidArgument(f"buffers: expected a count or a list of accesses ('read', 'write', 'read_write'), got {_show(buffers)}")
         self.buffer_access = accesses
-        try:
-            self.scalar_types = tuple(np.dtype(s) for s in scalars)
-        except TypeError as exc:
-            raise InvalidArgument(f"scalars: {exc}") from None
+        if not isinstance(scalars, (list, tuple)) or len(scalars) > MAX_SCALARS:
+            raise InvalidArgument(f"scalars: expected a list of up to {MAX_SCALARS} numpy dtypes, got {_show(scalars)}")
+        types = []
+        for i, t in enumerate(scalars):
+            try:
+                dt = np.dtype(t)
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgument(f"scalars[{i}]: {_show(t)} is not a dtype ({exc})") from None
+            if dt.kind not in "biufc" or dt.shape != () or dt.fields is not None:
+                raise InvalidArgument(f"scalars[{i}]: {dt} is not a numeric scalar dtype")
+            types.append(dt)
+        self.scalar_types = tuple(types)
+        if sources is not None and not isinstance(sources, Mapping):
+            raise InvalidArgument(f"sources: expected a mapping of target to source, got {type(sources).__name__}")
         found: dict[str, Any] = dict(sources or {})
         for target, src in (("host", host), ("cuda", cuda), ("ptx", ptx), ("cubin", cubin)):
             if src is not None:
                 found[target] = src
         if not found:
             raise InvalidArgument(f"kernel {name!r}: give at least one source (host=, cuda=, ptx=, cubin=, sources=)")
+        for target, src in found.items():
+            if not isinstance(target, str) or not target:
+                raise InvalidArgument(f"sources: target names are nonempty strs, got {_show(target)}")
+            kinds = _SOURCE_KINDS.get(target)
+            if kinds is not None and not isinstance(src, kinds):
+                raise InvalidArgument(f"{target}: expected {' or '.join(k.__name__ for k in kinds)}, got {type(src).__name__}")
+            if not (callable(src) or isinstance(src, (str, bytes, bytearray))):
+                raise InvalidArgument(f"sources[{target!r}]: expected a callable, str or bytes, got {type(src).__name__}")
         self.sources: dict[str, Any] = found
-        self.options = {k: tuple(v) for k, v in (options or {}).items()}
+        if options is not None and not isinstance(options, Mapping):
+            raise InvalidArgument(f"options: expected a mapping of target to a list of strs, got {type(options).__name__}")
+        opts: dict[str, tuple[str, ...]] = {}
+        for target, values in (options or {}).items():
+            if not isinstance(target, str) or isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) \
+                    or not all(isinstance(v, str) for v in values):
+                raise InvalidArgument(f"options: expected {{target: [str, ...]}}, got {_show(target)}: {_show(values)}")
+            opts[target] = tuple(values)
+        self.options = opts
         self._executables: dict[int, Executable] = {}
         self._lock = threading.Lock()
 
@@ -137,6 +175,12 @@ class Kernel:
         return None
 
     def check_scalars(self, scalars: Sequence[Any]) -> tuple[np.generic, ...]:
+        """``scalars`` converted to the declared dtypes, exactly: ints in range (no bools
+        for numeric dtypes), finite or non-finite floats for float dtypes, no None, no
+        strings, no arrays."""
+        if type(scalars) is not tuple and type(scalars) is not list:
+            if isinstance(scalars, (str, bytes, np.ndarray)) or not isinstance(scalars, Sequence):
+                raise InvalidArgument(f"scalars: expected a list or tuple of numbers, got {type(scalars).__name__}")
         if not scalars and not self.scalar_types:
             return ()
         if len(scalars) != len(self.scalar_types):
@@ -152,17 +196,37 @@ class Kernel:
             if bounds is not None and type(value) is int:
                 # the common case, without numpy's array machinery
                 if not bounds[0] <= value <= bounds[1]:
-                    raise InvalidArgument(f"scalars[{i}]: {value!r} is not a valid {dtype}")
+                    raise InvalidArgument(f"scalars[{i}]: {value!r} is outside the range of {dtype} {list(bounds)}")
                 out.append(dtype.type(value))
                 continue
-            try:
-                converted = np.array(value, dtype=dtype)
-                if converted.shape != () or (dtype.kind in "iu" and converted != value):
-                    raise ValueError("out of range")
-                out.append(converted[()])
-            except (ValueError, TypeError, OverflowError):
-                raise InvalidArgument(f"scalars[{i}]: {value!r} is not a valid {dtype}") from None
+            out.append(_convert_scalar(i, value, dtype))
         return tuple(out)
+
+
+def _convert_scalar(i: int, value: Any, dtype: np.dtype) -> np.generic:
+    """One scalar argument as ``dtype``, refusing anything that is not exactly a number
+    of that kind (None would become NaN, True would become 1)."""
+    kind = dtype.kind
+    is_bool = isinstance(value, (bool, np.bool_))
+    if kind == "b":
+        ok = is_bool or (isinstance(value, (int, np.integer)) and value in (0, 1))
+    elif kind in "iu":
+        ok = not is_bool and isinstance(value, (int, np.integer))
+    elif kind in "fc":
+        ok = not is_bool and isinstance(value, (int, float, np.integer, np.floating) + ((complex, np.complexfloating) if kind == "c" else ()))
+    else:
+        ok = False
+    if ok:
+        try:
+            with np.errstate(over="raise", invalid="ignore"):
+                converted = np.array(value, dtype=dtype)[()]
+            if kind in "iub" and converted != value:
+                raise ValueError("out of range")
+            return converted  # type: ignore[no-any-return]
+        except (ValueError, TypeError, OverflowError, FloatingPointError):
+            pass
+    shown = repr(value) if isinstance(value, (int, float, bool, complex, np.generic)) else type(value).__name__
+    raise InvalidArgument(f"scalars[{i}]: {shown[:80]} is not a valid {dtype}")
 
 
 _INT_BOUNDS = {

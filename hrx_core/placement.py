@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Self, Union
 
 import attrs
 
-from .buffer import Allocation, Binding, Buffer, View, as_binding
+from .buffer import Allocation, Binding, Buffer, View, as_binding, backing_of
 from .engine import CacheOp
 from .errors import InvalidArgument, Unsupported
 
@@ -120,13 +120,6 @@ class AliasAllocation(Allocation):
     @device_dirty.setter
     def device_dirty(self, value: bool) -> None:
         self.origin.device_dirty = value
-
-
-def backing_of(alloc: Allocation) -> Allocation:
-    """The allocation that owns the backing (itself, or an alias's original).
-    Hazard tracking keys on it, so an alias and its original order as one."""
-    origin = getattr(alloc, "origin", None)
-    return alloc if origin is None else origin
 
 
 # -- profiles -------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import transfer
-from .buffer import Allocation, Binding, Buffer, View, as_binding, check_int
+from .buffer import Allocation, Binding, Buffer, View, as_binding, backing_of, check_int
 from .completion import Completion, Event
 from .engine import Access, BufferArg, CacheOp, KernelArg, NativeQueue
 from .errors import InvalidArgument, OutOfBounds, Overlap, Unsupported
@@ -35,14 +35,16 @@ _DIMS: dict[tuple[Any, ...], tuple[int, int, int]] = {}
 
 
 def _dims(name: str, value: Any, limit: tuple[int, int, int]) -> tuple[int, int, int]:
-    """Validate a grid or block: an int or 1 to 3 ints within ``limit`` (memoised)."""
-    try:
-        return _DIMS[(name, value, limit)]
-    except (KeyError, TypeError):
-        pass
-    dims = _check_dims(name, value, limit)
-    if len(_DIMS) < 4096 and isinstance(value, (int, tuple)):
-        _DIMS[(name, value, limit)] = dims
+    """Validate a grid or block: an int or 1 to 3 ints within ``limit``. Plain ints are
+    memoised by exact type (``1.0 == 1`` must not hit the memo of ``1``)."""
+    if type(value) is not int:
+        return _check_dims(name, value, limit)
+    key = (name, value, limit)
+    dims = _DIMS.get(key)
+    if dims is None:
+        dims = _check_dims(name, value, limit)
+        if len(_DIMS) < 4096:
+            _DIMS[key] = dims
     return dims
 
 
@@ -135,6 +137,8 @@ class Stream:
         self._staging: StagingRing | None = None
         self._budget: MemoryBudget | None = None
         self._values: list[int] = []
+        # _values[:_reported] were checked for failures by a download (see _report_failures)
+        self._reported = 0
         self._last: Completion | None = None
         family = device.info.family(slot.family)
         self._operations = family.operations if family is not None else frozenset()
@@ -203,16 +207,17 @@ class Stream:
             if len(values) > 4096:
                 self._prune_values()
         last = self._last
-        if last is not None and last.value == value:
-            return last
+        if last is not None and last.value >= value:
+            return last if last.value == value else Completion(self.slot, value)  # a racing thread moved on
         completion = self._last = Completion(self.slot, value)
         return completion
 
     def _prune_values(self) -> None:
         completed = self.slot.timeline.completed()
         timeline = self.slot.timeline
-        keep = [v for v in self._values if v > completed or timeline.error(v) is not None]
+        keep = [v for v in self._values[self._reported:] if v > completed or timeline.error(v) is not None]
         self._values[:] = keep[-4096:]
+        self._reported = 0
 
     def _check_device(self, name: str, binding: Binding) -> None:
         if binding.view.buffer.device is not self.device:
@@ -238,7 +243,7 @@ class Stream:
         if sv.length != dv.length:
             raise OutOfBounds(f"copy: src has {sv.length} bytes, dst has {dv.length}")
         sa, da = sv.buffer.allocation, dv.buffer.allocation
-        if sa is da and sv.start < dv.end and dv.start < sv.end:
+        if backing_of(sa) is backing_of(da) and sv.start < dv.end and dv.start < sv.end:
             raise Overlap(
                 f"copy: src [{sv.start}, {sv.end}) and dst [{dv.start}, {dv.end}) overlap in one allocation"
             )
@@ -350,13 +355,11 @@ class Stream:
     ) -> Completion:
         """Launch ``kernel`` over ``grid`` groups of ``block`` threads."""
         limits = self._limits
-        try:
-            g = _DIMS[("grid", grid, limits.max_grid)]
-        except (KeyError, TypeError):
+        g = _DIMS.get(("grid", grid, limits.max_grid)) if type(grid) is int else None
+        if g is None:
             g = _dims("grid", grid, limits.max_grid)
-        try:
-            b = _DIMS[("block", block, limits.max_block)]
-        except (KeyError, TypeError):
+        b = _DIMS.get(("block", block, limits.max_block)) if type(block) is int else None
+        if b is None:
             b = _dims("block", block, limits.max_block)
         if b[0] * b[1] * b[2] > limits.max_threads_per_block:
             raise InvalidArgument(f"block: {b} has more than {limits.max_threads_per_block} threads")
@@ -411,13 +414,22 @@ class Stream:
     # -- events and synchronization ---------------------------------------------
 
     def completion(self) -> Completion:
-        """Completion of everything issued on this stream so far."""
-        return self.slot.completion()
+        """Completion of everything issued on this stream so far (its latest operation;
+        already complete for a stream that issued nothing). Work of other streams that
+        share the native queue is ordered before it but is not part of it."""
+        last = self._last
+        return last if last is not None else Completion(self.slot, 0)
 
     def record_event(self) -> Event:
-        """An event that completes when everything issued so far has finished."""
+        """An event that completes when everything issued so far on this stream has finished."""
         self.slot.flush()
-        return Event(self.slot.completion())
+        return Event(self.completion())
+
+    def _mark(self, retain: Sequence[Any] = ()) -> Completion:
+        """A no-op on this stream after native work a client enqueued on its queue
+        directly (``native_queue()``), retaining ``retain`` until it retires; later
+        completions and events of the stream cover that work."""
+        return self._done(self.slot.encode(lambda q: None, retain))
 
     def wait_event(self, event: Event) -> None:
         """Later work on this stream starts after ``event`` (ordering across streams)."""
@@ -436,15 +448,42 @@ class Stream:
         self.slot.encode(lambda q: q.wait(timeline, value))
 
     def synchronize(self, timeout: float | None = None) -> None:
-        """Wait for everything issued on this stream; raise the first failure seen."""
+        """Wait for everything issued on this stream; raise the first failure not yet
+        reported (by an earlier synchronize or download) and forget the others."""
         with self._transfer_lock:
             self.slot.completion().wait_quiet(timeout)
             timeline = self.slot.timeline
-            values, self._values = self._values, []
-            for v in values:
+            values, start, self._values, self._reported = self._values, self._reported, [], 0
+            for v in values[start:]:
                 error = timeline.error(v)
                 if error is not None:
                     Completion(self.slot, v)._raise_failure()
+
+    def _forget_failures(self) -> None:
+        """Treat the failures of work issued so far as reported elsewhere (the runtime
+        reports its regions' failures through their submissions)."""
+        self._reported = len(self._values)
+
+    def _first_failure_after(self, value: int) -> int | None:
+        """The first value after ``value`` at which this stream's (complete) work failed."""
+        timeline = self.slot.timeline
+        return next((v for v in self._values if v > value and timeline.error(v) is not None), None)
+
+    def _report_failures(self, upto: int) -> None:
+        """Raise the first failure of this stream's work up to value ``upto`` (all of it
+        complete) that no download or synchronize reported yet; each is raised once."""
+        values = self._values
+        i, n = self._reported, len(values)
+        if i >= n:
+            return
+        timeline = self.slot.timeline
+        while i < n and values[i] <= upto:
+            v = values[i]
+            i += 1
+            if timeline.error(v) is not None:
+                self._reported = i
+                Completion(self.slot, v)._raise_failure()
+        self._reported = i
 
     # -- staged transfers -------------------------------------------------------
 
@@ -587,7 +626,7 @@ class Stream:
                     pass
                 chunk.leased = False
         self.slot.flush()
-        return completion if completion is not None else self.slot.completion()  # nothing to move
+        return completion if completion is not None else self.completion()  # nothing to move
 
     def upload_blocking(self, dst: Buffer | View | Binding, data: Any, timeout: float | None = None) -> None:
         """``upload`` and wait for the final chunk.
@@ -645,22 +684,24 @@ class Stream:
             sa.check_device_use(sv.start, sv.end, False)
         self._check_family("copy")
         direct = self.device.native.wrap_host(dst)
-        if direct is not None:
-            with self._transfer_lock:
-                self._direct(direct, 0, sa, sv.start, n, writes_host=True).wait()
-            self.device.stats.download_bytes += n
-            return out
         with self._transfer_lock:
-            self._download_locked(sa, sv.start, n, dst)
+            if direct is not None:
+                done = self._direct(direct, 0, sa, sv.start, n, writes_host=True)
+                done.wait()
+            else:
+                done = self._download_locked(sa, sv.start, n, dst)
+            # the bytes depend on everything before them on this stream
+            self._report_failures(done.value)
         self.device.stats.download_bytes += n
         return out
 
-    def _download_locked(self, sa: Allocation, start: int, n: int, dst: np.ndarray) -> None:
+    def _download_locked(self, sa: Allocation, start: int, n: int, dst: np.ndarray) -> Completion:
         # Pipelined: the queue moves chunk i while the copy threads empty chunk i-1.
         ring = self._ring()
         sn = sa.native
         moving: tuple[Any, int, int] | None = None
         emptying: list[tuple[Any, list[Any]]] = []
+        last: Completion | None = None
 
         def empty(chunk: Any, off: int, length: int) -> None:
             chunk.completion.wait()
@@ -686,7 +727,7 @@ class Stream:
                 except BaseException:
                     chunk.leased = False
                     raise
-                done = self._done(value)
+                done = last = self._done(value)
                 chunk.completion = done
                 sa.note_use(done, src_off, src_off + length, False)
                 self.slot.flush()
@@ -707,6 +748,8 @@ class Stream:
                 except Exception:
                     pass
                 chunk.leased = False
+        assert last is not None  # n >= 1: at least one chunk moved
+        return last
 
     # -- graphs -----------------------------------------------------------------
 

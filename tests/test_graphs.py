@@ -9,7 +9,7 @@ import hrx_core as hrx
 
 from .conftest import live_bytes
 
-from .kernels import ADD_U32, INC_BYTES, SLEEPY, launch_1d
+from .kernels import ADD_U32, INC_BYTES, SLEEPY, XOR_BYTES, launch_1d
 
 
 def test_recording_executes_nothing_and_replays(dev):
@@ -87,13 +87,24 @@ def test_access_graph_infers_byte_range_dependencies(dev):
 
 def test_access_graph_binding_access_declarations(dev):
     s = dev.stream()
-    buf = dev.allocate(64)
+    buf, out1, out2 = dev.allocate(64), dev.allocate(64), dev.allocate(64)
     g = s.access_graph()
-    k1 = g.dispatch(INC_BYTES, 1, [buf.binding().read()], scalars=(0,))  # declared read (n=0: touches nothing)
-    k2 = g.dispatch(INC_BYTES, 1, [buf.binding().read()], scalars=(0,))
+    k1 = g.dispatch(XOR_BYTES, 1, [buf.binding().read(), out1], scalars=(1, 64))
+    k2 = g.dispatch(XOR_BYTES, 1, [buf.binding().read(), out2], scalars=(1, 64))
     assert k1.index not in k2.deps  # two declared reads do not order
     k3 = g.dispatch(INC_BYTES, 1, [buf], scalars=(64,))  # kernel default: read_write
     assert {k1.index, k2.index} <= set(k3.deps)
+
+
+def test_access_graph_refuses_a_declaration_narrower_than_the_kernel(dev):
+    # a read() binding for a buffer the kernel writes would hide the write from the
+    # hazard inference (and from every runtime region recorded on it)
+    s = dev.stream()
+    buf = dev.allocate(64)
+    g = s.access_graph()
+    with pytest.raises(hrx.InvalidArgument, match=r"bindings\[0\]: declared read but kernel 'inc_bytes' reads and writes"):
+        g.dispatch(INC_BYTES, 1, [buf.binding().read()], scalars=(0,))
+    assert g.nodes == []  # rejected: nothing recorded
 
 
 def test_binding_bytes_counts_distinct_allocations(dev):

@@ -35,6 +35,22 @@ if TYPE_CHECKING:
 
 #: (allocation, start, end, writes)
 RegionAccess = tuple[Allocation, int, int, bool]
+#: (allocation, start, end) a region reads
+ReadRange = tuple[Allocation, int, int]
+
+
+def merge_reads(ranges: Any) -> list[ReadRange]:
+    """Union of read ranges per allocation."""
+    return [(a, s, e) for a, s, e, _ in merge_accesses((a, s, e, False) for a, s, e in ranges)]
+
+
+def overlaps(writes: Sequence[RegionAccess], reads: Sequence[ReadRange]) -> bool:
+    """True if a write of ``writes`` overlaps a range of ``reads``."""
+    return any(
+        w and a is b and s < re and rs < e
+        for a, s, e, w in writes
+        for b, rs, re in reads
+    )
 
 
 def merge_accesses(accesses: Any) -> list[RegionAccess]:
@@ -68,7 +84,11 @@ class Region:
         self.lane = lane
         self.index = -1
         self.deps: tuple[int, ...] = ()
+        #: earlier regions of the graph whose writes this region reads (failures flow along them)
+        self.data_deps: tuple[int, ...] = ()
         self.accesses: list[RegionAccess] = []
+        #: byte ranges this region reads (declared read or read_write)
+        self.reads: list[ReadRange] = []
         self.last: Event | None = None  # event of the latest submission
         #: bytes this region moves (uploads, downloads, copies) for the runtime's stats
         self.transfer_bytes = 0
@@ -96,6 +116,12 @@ class _RecordedRegion(Region):
             (backing_of(buffer._alloc), buffer._base + off, buffer._base + off + n, access.writes)
             for node in device_graph.nodes
             for buffer, off, n, access in node.refs
+        )
+        self.reads = merge_reads(
+            (backing_of(buffer._alloc), buffer._base + off, buffer._base + off + n)
+            for node in device_graph.nodes
+            for buffer, off, n, access in node.refs
+            if access & Access.READ
         )
 
     def encode(self, lane: Lane) -> None:
@@ -128,7 +154,7 @@ class UploadRegion(_RecordedRegion):
         if src.nbytes != self.staging.nbytes:
             raise InvalidArgument(f"data: has {src.nbytes} bytes, the upload region moves {self.staging.nbytes}")
         if self.last is not None:
-            self.last.completion.wait()
+            self.last.completion.wait_quiet()  # its failure is its submission's to report
         with self.staging.map("write") as host:
             host[:] = src
 
@@ -146,13 +172,24 @@ class DownloadRegion(_RecordedRegion):
         super().__init__(graph, name, lane, device_graph)
         self.staging = staging
 
-    def read(self, dtype: Any = np.uint8) -> np.ndarray:
-        """A copy of the downloaded bytes, after the latest submission completed."""
-        if self.last is None:
+    def read(self, dtype: Any = np.uint8, *, timeout: float | None = None) -> np.ndarray:
+        """A copy of the downloaded bytes, after the latest submission completed.
+
+        Raises if the download, or any work whose output it copies, failed: the bytes
+        are then stale or uninitialised (see :mod:`hrx_core.execution.failures`)."""
+        from ..model.tensor import as_dtype
+        from .failures import raise_event_failure
+
+        dt = as_dtype("dtype", dtype)
+        if self.staging.nbytes % dt.itemsize:
+            raise InvalidArgument(f"dtype: {self.staging.nbytes} bytes are not a whole number of {dt} elements")
+        last = self.last
+        if last is None:
             raise InvalidArgument(f"download region {self.name!r} has not been submitted")
-        self.last.completion.wait()
+        last.completion.wait_quiet(timeout)
+        raise_event_failure(last, f"download region {self.name!r}")
         with self.staging.map("read") as host:
-            return host.copy().view(dtype)
+            return host.copy().view(dt)
 
     def close(self) -> None:
         super().close()
@@ -171,12 +208,14 @@ class ScopedRegion(Region):
         for b in self.bindings:
             v = b.view
             self.accesses.append((backing_of(v.buffer._alloc), v.start, v.end, b.access.writes))
+            if b.access & Access.READ:
+                self.reads.append((backing_of(v.buffer._alloc), v.start, v.end))
             v.buffer._alloc.retain()
 
     def encode(self, lane: Lane) -> None:
         self.fn(Scope(lane))
         # The client's work is on the stream now; keep the bound memory until it retires.
-        lane.stream.slot.encode(lambda q: None, [b.view.buffer._alloc.retain() for b in self.bindings])
+        lane.stream._mark([b.view.buffer._alloc.retain() for b in self.bindings])
 
     def close(self) -> None:
         allocs, self.bindings = [b.view.buffer._alloc for b in self.bindings], []
@@ -228,6 +267,7 @@ class TrackedGraph:
         region.index = len(self.regions)
         inferred = self._hazards.add(region.index, [(id(a), s, e, w) for a, s, e, w in region.accesses])
         region.deps = tuple(sorted(inferred | set(explicit)))
+        region.data_deps = tuple(d for d in region.deps if overlaps(self.regions[d].accesses, region.reads))
         self.regions.append(region)
         self._totals = None
         return region
@@ -289,6 +329,8 @@ class TrackedGraph:
         refill with ``region.write``) into ``dst``."""
         self._check()
         d = as_binding("dst", dst, Access.WRITE)
+        if not d.access & Access.WRITE:
+            raise InvalidArgument("dst: binding is declared read-only")
         src = transfer.host_bytes("data", data)
         if src.nbytes != d.view.length:
             raise OutOfBounds(f"upload: {src.nbytes} bytes for a {d.view.length}-byte destination")
@@ -306,6 +348,8 @@ class TrackedGraph:
         """A download-lane region copying ``src`` into graph-owned staging (``region.read()``)."""
         self._check()
         s = as_binding("src", src, Access.READ)
+        if not s.access & Access.READ:
+            raise InvalidArgument("src: binding is declared write-only")
         staging = self.runtime.allocate_staging(s.view.length)
         try:
             device_graph = self._record("download", lambda g: g.copy(s.read(), staging))

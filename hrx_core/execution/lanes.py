@@ -3,8 +3,8 @@
 A runtime has an ``upload``, a ``compute`` and a ``download`` lane on its device, and
 an ``npu`` lane when it is given an NPU device. Each lane is one stream, so a lane
 runs one region at a time (regions of independent graphs included) while different
-lanes run concurrently. A lane's lock also lets a :class:`NativeSession` reserve it
-for the calling thread.
+lanes run concurrently. A :class:`NativeSession` reserves a lane
+for the calling thread (Runtime._reserve_lane).
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ class Lane:
         self.name = name
         self.device = device
         self.stream = stream
-        # Reentrant: a NativeSession holds it on its thread while submitting itself.
+        # Serializes encoding on the lane (taken after the runtime's submit lock).
         self.lock = threading.RLock()
         self.last_end = 0.0  # host-observed end of the lane's latest region (seconds)
+        self.closed = False
 
     @property
     def queue(self) -> str:

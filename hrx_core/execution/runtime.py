@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..budget import MemoryBudget
-from ..buffer import Allocation, Buffer
-from ..errors import HRXError, InvalidArgument, QueueFull, Timeout, Unsupported
-from .graph import Region, TrackedGraph
+from ..buffer import Allocation, Buffer, check_int
+from ..errors import HRXError, InvalidArgument, QueueFull, Timeout, Unsupported, show, strict_init
+from ..timeouts import check_timeout, remaining
+from .failures import event_failure, mark_delivered, own_failure, pending_failure, raise_event_failure
+from .graph import ReadRange, Region, TrackedGraph
 from .lanes import LANES, Lane
 
 if TYPE_CHECKING:
@@ -42,6 +44,7 @@ def _family(value: str, name: str) -> str:
     return value
 
 
+@strict_init
 @attrs.frozen
 class RuntimeOptions:
     """Options of a :class:`Runtime`.
@@ -63,9 +66,12 @@ class RuntimeOptions:
 
     def __attrs_post_init__(self) -> None:
         if isinstance(self.max_submissions, bool) or not isinstance(self.max_submissions, int) or self.max_submissions < 1:
-            raise InvalidArgument(f"max_submissions: expected an int >= 1, got {self.max_submissions!r}")
+            raise InvalidArgument(f"max_submissions: expected an int >= 1, got {show(self.max_submissions)}")
         if self.memory_budget is not None and not isinstance(self.memory_budget, MemoryBudget):
             raise InvalidArgument(f"memory_budget: expected a MemoryBudget, got {type(self.memory_budget).__name__}")
+        if not isinstance(self.observe, bool):
+            raise InvalidArgument(f"observe: expected a bool, got {show(self.observe)}")
+        check_int("trace_events", self.trace_events, minimum=1)
 
 
 class Submission:
@@ -94,32 +100,34 @@ class Submission:
         """Poll; settle (release owners, or quarantine them on failure) when done."""
         if not all(e.completion.refresh_quiet() for e in self.events):
             return False
-        self._settle(failure=self._failure())
+        self._settle()
         return True
 
-    def _failure(self) -> BaseException | None:
+    @property
+    def failure(self) -> BaseException | None:
+        """Once complete: the first failure of its regions -- their own, or of work whose
+        output they read -- else None."""
         for e in self.events:
-            f = e.completion.failed
+            f = event_failure(e)
             if f is not None:
                 return f
         return None
 
     def wait(self, timeout: float | None = None) -> None:
-        """Block until every region finished. Raises the first failure (its owners are
-        quarantined) or Timeout (the work and its storage stay alive, quarantined)."""
+        """Block until every region finished. Raises the first failure (of a region, or
+        of work a region read from; its owners are quarantined) or Timeout (the work
+        and its storage stay alive, quarantined until proven idle)."""
+        timeout = check_timeout("timeout", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             for e in self.events:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                e.completion.wait_quiet(left)
+                e.completion.wait_quiet(remaining(deadline))
         except Timeout:
             self.runtime._quarantine(self.owners, "timeout")
             raise
-        failure = self._failure()
-        self._settle(failure=failure)
-        if failure is not None:
-            for e in self.events:
-                e.completion._raise_failure()
+        self._settle()
+        for e, region in zip(self.events, self.graph.regions):
+            raise_event_failure(e, f"{self.graph.name}/{region.name}")
 
     def __await__(self) -> Generator[Any, None, None]:
         return self._wait_async().__await__()
@@ -129,11 +137,14 @@ class Submission:
             await _await_quietly(e)
         self.wait(0)
 
-    def _settle(self, *, failure: BaseException | None) -> None:
+    def _settle(self) -> None:
         with self._lock:
             if self._settled:
                 return
             self._settled = True
+        # a region that failed itself may have left its device work uncertain: hold its
+        # owners until proven idle (inherited failures ran normally on stale inputs)
+        failure = next((f for f in (own_failure(e) for e in self.events) if f is not None), None)
         if failure is not None:
             self.runtime._quarantine(self.owners, f"failed: {failure!r}")
         self.runtime._retired(self)
@@ -154,27 +165,47 @@ async def _await_quietly(event: Event) -> None:
 
 
 class _Inflight:
-    """Accesses of regions not yet known to be finished, for cross-graph hazards."""
+    """Accesses of submitted regions, for cross-graph hazards and failure propagation.
+
+    Entries of regions not yet finished order later conflicting regions. Entries that
+    finished are dropped -- except writes of failed work whose failure was not yet
+    delivered: their bytes are poisoned, and a later region reading them inherits the
+    failure (a successful write covering them replaces them)."""
 
     def __init__(self) -> None:
         self._entries: dict[int, list[tuple[int, int, bool, Event]]] = {}
 
-    def conflicts(self, accesses: Sequence[tuple[Allocation, int, int, bool]]) -> list[Event]:
-        found: dict[int, Event] = {}
+    def conflicts(self, accesses: Sequence[tuple[Allocation, int, int, bool]],
+                  reads: Sequence[ReadRange]) -> tuple[list[Event], list[Event]]:
+        """(events to wait for, events whose output the region reads)."""
+        waits: dict[int, Event] = {}
+        sources: dict[int, Event] = {}
         for alloc, start, end, writes in accesses:
             entries = self._entries.get(id(alloc))
             if not entries:
                 continue
-            live = [x for x in entries if not x[3].completion.done_now()]
-            if len(live) != len(entries):
-                if live:
-                    self._entries[id(alloc)] = live
+            mine = [(rs, re) for a, rs, re in reads if a is alloc and rs < end and start < re]
+            keep = []
+            for entry in entries:
+                s, e, w, ev = entry
+                done = ev.completion.done_now()
+                if done and not (w and pending_failure(ev) is not None):
+                    continue  # finished cleanly (or its failure was delivered): forget it
+                keep.append(entry)
+                if not (s < end and start < e):
+                    continue
+                if not done and (writes or w):
+                    waits[id(ev)] = ev
+                if w and any(rs < e and s < re for rs, re in mine):
+                    sources[id(ev)] = ev
+            if len(keep) != len(entries):
+                if keep:
+                    self._entries[id(alloc)] = keep
                 else:
                     del self._entries[id(alloc)]
-            for s, e, w, ev in live:
-                if s < end and start < e and (writes or w):
-                    found[id(ev)] = ev
-        return list(found.values())
+        # a read-only access has no entry of its own in ``accesses`` only when merged
+        # into a write of the same range, which the loop above covered
+        return list(waits.values()), list(sources.values())
 
     def record(self, accesses: Sequence[tuple[Allocation, int, int, bool]], event: Event) -> None:
         slot = event.completion.slot
@@ -233,12 +264,21 @@ class Runtime:
             self._tracks = {
                 name: self.trace.track(f"{name} ({lane.queue})", group="lanes") for name, lane in self.lanes.items()
             }
+        # Lock order: _submit_lock, then a lane's lock, then _space / _quarantine_lock
+        # (leaf locks). Nothing waits for work while holding _space or _quarantine_lock.
         self._submit_lock = threading.RLock()
+        # NativeSessions reserve lanes through it: lane name -> [thread ident, depth]
+        self._reservations: dict[str, list[int]] = {}
+        self._lanes_free = threading.Condition(self._submit_lock)
         self._inflight = _Inflight()
         self._pending: list[Submission] = []
+        self._room_taken = 0  # submissions past _make_room that are not in _pending yet
         self._space = threading.Condition(threading.Lock())
         self._quarantine_lock = threading.Lock()
-        self._quarantined: list[tuple[list[Allocation], list[Any], str]] = []
+        # id(allocation) -> [allocation, fences, reason]: one entry per allocation however
+        # often it is quarantined (its fences are the newest)
+        self._quarantined: dict[int, list[Any]] = {}
+        self._idle_watch = False  # a _prove_idle_later watch is armed
         self._sequence = 0
         self._trace_lock = threading.Lock()
         self._trace_lane_end: dict[str, float] = {}
@@ -292,72 +332,153 @@ class Runtime:
         return TrackedGraph(self, name)
 
     def submit(self, graph: TrackedGraph, *, block: bool = True, timeout: float | None = None) -> Submission:
-        """Submit every region of ``graph``; returns a :class:`Submission`."""
+        """Submit every region of ``graph``; returns a :class:`Submission`.
+
+        Waits for room (``max_submissions``) and for lanes a NativeSession of another
+        thread reserved; ``block=False`` raises QueueFull instead, ``timeout`` bounds
+        the wait (then Timeout). A refused submission encodes nothing."""
         if not isinstance(graph, TrackedGraph) or graph.runtime is not self:
-            raise InvalidArgument("graph: expected a TrackedGraph of this runtime")
+            raise InvalidArgument(f"graph: expected a TrackedGraph of this runtime, got {show(graph)}")
+        if not isinstance(block, bool):
+            raise InvalidArgument(f"block: expected a bool, got {show(block)}")
+        timeout = check_timeout("timeout", timeout)
         if graph._closed:
             raise InvalidArgument("graph: is closed")
         if self.closed:
             raise InvalidArgument("runtime is closed")
         if not graph.regions:
             raise InvalidArgument(f"graph {graph.name!r} has no regions")
-        self._make_room(block, timeout)
-        with self._submit_lock:
-            submitted = time.perf_counter()
-            events: list[Event] = []
-            owners: dict[int, Allocation] = {}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        lanes = {r.lane for r in graph.regions}
+        while True:
+            self._make_room(block, deadline, timeout)
             try:
-                for region in graph.regions:
-                    for alloc, *_ in region.accesses:
-                        owners[id(alloc)] = alloc
-                    events.append(self._encode(region, events))
-            except BaseException as exc:
-                # Regions already accepted still run: their owners wait in quarantine.
-                self._quarantine(list(owners.values()), f"failed submission: {exc!r}")
+                with self._submit_lock:
+                    if self._reserved_elsewhere(lanes):
+                        self._give_room_back()
+                        self._wait_for_lanes(lanes, block, deadline, timeout)
+                        continue  # room may be gone meanwhile: take it again
+                    submission = self._submit_locked(graph)
+            except BaseException:
+                self._give_room_back()
                 raise
-            submission = Submission(self, graph, events, list(owners.values()), submitted)
-            submission.sequence = self._sequence
-            self._sequence += 1
-            with self._space:
-                self._pending.append(submission)
-            self.stats.add_many(submissions=1, regions=len(events), **graph.transfer_totals())
+            break
         if self.options.observe:
-            self._observe(graph.regions, events, submitted)
+            self._observe(graph.regions, submission.events, submission.submitted)
         self._prove_idle()
         return submission
 
-    def _make_room(self, block: bool, timeout: float | None) -> None:
+    def _submit_locked(self, graph: TrackedGraph) -> Submission:
+        submitted = time.perf_counter()
+        events: list[Event] = []
+        owners: dict[int, Allocation] = {}
+        try:
+            for region in graph.regions:
+                for alloc, *_ in region.accesses:
+                    owners[id(alloc)] = alloc
+                events.append(self._encode(region, events))
+        except BaseException as exc:
+            # Regions already accepted still run: their owners wait in quarantine.
+            if events:
+                self._quarantine(list(owners.values()), f"failed submission: {exc!r}")
+            raise
+        submission = Submission(self, graph, events, list(owners.values()), submitted)
+        submission.sequence = self._sequence
+        self._sequence += 1
+        with self._space:
+            self._room_taken -= 1
+            self._pending.append(submission)
+        self.stats.add_many(submissions=1, regions=len(events), **graph.transfer_totals())
+        return submission
+
+    # -- room (max_submissions) ----------------------------------------------------------
+
+    def _make_room(self, block: bool, deadline: float | None, timeout: float | None) -> None:
+        """Take one of the ``max_submissions`` places (counted under ``_space``, so
+        concurrent submitters never overshoot the limit)."""
         limit = self.options.max_submissions
-        if len(self._pending) < limit:
-            return
-        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._space:
+                if len(self._pending) + self._room_taken < limit:
+                    self._room_taken += 1
+                    return
                 pending = list(self._pending)
             for s in pending:  # settle whatever finished (it releases or quarantines owners)
                 if s.is_complete:
                     s.refresh()
             with self._space:
-                self._pending = [s for s in self._pending if not s._settled]
-                if len(self._pending) < limit:
+                if len(self._pending) + self._room_taken < limit:
+                    self._room_taken += 1
                     return
-                oldest = self._pending[0]
-            if not block:
-                raise QueueFull(f"max_submissions: {limit} submissions are in flight")
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise Timeout(f"max_submissions: no room within {timeout} s ({limit} in flight)")
-            try:
-                oldest.wait(left)
+                oldest = self._pending[0] if self._pending else None
+                if not block:
+                    raise QueueFull(f"max_submissions: {limit} submissions are in flight")
+                left = remaining(deadline)
+                if left is not None and left <= 0:
+                    raise Timeout(f"max_submissions: no room within {timeout} s ({limit} in flight)")
+                if oldest is None:  # every place is taken by a submission being encoded now
+                    self._space.wait(0.01 if left is None else min(left, 0.01))
+                    continue
+            try:  # wait for the oldest without settling it: its failure is its owner's
+                for e in oldest.events:
+                    e.completion.wait_quiet(remaining(deadline))
             except Timeout:
-                raise
-            except HRXError:
-                pass  # its failure belongs to its owner; the slot is free now
+                raise Timeout(f"max_submissions: no room within {timeout} s ({limit} in flight)") from None
+
+    def _give_room_back(self) -> None:
+        with self._space:
+            if self._room_taken > 0:
+                self._room_taken -= 1
+            self._space.notify_all()
+
+    # -- lane reservations (NativeSession) --------------------------------------------------
+
+    def _reserved_elsewhere(self, lanes: set[str]) -> bool:
+        me = threading.get_ident()
+        return any((r := self._reservations.get(name)) is not None and r[0] != me for name in lanes)
+
+    def _wait_for_lanes(self, lanes: set[str], block: bool, deadline: float | None, timeout: float | None) -> None:
+        """Wait (the submit lock released meanwhile) until no other thread reserves ``lanes``."""
+        if not block:
+            raise QueueFull(f"lanes {sorted(lanes)}: reserved by a native session of another thread")
+        while self._reserved_elsewhere(lanes):
+            left = remaining(deadline)
+            if left is not None and left <= 0:
+                raise Timeout(f"lanes {sorted(lanes)}: still reserved by a native session after {timeout} s")
+            self._lanes_free.wait(left)
+
+    def _reserve_lane(self, name: str, timeout: float | None = None) -> None:
+        """Reserve lane ``name`` for the calling thread (reentrant). Taken under the submit
+        lock, so it begins between submissions and never inverts the lock order."""
+        me = threading.get_ident()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lanes_free:
+            while (r := self._reservations.get(name)) is not None and r[0] != me:
+                left = remaining(deadline)
+                if left is not None and left <= 0:
+                    raise Timeout(f"lane {name!r}: reserved by another native session for more than {timeout} s")
+                self._lanes_free.wait(left)
+            if r is None:
+                self._reservations[name] = [me, 1]
+            else:
+                r[1] += 1
+
+    def _release_lane(self, name: str) -> None:
+        with self._lanes_free:
+            r = self._reservations.get(name)
+            if r is None or r[0] != threading.get_ident():
+                return
+            r[1] -= 1
+            if r[1] == 0:
+                del self._reservations[name]
+                self._lanes_free.notify_all()
 
     def _encode(self, region: Region, events: list[Event]) -> Event:
         lane = self.lanes[region.lane]
         waits = [events[d] for d in region.deps]
-        waits += self._inflight.conflicts(region.accesses)
+        sources = [events[d] for d in region.data_deps]
+        live, read_from = self._inflight.conflicts(region.accesses, region.reads)
+        waits += live
         with lane.lock:
             for ev in waits:
                 slot = ev.completion.slot
@@ -369,6 +490,8 @@ class Runtime:
                     ev.completion.wait_quiet()  # another engine: a host completion check
             region.encode(lane)
             event = lane.stream.record_event()
+            lane.stream._forget_failures()  # a region's failures are reported by its Submission
+        event.upstream = tuple(sources + read_from)
         region.last = event
         self._inflight.record(region.accesses, event)
         return event
@@ -431,35 +554,43 @@ class Runtime:
     # -- quarantine ---------------------------------------------------------------
 
     def _quarantine(self, owners: Sequence[Allocation], reason: str) -> None:
-        """Hold ``owners`` (memory and charges) until their pending work is proven finished."""
-        held = []
-        for alloc in owners:
-            if alloc.freed:
-                continue
-            alloc.retain()
-            alloc.quarantined += 1
-            held.append(alloc)
-        if not held:
-            return
+        """Hold ``owners`` (memory and charges) until their pending work is proven finished.
+
+        An allocation is held once however often it is quarantined: a later quarantine
+        only moves its fences to the lanes' newest work (which covers the older)."""
         fences = [lane.stream.slot.completion() for lane in self.lanes.values()]
+        added = nbytes = 0
         with self._quarantine_lock:
-            self._quarantined.append((held, fences, reason))
-        self.stats.add("quarantined_owners", len(held))
-        self.stats.add("quarantined_bytes", sum(a.nbytes for a in held))
+            for alloc in owners:
+                entry = self._quarantined.get(id(alloc))
+                if entry is not None:
+                    entry[1], entry[2] = fences, reason
+                    continue
+                try:
+                    alloc.retain()
+                except HRXError:
+                    continue  # already freed: nothing to hold
+                alloc.quarantined += 1
+                self._quarantined[id(alloc)] = [alloc, fences, reason]
+                added += 1
+                nbytes += alloc.nbytes
+        if added:
+            self.stats.add("quarantined_owners", added)
+            self.stats.add("quarantined_bytes", nbytes)
+        self._prove_idle_later()
 
     def _prove_idle(self) -> int:
         """Release quarantined owners whose work has provably retired; return how many."""
         if not self._quarantined:
             return 0
-        released: list[Allocation] = []
         with self._quarantine_lock:
-            keep = []
-            for held, fences, reason in self._quarantined:
-                if all(f.refresh_quiet() for f in fences) and not any(a.busy() for a in held):
-                    released.extend(held)
-                else:
-                    keep.append((held, fences, reason))
-            self._quarantined = keep
+            entries = list(self._quarantined.values())
+        released: list[Allocation] = []
+        for alloc, fences, _ in entries:
+            if all(f.refresh_quiet() for f in fences) and not alloc.busy():
+                released.append(alloc)
+        with self._quarantine_lock:
+            released = [a for a in released if self._quarantined.pop(id(a), None) is not None]
         for alloc in released:
             alloc.quarantined -= 1
             self.stats.add("quarantined_owners", -1)
@@ -467,22 +598,57 @@ class Runtime:
             alloc.release()
         return len(released)
 
+    def _prove_idle_later(self) -> None:
+        """Release what is quarantined once the lanes' current work (and the owners'
+        pending work) completes, without waiting for another call into the runtime:
+        completion callbacks re-check until nothing is left (one watch at a time)."""
+        with self._quarantine_lock:
+            entries = list(self._quarantined.values())
+            if not entries or self._idle_watch:
+                return
+            self._idle_watch = True
+        fences = {id(c): c for _, fs, _ in entries for c in fs}
+        for alloc, _, _ in entries:
+            for c, *_ in alloc.pending_uses():
+                fences[id(c)] = c
+        left = [len(fences)]
+        lock = threading.Lock()
+
+        def done(_: Any) -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                with self._quarantine_lock:
+                    self._idle_watch = False
+                self._prove_idle()
+                if self.closed:
+                    self._close_lanes()
+                self._prove_idle_later()
+
+        for c in fences.values():
+            c.add_done_callback(done)
+
     @property
     def quarantined(self) -> list[tuple[int, str]]:
-        """(bytes, reason) of every quarantined group of owners."""
+        """(bytes, reason) of every quarantined owner."""
         with self._quarantine_lock:
-            return [(sum(a.nbytes for a in held), reason) for held, _, reason in self._quarantined]
+            return [(alloc.nbytes, reason) for alloc, _, reason in self._quarantined.values()]
 
     # -- synchronization and teardown --------------------------------------------
 
     def synchronize(self, timeout: float | None = None) -> None:
-        """Wait for every submission; raise the first failure seen."""
+        """Wait for every submission (``timeout`` in total); raise the first failure seen."""
+        timeout = check_timeout("timeout", timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._space:
             pending = list(self._pending)
         first: BaseException | None = None
         for s in pending:
             try:
-                s.wait(timeout)
+                s.wait(remaining(deadline))
+            except Timeout:
+                raise
             except HRXError as exc:
                 first = first or exc
         self._prove_idle()
@@ -491,29 +657,40 @@ class Runtime:
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Drain and release the lanes. Work that cannot be drained in ``timeout``
-        quarantines its owners (they stay allocated) and Timeout is raised."""
+        quarantines its owners (they stay allocated) and Timeout is raised; they and the
+        lanes are released once that work completes (completion callbacks)."""
+        timeout = check_timeout("timeout", timeout)
         if self.closed:
             return
         self.closed = True
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._space:
             pending = list(self._pending)
         failed: BaseException | None = None
         for s in pending:
             try:
-                s.wait(timeout)
+                s.wait(remaining(deadline))
             except Timeout as exc:
                 failed = failed or exc
             except HRXError:
                 pass
         self._prove_idle()
         if failed is not None:
+            self._prove_idle_later()
             raise failed
+        self._close_lanes()
+        self._prove_idle()
+        self._prove_idle_later()
+
+    def _close_lanes(self) -> None:
         for lane in self.lanes.values():
+            if lane.closed:
+                continue
+            lane.closed = True
             try:
                 lane.stream.close()
             except HRXError:
                 pass
-        self._prove_idle()
 
     def __enter__(self) -> Runtime:
         return self

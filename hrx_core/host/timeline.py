@@ -5,6 +5,11 @@ from __future__ import annotations
 import threading
 
 from ..engine import Timeline
+from ..errors import DeviceError
+
+#: Failures whose exception objects a timeline keeps; older failed values keep a
+#: summary (type and message) so they still report failure, never success.
+DETAILED_ERRORS = 1024
 
 
 class HostTimeline(Timeline):
@@ -12,6 +17,8 @@ class HostTimeline(Timeline):
         self._value = 0
         self._cond = threading.Condition()
         self._errors: dict[int, BaseException] = {}
+        # failed values whose details were dropped -> one-line summary
+        self._summaries: dict[int, str] = {}
 
     def completed(self) -> int:
         return self._value  # an attribute read: no lock, no syscall
@@ -25,13 +32,19 @@ class HostTimeline(Timeline):
     def signal(self, value: int, error: BaseException | None = None) -> None:
         with self._cond:
             if error is not None:
-                self._errors[value] = error
-                if len(self._errors) > 1024:  # bounded: keep the newest failures
-                    for old in sorted(self._errors)[:-1024]:
-                        del self._errors[old]
+                self._errors[value] = error.with_traceback(None)  # frames would pin memory
+                if len(self._errors) > DETAILED_ERRORS:  # keep the newest in full, summarise the rest
+                    for old in sorted(self._errors)[:-DETAILED_ERRORS]:
+                        exc = self._errors.pop(old)
+                        self._summaries[old] = f"{type(exc).__name__}: {exc}"[:200]
             if value > self._value:
                 self._value = value
             self._cond.notify_all()
 
     def error(self, value: int) -> BaseException | None:
-        return self._errors.get(value)
+        error = self._errors.get(value)
+        if error is None and self._summaries:
+            summary = self._summaries.get(value)
+            if summary is not None:
+                return DeviceError(f"work failed (details of older failures were dropped): {summary}")
+        return error

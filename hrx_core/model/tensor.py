@@ -21,12 +21,12 @@ import numpy as np
 from ml_dtypes import bfloat16
 
 from ..buffer import Binding, Buffer, View
-from ..errors import InvalidArgument, OutOfBounds
+from ..completion import Completion
+from ..errors import InvalidArgument, OutOfBounds, show
+from ..stream import Stream
 
 if TYPE_CHECKING:
-    from ..completion import Completion
     from ..device import Device
-    from ..stream import Stream
 
 #: Names accepted wherever a dtype is expected, besides numpy dtypes.
 DTYPE_NAMES = {"bf16": np.dtype(bfloat16), "bfloat16": np.dtype(bfloat16), "f32": np.dtype(np.float32),
@@ -34,29 +34,42 @@ DTYPE_NAMES = {"bf16": np.dtype(bfloat16), "bfloat16": np.dtype(bfloat16), "f32"
 
 
 def as_dtype(name: str, value: Any) -> np.dtype:
-    """A numpy dtype from a dtype, a numpy name or one of :data:`DTYPE_NAMES`."""
+    """A numpy dtype of fixed-size elements from a dtype, a numpy name or one of
+    :data:`DTYPE_NAMES` (object, string and structured dtypes are refused)."""
     if isinstance(value, str) and value in DTYPE_NAMES:
         return DTYPE_NAMES[value]
     try:
-        return np.dtype(value)
-    except TypeError:
-        raise InvalidArgument(f"{name}: {value!r} is not a dtype") from None
+        dt = np.dtype(value)
+    except (TypeError, ValueError, SyntaxError, RecursionError):
+        raise InvalidArgument(f"{name}: {show(value)} is not a dtype") from None
+    if dt.hasobject or dt.itemsize == 0 or dt.kind not in "biufcV" or dt.shape != () or dt.fields is not None:
+        raise InvalidArgument(f"{name}: {dt} is not a dtype of plain fixed-size elements")
+    return dt
+
+
+#: Most dimensions a tensor may have (numpy's limit).
+MAX_DIMS = 32
 
 
 def as_shape(name: str, value: Any) -> tuple[int, ...]:
-    """A tuple of non-negative ints (an int is a 1-d shape)."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    """A tuple of non-negative ints (an int is a 1-d shape), at most :data:`MAX_DIMS`."""
+    return _int_tuple(name, value, minimum=0)
+
+
+def _int_tuple(name: str, value: Any, *, minimum: int | None) -> tuple[int, ...]:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
         value = (value,)
-    try:
-        items = list(value)
-        if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s in items):
-            raise TypeError
-        shape = tuple(int(s) for s in items)
-    except (TypeError, ValueError):
-        raise InvalidArgument(f"{name}: expected a sequence of ints, got {value!r}") from None
-    if any(s < 0 for s in shape):
-        raise InvalidArgument(f"{name}: negative extent in {shape}")
-    return shape
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list, np.ndarray)):
+        raise InvalidArgument(f"{name}: expected a sequence of ints, got {show(value)}")
+    items = list(value)
+    if len(items) > MAX_DIMS:
+        raise InvalidArgument(f"{name}: {len(items)} dimensions exceed the limit of {MAX_DIMS}")
+    if any(isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) for s in items):
+        raise InvalidArgument(f"{name}: expected a sequence of ints, got {show(value)}")
+    out = tuple(int(s) for s in items)
+    if minimum is not None and any(s < minimum for s in out):
+        raise InvalidArgument(f"{name}: {list(out)} has an entry below {minimum}")
+    return out
 
 
 class SharedHold:
@@ -151,9 +164,15 @@ class DeviceTensor:
         if strides is None:
             strides = contiguous
         else:
-            strides = tuple(int(s) for s in strides)
+            # non-negative: the view starts at the first element (negative strides
+            # would address bytes before it, outside the view)
+            strides = _int_tuple("strides", strides, minimum=0)
             if len(strides) != len(shape):
-                raise InvalidArgument(f"strides: {strides} does not match shape {shape}")
+                raise InvalidArgument(f"strides: {list(strides)} does not match shape {list(shape)}")
+        if completion is not None and not isinstance(completion, Completion):
+            raise InvalidArgument(f"completion: expected a Completion or None, got {type(completion).__name__}")
+        if stream is not None and (not isinstance(stream, Stream) or stream.device is not view.buffer.device):
+            raise InvalidArgument(f"stream: expected a Stream of {view.buffer.device.name} or None, got {show(stream)}")
         span = _span(shape, strides, dt.itemsize)
         if span > view.length:
             raise OutOfBounds(f"shape: {shape} of {dt} spans {span} bytes, the view has {view.length}")
@@ -300,13 +319,16 @@ class DeviceTensor:
     def numpy(self, stream: Stream | None = None) -> np.ndarray:
         """Download the tensor (after its producer) into a new numpy array."""
         view = self._open_view()
+        if stream is not None and (not isinstance(stream, Stream) or stream.device is not self.device):
+            raise InvalidArgument(f"stream: expected a Stream of {self.device.name} or None, got {show(stream)}")
         stream = stream or self.stream or self.device.stream()
-        if self.completion is not None and self.completion.slot is not stream.slot:
-            self.completion.wait()
+        if self.completion is not None:
+            self.completion.wait()  # raises if the producer failed: never stale bytes
         raw = stream.download(view)
         if self.contiguous:
             return raw.view(self.dtype).reshape(self.shape)
-        return np.lib.stride_tricks.as_strided(raw.view(self.dtype), self.shape, self.strides).copy()
+        # np.ndarray checks that the strided extent lies inside the downloaded bytes
+        return np.ndarray(self.shape, self.dtype, buffer=raw, strides=self.strides).copy()
 
     # -- lifetime -------------------------------------------------------------------------
 
@@ -360,6 +382,7 @@ def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...
 
 
 def _span(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> int:
+    """Bytes from the first element to the end of the farthest one (strides >= 0)."""
     if any(s == 0 for s in shape):
         return 0
-    return sum((s - 1) * abs(st) for s, st in zip(shape, strides)) + itemsize
+    return sum((s - 1) * st for s, st in zip(shape, strides)) + itemsize

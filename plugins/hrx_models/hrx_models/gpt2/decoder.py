@@ -42,7 +42,7 @@ from hrx_tensor.kernels import GATHER_THREADS
 from ml_dtypes import bfloat16
 
 from hrx_core.budget import MemoryBudget
-from hrx_core.errors import InvalidArgument, Timeout, Unsupported
+from hrx_core.errors import HRXError, InvalidArgument, Timeout, Unsupported
 
 from . import kernels as K
 from .config import Gpt2Config
@@ -204,6 +204,14 @@ def check_request(config: Gpt2Config, context: int, prompt: Sequence[int], max_n
     return ids
 
 
+async def _settled(done: Any) -> None:
+    """Await ``done`` without raising its failure (the stream reports it, once)."""
+    try:
+        await done
+    except HRXError:
+        pass
+
+
 class DecoderSlot:
     """One request's state and recorded step graphs (see the module docstring).
 
@@ -309,15 +317,16 @@ class DecoderSlot:
                 trace.slice(track, "prefill", t0, t1, args={"prompt_tokens": int(ids.size)})
             if on_token is None and trace is None:
                 for _ in range(n):
-                    done = self.step()
-                done.wait()
+                    self.step()
+                self.stream.synchronize()  # raises (once) if any step failed: never stale tokens
                 out = self.tokens(ids.size, ids.size + n)
             else:
                 out = np.empty(n, dtype=np.int32)
                 seq_off = self.layout.entries["seq"][0]
                 for i in range(n):
                     ts = time.perf_counter_ns()
-                    self.step().wait()
+                    self.step()
+                    self.stream.synchronize()
                     pos = ids.size + i
                     out[i] = self.stream.download(self.buffer.slice(seq_off + 4 * pos, 4)).view(np.int32)[0]
                     if track is not None:
@@ -341,11 +350,13 @@ class DecoderSlot:
             for _ in range(ids.size - 1):
                 done = self.step(logits=False)
             if done is not None:
-                await done
+                await _settled(done)
+            self.stream.synchronize()  # complete already: reports a failure once
             t1 = time.perf_counter_ns()
             for _ in range(n):
                 done = self.step()
-            await done
+            await _settled(done)
+            self.stream.synchronize()
             out = self.tokens(ids.size, ids.size + n)
             t2 = time.perf_counter_ns()
         finally:

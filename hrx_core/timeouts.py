@@ -1,0 +1,50 @@
+"""Timeout arguments: one rule for every wait HRX offers.
+
+A timeout is ``None`` (wait indefinitely) or a number of seconds >= 0. ``inf`` and
+values beyond what the platform's waits accept (``threading.TIMEOUT_MAX``, a few
+hundred years) mean "indefinitely" too; NaN, negatives, bools and non-numbers are
+refused with InvalidArgument naming the argument. Waits slice long timeouts, so a
+huge one never overflows a native time type.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidArgument
+
+#: Longest single native wait; longer waits loop (keeps C time types in range and
+#: lets a waiting thread notice interrupts delivered by HRX, see completion.py).
+SLICE_S = 0.05
+
+
+def check_timeout(name: str, value: Any) -> float | None:
+    """``value`` as seconds (float) or None (indefinitely); see the module docstring."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidArgument(f"{name}: expected seconds >= 0 or None, got {type(value).__name__} {value!r}")
+    seconds = float(value)
+    if math.isnan(seconds) or seconds < 0:
+        raise InvalidArgument(f"{name}: expected seconds >= 0 or None, got {value!r}")
+    if seconds >= threading.TIMEOUT_MAX:
+        return None  # inf and absurdly long timeouts: indefinitely
+    return seconds
+
+
+def deadline(timeout: float | None) -> float | None:
+    """The monotonic deadline of a checked timeout (None: none)."""
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def remaining(deadline_s: float | None) -> float | None:
+    """Seconds left until ``deadline_s`` (>= 0), or None without a deadline."""
+    return None if deadline_s is None else max(0.0, deadline_s - time.monotonic())
+
+
+__all__ = ["SLICE_S", "check_timeout", "deadline", "remaining"]
