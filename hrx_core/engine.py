@@ -132,6 +132,10 @@ class EngineStatus:
     available: bool
     reason: str = ""
     device_count: int = 0
+    #: Whether :func:`hrx_core.device` may pick this engine by priority. An engine on
+    #: simulated hardware (a test fixture) says False: it is used only when named
+    #: (``HRX_ENGINE`` or ``device(name)``), never as the default device.
+    default: bool = True
 
 
 @attrs.frozen

@@ -178,13 +178,14 @@ def compile(source: Any, *, target: str, entry: str = "", options: tuple[str, ..
 
 
 def best_engine() -> str:
-    """Name of the engine :func:`device` picks: HRX_ENGINE, else the highest priority available."""
+    """Name of the engine :func:`device` picks: HRX_ENGINE, else the highest priority
+    available engine that may be a default (not one on simulated hardware)."""
     forced = os.environ.get(ENV_ENGINE, "").strip()
     if forced:
         return forced
     statuses = engine_status()
     ranked = sorted(
-        (e for n, e in registry().engines().items() if statuses[n].available),
+        (e for n, e in registry().engines().items() if statuses[n].available and statuses[n].default),
         key=lambda e: -e.priority,
     )
     if not ranked:

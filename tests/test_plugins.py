@@ -195,3 +195,45 @@ def test_plugins_add_cli_commands(site):
     assert r.returncode == 2 and "InvalidArgument: --times" in r.stderr
     r = _hrx("doctor", "--json", env_path=site)
     assert r.returncode == 0 and json.loads(r.stdout)["plugins"]
+
+
+SIMULATED_PLUGIN = textwrap.dedent(
+    '''
+    """An engine on simulated hardware: available, but never the default device."""
+    from hrx_core.engine import EngineStatus
+    from hrx_core.hookspecs import hookimpl
+    from hrx_core.host.engine import HostDevice, HostEngine
+
+
+    class SimulatedEngine(HostEngine):
+        name = "simulated"
+        priority = 500
+
+        def probe(self):
+            return EngineStatus(True, "a simulation", 1, default=False)
+
+        def open_device(self, index, **options):
+            dev = HostDevice(index, **options)
+            object.__setattr__(dev.info, "engine", "simulated")
+            return dev
+
+
+    @hookimpl
+    def hrx_engines():
+        return [SimulatedEngine()]
+    '''
+)
+
+
+def test_engine_on_simulated_hardware_is_never_the_default(site, monkeypatch):
+    _write_dist(site, "hrx-simulated-plugin", "0.1", "simulated", "hrx_simulated_plugin", SIMULATED_PLUGIN)
+    importlib.invalidate_caches()
+    plugins.reload()
+    try:
+        assert "simulated" in hrx.engines()
+        assert plugins.best_engine() != "simulated", "a higher priority must not make a simulation the default"
+        assert hrx.device("simulated").info.engine == "simulated"  # still usable when named
+        monkeypatch.setenv("HRX_ENGINE", "simulated")
+        assert plugins.best_engine() == "simulated"
+    finally:
+        sys.modules.pop("hrx_simulated_plugin", None)
