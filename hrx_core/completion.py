@@ -85,6 +85,7 @@ class Completion:
         InvalidArgument). The wait is sliced, so a KeyboardInterrupt or SystemExit
         raised by a done-callback registered on this thread surfaces here."""
         timeout = check_timeout("timeout", timeout)
+        raise_pending_interrupt()
         slot = self.slot
         if slot.signaled < self.value:
             slot.flush()
@@ -103,6 +104,7 @@ class Completion:
                 except Exception as exc:  # an engine bug must surface as an HRX error
                     raise DeviceError(f"{slot.name}: wait failed: {exc}") from exc
                 if reached:
+                    raise_pending_interrupt()
                     break
                 if left is not None and left <= step:
                     raise Timeout(

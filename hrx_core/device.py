@@ -17,6 +17,7 @@ from .buffer import Allocation, Buffer, check_int
 from .completion import Completion, Notifier
 from .engine import DeviceInfo, Engine, EngineDevice, NativeQueue, QueueFamily, Timeline
 from .errors import DeviceError, HRXError, InvalidArgument, Unsupported
+from .timeouts import check_timeout
 
 if TYPE_CHECKING:
     from .budget import MemoryBudget
@@ -370,8 +371,9 @@ class Device:
     # -- synchronization --------------------------------------------------------
 
     def synchronize(self, timeout: float | None = None) -> None:
-        """Wait for every queue of the device. Failures of the work are reported by
-        its completions and streams, not here."""
+        """Wait for every queue of the device (``timeout`` for each). Failures of the
+        work are reported by its completions and streams, not here."""
+        timeout = check_timeout("timeout", timeout)
         for slots in list(self._slots.values()):
             for slot in slots:
                 if slot.created:

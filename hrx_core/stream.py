@@ -23,6 +23,7 @@ from .completion import Completion, Event
 from .engine import Access, BufferArg, CacheOp, KernelArg, NativeQueue
 from .errors import InvalidArgument, OutOfBounds, Overlap, Unsupported
 from .kernel import Kernel
+from .timeouts import check_timeout
 from .staging import MAX_CHUNK_BYTES, StagingRing, file_read_async, host_copy, host_copy_async, wait_all
 
 if TYPE_CHECKING:
@@ -635,6 +636,7 @@ class Stream:
         engine; unified-memory devices), the queue copies straight from ``data``
         instead: the call waits anyway, so no staging copy is needed.
         """
+        timeout = check_timeout("timeout", timeout)  # before anything is submitted
         da, start, src = self._upload_target(dst, data)
         with self._transfer_lock:
             direct = self.device.native.wrap_host(src)

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..buffer import check_int
 from ..errors import HRXError, InvalidArgument, Timeout
+from ..timeouts import check_timeout
 from ..execution.graph import TrackedGraph
 from .errors import SlotBusy
 from .fragment import drop_scratch
@@ -121,8 +122,7 @@ class ModelSlot:
     # -- leases ------------------------------------------------------------------------------
 
     def _begin(self, timeout: float | None) -> None:
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
-            raise InvalidArgument(f"timeout: expected seconds >= 0 or None, got {timeout!r}")
+        timeout = check_timeout("timeout", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while (self._submitting or self._views > 0) and not self.closed:
@@ -243,6 +243,7 @@ class ModelSlot:
         ``timeout`` bounds waiting for the slot and for the step; with None the step is
         awaited indefinitely but a busy slot raises SlotBusy at once (waiting for views
         the calling thread itself holds would never end)."""
+        timeout = check_timeout("timeout", timeout)
         step = self.submit(inputs, entry=entry, read=read, timeout=0.0 if timeout is None else timeout)
         return {name: step.read(name, timeout=timeout) for name in step.io.check_reads(read)}
 
@@ -366,6 +367,7 @@ class PreparedModel:
     def acquire(self, timeout: float | None = None) -> ModelSlot:
         """Reserve an idle slot for the caller (``with model.acquire() as slot:``);
         waits up to ``timeout`` (None: indefinitely; 0: SlotBusy at once)."""
+        timeout = check_timeout("timeout", timeout)
         if self.closed:
             raise InvalidArgument(f"prepared model {self.name!r} is closed")
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -34,6 +34,7 @@ from ..buffer import Buffer, View, check_int
 from ..errors import InvalidArgument
 from ..execution.graph import DownloadRegion, TrackedGraph, UploadRegion
 from ..execution.plan_cache import PlanCache
+from ..timeouts import check_timeout
 from ..kernel import Kernel
 from .context import ModelContext
 from .graphs import ScopedGraph, check_no_writes, graph_spans, tensor_span
@@ -311,6 +312,7 @@ class ModelSession:
         """Download ``tensor`` (after the work ordered before it) into a new array,
         through staging reused for this tensor."""
         view = self._own_view("tensor", tensor)
+        timeout = check_timeout("timeout", timeout)
         key = ("read", id(view.buffer._alloc), view.start, view.length)
         submission = self.run(key, lambda g: g.download(view, name="read"))
         submission.wait(timeout)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..timeouts import check_timeout
 from .tensor import DeviceTensor
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ class SlotSubmission:
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the step (uploads, compute and requested readbacks) finished."""
+        timeout = check_timeout("timeout", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         for s in list(self.submissions):
             s.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
@@ -80,6 +82,7 @@ class SlotSubmission:
 
     def read(self, name: str, *, timeout: float | None = None) -> np.ndarray:
         """Output ``name`` as a new host array (its declared shape and dtype)."""
+        timeout = check_timeout("timeout", timeout)
         cached = self._host.get(name)
         if cached is None:
             cached = self.slot._read(self, name, timeout)

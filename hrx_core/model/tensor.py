@@ -81,6 +81,10 @@ class SharedHold:
     __slots__ = ("_count", "_lock", "_release")
 
     def __init__(self, release: Callable[[], Any], count: int = 1) -> None:
+        if not callable(release):
+            raise InvalidArgument(f"release: expected a callable, got {type(release).__name__}")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidArgument(f"count: expected an int >= 1, got {show(count)}")
         self._release: Callable[[], Any] | None = release
         self._count = count
         self._lock = threading.Lock()
@@ -98,6 +102,8 @@ class SharedHold:
 
     def release(self) -> None:
         with self._lock:
+            if self._count <= 0:
+                raise InvalidArgument("hold: released more often than retained")
             self._count -= 1
             fire = self._count == 0
             action, self._release = (self._release, None) if fire else (None, self._release)

@@ -18,21 +18,22 @@ from collections.abc import Iterable
 import pytest
 from hypothesis import HealthCheck, settings
 
+import hrx_core as hrx
+
 from . import tally
 
 WATCHDOG_S = float(os.environ.get("HRX_ATTACK_WATCHDOG_S", "120"))
 
 # CI: bounded examples (the suite's budget is a few minutes on 2 cores); locally
-# HYPOTHESIS_PROFILE=attack-deep tries many more.
+# HRX_ATTACK_PROFILE=attack-deep tries many more.
 settings.register_profile(
     "attack", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
 settings.register_profile(
     "attack-deep", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
-ATTACK_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "attack")
-if not ATTACK_PROFILE.startswith("attack"):
-    ATTACK_PROFILE = "attack"
+#: the settings attack tests use: ``@settings(ATTACK)``
+ATTACK = settings.get_profile(os.environ.get("HRX_ATTACK_PROFILE", "attack"))
 
 
 @pytest.fixture(autouse=True)
@@ -42,6 +43,20 @@ def watchdog():
         yield
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+
+def runtime_with_sleeper(nbytes: int, ns: int):
+    """A host runtime (no observation), a buffer of ``nbytes`` and a graph whose
+    compute region sleeps ``ns`` nanoseconds writing its first word."""
+    from hrx_core.execution import Runtime, RuntimeOptions
+
+    from ..kernels import SLEEPY
+
+    rt = Runtime(hrx.open_device("host"), RuntimeOptions(observe=False))
+    x = rt.allocate(nbytes)
+    g = rt.graph()
+    g.compute("sleep", lambda r: r.dispatch(SLEEPY, 1, [x.slice(0, 4)], scalars=(ns,)))
+    return rt, x, g
 
 
 def join_all(threads: Iterable[threading.Thread], timeout: float) -> None:

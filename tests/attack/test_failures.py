@@ -211,3 +211,20 @@ def test_gpt2_decoder_generate_after_a_failed_kernel_raises_then_recovers(tiny_d
     restore()
     assert dec.generate([4, 5], 6).tokens == first
     dec.close()
+
+
+def test_a_timeline_remembers_every_failure():
+    # a timeline kept only 1,024 errors: older failed work later reported success
+    dev = hrx.open_device("host")
+    s = dev.stream()
+    x = dev.allocate(64)
+    first = s.dispatch(BOOM, 1, [x])
+    s.record_event()
+    for _ in range(1100):
+        s.dispatch(BOOM, 1, [x])
+        s.record_event()  # one signal (one recorded failure) each
+    tried("faults", "Completion.wait (old failure)", 1101)
+    s.completion().wait_quiet(30)
+    assert first.failed is not None
+    with pytest.raises(hrx.DeviceError, match="injected"):
+        first.wait(10)

@@ -43,6 +43,7 @@ from ml_dtypes import bfloat16
 
 from hrx_core.budget import MemoryBudget
 from hrx_core.errors import HRXError, InvalidArgument, Timeout, Unsupported
+from hrx_core.timeouts import check_timeout
 
 from . import kernels as K
 from .config import Gpt2Config
@@ -398,6 +399,7 @@ class Gpt2Decoder:
         self._slots: list[DecoderSlot] = []
         self._idle: list[DecoderSlot] = []
         self._cond = threading.Condition()
+        self._closed = False
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str], device: Any = None, *, budget: MemoryBudget | None = None,
@@ -440,6 +442,13 @@ class Gpt2Decoder:
             self.release(s)
 
     def acquire(self, timeout: float | None = None, *, block: bool = True) -> DecoderSlot:
+        """Lease a pooled slot; waits up to ``timeout`` (None: indefinitely), or raises
+        Timeout at once with ``block=False`` when all are leased."""
+        timeout = check_timeout("timeout", timeout)
+        if not isinstance(block, bool):
+            raise InvalidArgument(f"block: expected a bool, got {block!r}")
+        if self._closed:
+            raise InvalidArgument("decoder is closed")
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while not self._idle and len(self._slots) >= self.max_slots:
@@ -465,7 +474,14 @@ class Gpt2Decoder:
         return s
 
     def release(self, s: DecoderSlot) -> None:
+        """Give a leased slot back (once: a second release raises InvalidArgument)."""
         with self._cond:
+            if not isinstance(s, DecoderSlot) or s.decoder is not self:
+                raise InvalidArgument(f"s: expected a DecoderSlot of this decoder, got {type(s).__name__}")
+            if s in self._idle:
+                raise InvalidArgument(f"s: slot {s.index} is not leased (released twice?)")
+            if s not in self._slots:
+                raise InvalidArgument(f"s: slot {s.index} is not one of this decoder's pooled slots")
             self._idle.append(s)
             self._cond.notify()
 
@@ -496,6 +512,9 @@ class Gpt2Decoder:
     def close(self) -> None:
         """Free every slot and the weights."""
         with self._cond:
+            if self._closed:
+                return
+            self._closed = True
             slots, self._slots, self._idle = [s for s in self._slots if s is not None], [], []
         for s in slots:
             s.close()
