@@ -31,7 +31,6 @@ from typing import Any, NamedTuple
 
 import attrs
 import msgpack
-from elftools.common.exceptions import ELFError
 from elftools.elf import enums as elf_enums
 from elftools.elf.dynamic import DynamicSegment
 from elftools.elf.elffile import ELFFile
@@ -435,6 +434,7 @@ class Relocation:
     symbol_value: int = 0
 
     def value(self, base: int) -> int:
+        """The 64-bit value written at ``base + offset`` for an image loaded at ``base``."""
         if self.type == R_AMDGPU_RELATIVE64:
             return (base + self.addend) & (2**64 - 1)
         return (base + self.symbol_value + self.addend) & (2**64 - 1)
@@ -462,9 +462,7 @@ class CodeObject:
             self._read(target)
         except ArtifactError:
             raise
-        except (ELFError, struct.error, ValueError, KeyError, IndexError, TypeError, AttributeError, EOFError) as exc:
-            raise _fail("well-formed ELF", f"{type(exc).__name__}: {exc}") from None
-        except Exception as exc:  # construct's StreamError and other parser failures
+        except Exception as exc:  # noqa: BLE001 - ELFError, construct's StreamError, struct.error, ...
             raise _fail("well-formed ELF", f"{type(exc).__name__}: {exc}") from None
 
     def __repr__(self) -> str:
