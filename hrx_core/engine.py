@@ -139,6 +139,19 @@ class EngineStatus:
 
 
 @attrs.frozen
+class HostReference:
+    """A kernel's host implementation and its parameter list.
+
+    Handed to engines on simulated hardware (``EngineDevice.wants_host_reference``),
+    which run it in place of the compiled code they cannot execute: ``function(*buffers,
+    *scalars[, grid=, block=])`` like the host engine's kernels."""
+
+    function: Callable[..., Any]
+    buffers: tuple[Access, ...]
+    scalars: tuple[np.dtype, ...]  # type: ignore[type-arg]
+
+
+@attrs.frozen
 class Artifact:
     """Compiled code for one target, as returned by :func:`hrx_core.compile`."""
 
@@ -148,6 +161,8 @@ class Artifact:
     code: Any
     key: str
     log: str = ""
+    #: The kernel's host implementation, attached for devices that want it.
+    reference: HostReference | None = None
 
 
 class BufferArg(NamedTuple):
@@ -340,6 +355,9 @@ class EngineDevice(abc.ABC):
     """One device of an engine."""
 
     info: DeviceInfo
+    #: True on simulated hardware that runs kernels through their host implementation:
+    #: artifacts for other targets then carry ``Artifact.reference``.
+    wants_host_reference: bool = False
 
     @abc.abstractmethod
     def allocate(self, nbytes: int, *, shared: bool = False) -> NativeBuffer:
@@ -428,6 +446,7 @@ __all__ = [
     "DeviceInfo",
     "EngineStatus",
     "Artifact",
+    "HostReference",
     "BufferArg",
     "KernelArg",
     "GraphNode",

@@ -22,10 +22,11 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import numpy as np
 
 from .buffer import coerce_access
-from .engine import Access, Executable
+from .engine import Access, Executable, HostReference
 from .errors import InvalidArgument, Unsupported
 from .errors import show as _show
 
@@ -150,10 +151,23 @@ class Kernel:
                 options += tuple(self.options.get(target, ()))
             options += tuple(device.native.compile_options(target))
             artifact = compile_source(self.sources[source], target=target, entry=self.entry, options=options)
+            if target != "host" and getattr(device.native, "wants_host_reference", False):
+                artifact = attrs.evolve(artifact, reference=self._host_reference())
             exe = device.native.load_executable(artifact)
             self._executables[key] = exe
             # keep the device alive as long as its executable is cached here
             return exe
+
+    def _host_reference(self) -> HostReference | None:
+        """The host implementation with this kernel's parameter list (None without one)."""
+        host = self.sources.get("host")
+        if host is None:
+            return None
+        if not callable(host):
+            from .plugins import compile as compile_source
+
+            host = compile_source(host, target="host", entry=self.entry).code
+        return HostReference(host, self.buffer_access, self.scalar_types)
 
     def source_for(self, targets: Sequence[str]) -> tuple[str, str] | None:
         """``(target, source target)`` for the first of ``targets`` this kernel can serve.
