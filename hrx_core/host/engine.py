@@ -103,6 +103,28 @@ class HostBuffer(NativeBuffer):
         self._view = None
 
 
+class HostImport(HostBuffer):
+    """The host engine's import of another engine's host-visible allocation: the same
+    pages, reached through that allocation's host view. Cache maintenance goes to the
+    source, whose mapping owns the host cache state of the backing."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, view: np.ndarray, source: NativeBuffer) -> None:
+        self.nbytes = view.nbytes
+        self.shared = True
+        self._raw = view
+        self._view = view.reshape(-1).view(np.uint8)
+        self.source = source
+
+    def cache_control(self, op: CacheOp, offset: int, length: int) -> None:
+        self.source.cache_control(op, offset, length)
+
+    def free(self) -> None:
+        super().free()
+        self.source = None  # type: ignore[assignment]
+
+
 class HostDevice(EngineDevice):
     def __init__(
         self,
@@ -145,6 +167,7 @@ class HostDevice(EngineDevice):
             host_mappable=True,
             native_graphs=True,
             dlpack_device_type=1,
+            imports_host_memory=True,
             properties={"threads": os.cpu_count() or 1, "reference": "semantics reference, not an accelerator"},
         )
 
@@ -180,6 +203,12 @@ class HostDevice(EngineDevice):
         if isinstance(obj, np.ndarray) and obj.flags.c_contiguous and obj.flags.writeable:
             return HostBuffer.over(obj), obj.nbytes
         return None
+
+    def import_buffer(self, other: NativeBuffer) -> NativeBuffer | None:
+        # The CPU reaches every host-visible allocation of another engine (an NPU's
+        # system memory, another engine's shared memory) through its host view.
+        view = other.host_view()
+        return None if view is None else HostImport(view, other)
 
 
 class HostEngine(Engine):

@@ -152,3 +152,40 @@ def test_adopting_back_returns_the_original_and_devices_that_cannot_reach_are_re
             f.adopt(local, gpu)
     with pytest.raises(hrx.InvalidArgument):
         f.allocate(16, "shared")  # type: ignore[arg-type]
+
+
+def test_host_engine_imports_host_visible_memory_and_forwards_cache_control():
+    """The host engine (the CPU) reaches another engine's host-visible allocation
+    through its host view; cache maintenance on the import goes to the source."""
+    import numpy as np
+    from hrx_core.engine import CacheOp, NativeBuffer
+
+    class Source(NativeBuffer):
+        def __init__(self):
+            self.nbytes = 64
+            self.array = np.zeros(64, np.uint8)
+            self.ops = []
+
+        def host_view(self):
+            return self.array
+
+        def cache_control(self, op, offset, length):
+            self.ops.append((op, offset, length))
+
+        def free(self):
+            pass
+
+    host = hrx.device("host")
+    assert host.info.imports_host_memory
+    src = Source()
+    imported = host.native.import_buffer(src)
+    imported.host_view()[:4] = 7
+    assert (src.array[:4] == 7).all()                 # the same pages
+    imported.cache_control(CacheOp.FLUSH, 8, 16)
+    assert src.ops == [(CacheOp.FLUSH, 8, 16)]
+
+    class DeviceOnly(Source):
+        def host_view(self):
+            return None
+
+    assert host.native.import_buffer(DeviceOnly()) is None

@@ -17,7 +17,7 @@ from hrx_core.engine import (
     QueueFamily,
 )
 from hrx_core.errors import InvalidArgument
-from hrx_core.host.engine import DEFAULT_MAX_TRANSFER, HostBuffer, HostDevice
+from hrx_core.host.engine import DEFAULT_MAX_TRANSFER, HostDevice
 
 from ..compiler import TARGET as C_TARGET
 from ..contract import KernelContract
@@ -99,12 +99,12 @@ class NpuHostDevice(HostDevice, NpuEngineDevice):
         return HostProgram(self.array, artifact, contract, context=context, start=start, columns=columns, max_pending=max_pending)
 
     def import_buffer(self, other: NativeBuffer) -> NativeBuffer | None:
-        view = other.host_view()
-        if view is None:
+        imported = super().import_buffer(other)
+        if imported is None:
             return None  # device-only memory of another engine: not reachable from the host
         with self._imports_lock:
             self.imports += 1
-        return HostBuffer.over(view)
+        return imported
 
     def build_graph(self, nodes):  # type: ignore[no-untyped-def]
         from hrx_core.errors import Unsupported
