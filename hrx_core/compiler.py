@@ -98,8 +98,11 @@ class CompileCache:
         digest = hashlib.sha256(
             "\0".join([target, _source_digest(source), entry, *options, compiler.salt()]).encode()
         ).hexdigest()
+        # A callable is its own compiled code: caching it by identity would keep every
+        # host callable alive forever (and a recycled id could return a dead one's code).
+        memoize = not callable(source)
         with self._lock:
-            hit = self._memory.get(digest)
+            hit = self._memory.get(digest) if memoize else None
             if hit is not None:
                 self.hits += 1
                 return hit
@@ -127,8 +130,9 @@ class CompileCache:
                 except OSError:
                     pass  # a read-only cache only costs recompilation
         artifact = Artifact(target=target, entry=entry, code=code, key=digest, log=log)
-        with self._lock:
-            self._memory[digest] = artifact
+        if memoize:
+            with self._lock:
+                self._memory[digest] = artifact
         return artifact
 
     def clear(self) -> None:

@@ -244,10 +244,14 @@ class Timeline(abc.ABC):
 
 
 class Executable(abc.ABC):
-    """Loaded native code for one device."""
+    """Loaded native code for one device.
+
+    ``unloaded`` is set when the code's owner released it (an NPU program closed):
+    the core then refuses every launch of it, recorded graphs included."""
 
     name: str
     target: str
+    unloaded: bool = False
 
     def close(self) -> None:  # noqa: B027
         """Unload."""

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from . import transfer
 from .buffer import Allocation, Binding, Buffer, View, as_binding, backing_of
 from .completion import Completion
-from .engine import Access, BufferArg, GraphNode, NativeGraph, NativeQueue
+from .engine import Access, BufferArg, Executable, GraphNode, NativeGraph, NativeQueue
 from .errors import InvalidArgument, OutOfBounds, Overlap
 from .hazards import HazardTracker
 from .kernel import Kernel
@@ -83,6 +83,7 @@ class Graph:
         self._buffers: dict[int, Buffer] = {}
         self._retained: dict[int, Allocation] = {}
         self._kernels: list[Kernel] = []
+        self._executables: list[Executable] = []  # distinct executables the dispatches launch
         self._hazards = HazardTracker() if inferred else None
         self._inputs: dict[str, Buffer] = {}
         self._native: NativeGraph | None = None
@@ -225,6 +226,8 @@ class Graph:
         values = kernel.check_scalars(scalars)
         exe = kernel.executable(self.device)
         self._kernels.append(kernel)
+        if all(e is not exe for e in self._executables):
+            self._executables.append(exe)
         return self._add("dispatch", deps, refs, {"executable": exe, "grid": g, "block": b, "scalars": values})
 
     def join(self, deps: Sequence[Node]) -> Node:
@@ -371,6 +374,9 @@ class Graph:
                 if buffer._closed:
                     raise InvalidArgument(f"graph: bound {buffer!r} was closed; use owned_graph() to retain buffers")
         allocs, uses, encode = plan
+        for exe in self._executables:
+            if exe.unloaded:
+                raise InvalidArgument(f"graph: kernel {exe.name!r} was unloaded (a closed program); nothing was launched")
         for a, start, end, writes in uses:
             if a.freed:
                 raise InvalidArgument("graph: bound memory was freed")
@@ -473,6 +479,7 @@ class Graph:
         for alloc in retained.values():
             alloc.release()
         self._kernels.clear()
+        self._executables.clear()
         # a closed graph cannot launch: drop what it bound so buffers can go
         self._buffers.clear()
         self.nodes = []

@@ -19,6 +19,7 @@ order; a host callable receives one numpy uint8 array per buffer (read-only for
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,12 @@ MAX_BUFFERS = 256
 MAX_SCALARS = 256
 #: What each known target's source must be.
 _SOURCE_KINDS: dict[str, tuple[type, ...]] = {"cuda": (str,), "ptx": (str, bytes, bytearray), "cubin": (bytes, bytearray)}
+
+
+def _forget_executable(kernel_ref: weakref.ref[Kernel], key: int) -> None:
+    kernel = kernel_ref()
+    if kernel is not None:
+        kernel._executables.pop(key, None)
 
 
 class Kernel:
@@ -155,7 +162,12 @@ class Kernel:
                 artifact = attrs.evolve(artifact, reference=self._host_reference())
             exe = device.native.load_executable(artifact)
             self._executables[key] = exe
-            # keep the device alive as long as its executable is cached here
+            # keyed by id: forget the entry when the device goes, so a later device that
+            # reuses the id never gets a dead device's executable
+            try:
+                weakref.finalize(device, _forget_executable, weakref.ref(self), key)
+            except TypeError:
+                pass  # a stand-in device without weak references (tests)
             return exe
 
     def _host_reference(self) -> HostReference | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ from . import transfer
 from .buffer import Allocation, Binding, Buffer, View, as_binding, backing_of, check_int
 from .completion import Completion, Event
 from .engine import Access, BufferArg, CacheOp, KernelArg, NativeQueue
-from .errors import InvalidArgument, OutOfBounds, Overlap, Unsupported
+from .errors import ArtifactError, InvalidArgument, OutOfBounds, Overlap, Unsupported
 from .kernel import Kernel
 from .timeouts import check_timeout
 from .staging import MAX_CHUNK_BYTES, StagingRing, file_read_async, host_copy, host_copy_async, wait_all
@@ -63,6 +64,10 @@ def _check_dims(name: str, value: Any, limit: tuple[int, int, int]) -> tuple[int
     return dims[0], dims[1], dims[2]
 
 
+def _unloaded(kernel: Kernel) -> None:
+    raise InvalidArgument(f"kernel {kernel.name!r}: its code was unloaded (a closed program); nothing was launched")
+
+
 def _narrower(kernel: Kernel, index: int, binding: Binding, access: Access) -> None:
     verb = {Access.READ: "reads", Access.WRITE: "writes"}.get(access, "reads and writes")
     raise InvalidArgument(
@@ -85,6 +90,7 @@ class PreparedLaunch:
         self._kernel = kernel
         self._native = native
         self._launch = native.bind(stream.slot.native)
+        self._exe = native.executable
         self._needs_submit = stream.slot.native.needs_submit
         self._allocs = tuple(allocs)
         self._ranges = tuple(ranges)
@@ -110,6 +116,8 @@ class PreparedLaunch:
         slot = self._slot
         allocs = self._allocs
         ranges = self._ranges
+        if self._exe.unloaded:
+            _unloaded(self._kernel)
         if ranges:
             for alloc, start, end, writes in ranges:
                 if alloc.freed:
@@ -368,6 +376,8 @@ class Stream:
         if "dispatch" not in self._operations:
             self._check_family("dispatch")
         exe = kernel._executables.get(id(self.device)) or kernel.executable(self.device)
+        if exe.unloaded:
+            _unloaded(kernel)
         slot = self.slot
         queue = slot._native or slot.native
         with slot.lock:
@@ -786,30 +796,39 @@ class Stream:
 
 @contextlib.contextmanager
 def _open_file(file: Any) -> Iterator[int]:
-    """A readable file descriptor for a path, a descriptor or an object with fileno()."""
+    """A readable descriptor of a regular file for a path, a descriptor or an object
+    with fileno() (FIFOs, devices and sockets are refused before anything is read)."""
+    from .artifacts.files import kind_of, open_regular
+
     if isinstance(file, (str, bytes, os.PathLike)):
         try:
-            fd = os.open(file, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError as exc:
-            raise InvalidArgument(f"file: cannot open {os.fsdecode(file)!r}: {exc.strerror}") from None
+            fd, _ = open_regular(file, name="file")
+        except ArtifactError as exc:
+            raise InvalidArgument(f"file: {exc}") from None
         try:
             yield fd
         finally:
             os.close(fd)
         return
-    if isinstance(file, int) and not isinstance(file, bool):
-        fd = file
+    if isinstance(file, (int, np.integer)) and not isinstance(file, (bool, np.bool_)):
+        fd = int(file)
     elif hasattr(file, "fileno"):
         try:
             fd = file.fileno()
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, AttributeError, TypeError) as exc:
             raise InvalidArgument(f"file: {type(file).__name__} has no usable descriptor ({exc})") from None
+        if isinstance(fd, bool) or not isinstance(fd, int):
+            raise InvalidArgument(f"file: {type(file).__name__}.fileno() returned {type(fd).__name__}")
     else:
         raise InvalidArgument(f"file: expected a path, a file descriptor or a binary file, got {type(file).__name__}")
+    if not 0 <= fd < 2**31:
+        raise InvalidArgument(f"file: {fd} is not a file descriptor")
     try:
-        os.fstat(fd)
+        mode = os.fstat(fd).st_mode
     except OSError as exc:
         raise InvalidArgument(f"file: descriptor {fd} is not open ({exc.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise InvalidArgument(f"file: descriptor {fd} is {kind_of(mode)}, not a regular file (only regular files are read)")
     yield fd
 
 

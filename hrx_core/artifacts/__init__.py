@@ -8,12 +8,12 @@ explicit ``format=``, else by file suffix, else by sniffing the file's first byt
 
 from __future__ import annotations
 
-import builtins
 import os
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import ArtifactError, PluginError
+from ..errors import ArtifactError, InvalidArgument, PluginError
+from .files import fspath, open_regular, pread_exact
 
 #: Bytes read from the start of a file for sniffing.
 SNIFF_BYTES = 64
@@ -94,7 +94,9 @@ def open(path: str | os.PathLike[str], *, format: str | None = None, **options: 
 
     Unknown formats raise ArtifactError naming the path.
     """
-    spath = os.fspath(path)
+    spath = fspath("path", path)
+    if format is not None and not isinstance(format, str):
+        raise InvalidArgument(f"format: expected a str or None, got {type(format).__name__}")
     candidates = loaders()
     if format is not None:
         for loader in candidates:
@@ -106,12 +108,12 @@ def open(path: str | os.PathLike[str], *, format: str | None = None, **options: 
     for loader in candidates:
         if any(lower.endswith(suffix.lower()) for suffix in loader.suffixes):
             return loader.open(spath, **options)
+    fd, st = open_regular(spath)  # a FIFO or device is refused, never read
     try:
-        with builtins.open(spath, "rb") as f:
-            head = f.read(SNIFF_BYTES)
-            size = os.fstat(f.fileno()).st_size
-    except OSError as exc:
-        raise ArtifactError(f"{spath}: cannot open: {exc}") from exc
+        size = st.st_size
+        head = pread_exact(fd, min(SNIFF_BYTES, size), 0, spath)
+    finally:
+        os.close(fd)
     for loader in candidates:
         if loader.sniff(head, size):
             return loader.open(spath, **options)

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArtifactError, HRXError, InvalidArgument
+from .files import open_regular, pread_exact
 
 __all__ = ["MissingFiles", "Resolver"]
 
@@ -76,13 +77,17 @@ def _env_offline() -> bool:
 
 
 def _sha256_file(path: Path) -> str:
+    """SHA-256 of a regular file (a FIFO or device in the cache is refused, not read)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            chunk = f.read(_HASH_CHUNK)
-            if not chunk:
-                break
+    fd, st = open_regular(path)
+    try:
+        offset = 0
+        while offset < st.st_size:
+            chunk = pread_exact(fd, min(_HASH_CHUNK, st.st_size - offset), offset, str(path))
             digest.update(chunk)
+            offset += len(chunk)
+    finally:
+        os.close(fd)
     return digest.hexdigest()
 
 

@@ -21,7 +21,7 @@ import heapq
 import math
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -30,6 +30,10 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import ArtifactError, InvalidArgument
+from .files import fspath, inside, open_regular, pread_exact, read_regular
+
+#: Largest ONNX model file read (protobuf's limit for one message).
+MAX_MODEL_BYTES = 2**31 - 1
 
 if TYPE_CHECKING:
     import onnx
@@ -300,20 +304,60 @@ def _read_external(tensor: onnx.TensorProto, base_dir: str | os.PathLike[str] | 
         length = int(info["length"]) if "length" in info else None
     except ValueError as exc:
         raise ArtifactError(f"{label}: external data offset/length is not an integer: {exc}") from exc
-    path = os.path.join(os.fspath(base_dir), location)
+    # symbolic links (of the file or of a directory on the way) must not lead out of
+    # the model directory; only regular files are read, within their size
+    path = inside(base_dir, location, f"{label}: external data")
+    fd, st = open_regular(path, f"{label}: external data {location!r}")
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if length is None:
-                length = size - offset
-            if offset < 0 or length < 0 or offset + length > size:
-                raise ArtifactError(
-                    f"{label}: external data range [{offset}, {offset + length}) is outside {location!r} ({size} bytes)"
-                )
-            f.seek(offset)
-            return f.read(length)
-    except OSError as exc:
-        raise ArtifactError(f"{label}: cannot read external data {location!r}: {exc}") from exc
+        size = st.st_size
+        if length is None:
+            length = size - offset
+        if offset < 0 or length < 0 or offset + length > size:
+            raise ArtifactError(
+                f"{label}: external data range [{offset}, {offset + length}) is outside {location!r} ({size} bytes)"
+            )
+        return pread_exact(fd, length, offset, f"{label}: external data {location!r}")
+    finally:
+        os.close(fd)
+
+
+def _external_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor of ``graph`` and its subgraphs that keeps its data in a file."""
+    from onnx import TensorProto
+
+    def walk(g: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+        yield from g.initializer
+        for sp in g.sparse_initializer:
+            yield sp.values
+            yield sp.indices
+        for node in g.node:
+            for a in node.attribute:
+                if a.HasField("t"):
+                    yield a.t
+                yield from a.tensors
+                if a.HasField("sparse_tensor"):
+                    yield a.sparse_tensor.values
+                    yield a.sparse_tensor.indices
+                if a.HasField("g"):
+                    yield from walk(a.g)
+                for sub in a.graphs:
+                    yield from walk(sub)
+
+    for t in walk(graph):
+        if t.data_location == TensorProto.EXTERNAL:
+            yield t
+
+
+def _load_external(proto: onnx.ModelProto, base_dir: str, where: str) -> None:
+    """Read every external tensor into ``raw_data`` with the checks of decode_tensor
+    (inside the model directory, regular files, in-range sizes)."""
+    from onnx import TensorProto
+
+    for t in _external_tensors(proto.graph):
+        raw = _read_external(t, base_dir, f"{where}: {_label(t, None)}")
+        t.raw_data = raw
+        t.data_location = TensorProto.DEFAULT
+        del t.external_data[:]
 
 
 # ---------------------------------------------------------------------------------
@@ -528,21 +572,22 @@ class Model:
                 raise ArtifactError(f"cannot parse ONNX model bytes: {type(exc).__name__}: {exc}") from exc
             where = "ONNX model bytes"
         else:
-            path = os.fspath(source)
-            bdir = os.fspath(base_dir) if base_dir is not None else os.path.dirname(os.path.abspath(path))
-            if not os.path.isfile(path):
+            path = fspath("source", source)
+            bdir = fspath("base_dir", base_dir) if base_dir is not None else os.path.dirname(os.path.abspath(path))
+            if not os.path.lexists(path):
                 raise ArtifactError(f"{path}: no such ONNX model file")
+            data = read_regular(path, limit=MAX_MODEL_BYTES, what=f"{path}: ONNX model", name="source")
             try:
-                proto = onnx.load_model(path, load_external_data=False)
+                proto = onnx.load_model_from_string(data)
             except Exception as exc:
                 raise ArtifactError(f"{path}: cannot parse ONNX model: {type(exc).__name__}: {exc}") from exc
             where = path
         if load_external_data and bdir is not None:
-            try:
-                onnx.external_data_helper.load_external_data_for_model(proto, bdir)
-            except Exception as exc:
-                raise ArtifactError(f"{where}: cannot load external data: {type(exc).__name__}: {exc}") from exc
-        return cls(proto, path=path, base_dir=bdir)
+            _load_external(proto, bdir, where)
+        try:
+            return cls(proto, path=path, base_dir=bdir)
+        except RecursionError:
+            raise ArtifactError(f"{where}: subgraphs are nested too deeply") from None
 
     # -- value indexes --------------------------------------------------------------
 

@@ -26,7 +26,8 @@ import attrs
 import ml_dtypes
 import numpy as np
 
-from ..errors import ArtifactError, InvalidArgument, Unsupported
+from ..errors import ArtifactError, InvalidArgument, Unsupported, show
+from .files import fspath, open_regular, pread_exact
 
 if TYPE_CHECKING:
     from ..budget import MemoryBudget
@@ -225,31 +226,39 @@ class FileView:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], mode: Literal["mapped", "owned"] = "mapped") -> FileView:
-        """Open and check ``path``. ``mapped`` maps the file; ``owned`` reads it into memory."""
+        """Open and check ``path``. ``mapped`` maps the file; ``owned`` reads it into memory.
+
+        Only regular files are read (a device, FIFO or socket -- also behind a symbolic
+        link -- raises ArtifactError before anything is read), and never more bytes
+        than ``fstat`` reported. A mapped file must not be truncated while its views
+        are in use (see :meth:`numpy`)."""
         if mode not in ("mapped", "owned"):
-            raise InvalidArgument(f"mode: expected 'mapped' or 'owned', got {mode!r}")
-        spath = os.fspath(path)
+            raise InvalidArgument(f"mode: expected 'mapped' or 'owned', got {show(mode)}")
+        fd, st = open_regular(path)
+        spath = fspath("path", path)
+        size = st.st_size
+        keep_fd = False
         try:
-            with builtins.open(spath, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size < 8:
-                    data: mmap.mmap | bytearray = bytearray(f.read())
-                elif mode == "mapped":
-                    data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-                    fd = os.dup(f.fileno())
-                else:
-                    data = bytearray(size)
-                    f.readinto(data)
-        except OSError as exc:
-            raise ArtifactError(f"{spath}: cannot open: {exc}") from exc
-        try:
-            tensors, metadata, _ = parse_header(spath, data, size)
+            if size < 8 or mode == "owned":
+                data: mmap.mmap | bytearray = bytearray(pread_exact(fd, size, 0, spath))
+            else:
+                try:
+                    data = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+                except (OSError, ValueError) as exc:
+                    raise ArtifactError(f"{spath}: cannot map: {exc}") from None
+                keep_fd = True
+            try:
+                tensors, metadata, _ = parse_header(spath, data, size)
+            except BaseException:
+                if isinstance(data, mmap.mmap):
+                    data.close()
+                raise
         except BaseException:
-            if isinstance(data, mmap.mmap):
-                data.close()
-                os.close(fd)
+            os.close(fd)
             raise
-        return cls(spath, data, tensors, metadata, mode, fd if isinstance(data, mmap.mmap) else None)
+        if not keep_fd:
+            os.close(fd)
+        return cls(spath, data, tensors, metadata, mode, fd if keep_fd else None)
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -308,19 +317,46 @@ class FileView:
 
     # -- host views ---------------------------------------------------------------
 
-    def raw(self, name: str) -> memoryview:
-        """The tensor's bytes, zero-copy (read-only for mapped files)."""
-        t = self.info(name)
-        return memoryview(self._buf())[t.begin : t.end]
+    def _check_size(self, t: TensorInfo) -> None:
+        """A mapped file must still hold the tensor's bytes: touching mapped pages past
+        the end of a truncated file kills the process (SIGBUS), so check first."""
+        if self._fd is None:
+            return
+        try:
+            size = os.fstat(self._fd).st_size
+        except OSError as exc:
+            raise ArtifactError(f"{self.path}: cannot stat the mapped file: {exc.strerror or exc}") from None
+        if size < t.end:
+            raise ArtifactError(
+                f"{self.path}: the file was truncated to {size} bytes after it was mapped; tensor {t.name!r} "
+                f"needs bytes [{t.begin}, {t.end}) (reopen it)"
+            )
 
-    def numpy(self, name: str) -> np.ndarray:
-        """A zero-copy numpy view (read-only for mapped files; BF16/F8 via ml_dtypes)."""
+    def raw(self, name: str, *, copy: bool = False) -> memoryview:
+        """The tensor's bytes, zero-copy (read-only for mapped files), or a private copy
+        with ``copy=True``. See :meth:`numpy` about truncated mapped files."""
+        t = self.info(name)
+        buf = self._buf()
+        self._check_size(t)
+        view = memoryview(buf)[t.begin : t.end]
+        return memoryview(bytes(view)) if copy else view
+
+    def numpy(self, name: str, *, copy: bool = False) -> np.ndarray:
+        """A zero-copy numpy view (read-only for mapped files; BF16/F8 via ml_dtypes), or
+        a private copy with ``copy=True``.
+
+        A mapped view reads the file's pages on access. The call checks that the file
+        still holds the tensor, but a file truncated *while* a zero-copy view is in use
+        makes the next access fault (SIGBUS, which kills the process): map only files
+        nothing else rewrites, or take ``copy=True`` (or ``mode="owned"``)."""
         t = self.info(name)
         dtype = t.numpy_dtype
         if dtype is None:
             raise Unsupported(f"{self.path}: tensor {name!r} has packed dtype {t.dtype}; use raw()")
-        arr = np.frombuffer(self._buf(), dtype=dtype, count=t.nbytes // dtype.itemsize, offset=t.begin)
-        return arr.reshape(t.shape)
+        buf = self._buf()
+        self._check_size(t)
+        arr = np.frombuffer(buf, dtype=dtype, count=t.nbytes // dtype.itemsize, offset=t.begin)
+        return arr.reshape(t.shape).copy() if copy else arr.reshape(t.shape)
 
     def advise(self, names: Iterable[str] | None, advice: Advice) -> bool:
         """Page advice (madvise) for the selected tensors' bytes, or the whole data section.

@@ -6,6 +6,7 @@ import collections
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -37,18 +38,58 @@ def _host(buffer: NativeBuffer) -> np.ndarray:
     return view
 
 
+class _Worker:
+    """What a host queue's worker thread uses. The thread holds only this, never the
+    queue, so a queue nobody references (its device dropped) is collected and its
+    finalizer stops the thread once the queued work is done."""
+
+    def __init__(self, device: HostDevice, name: str) -> None:
+        self.device = device
+        self.name = name
+        self.work: collections.deque[list[Command]] = collections.deque()
+        self.cond = threading.Condition()
+        self.closed = False
+        self.failure: BaseException | None = None
+
+    def stop(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify()
+
+    def run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.work and not self.closed:
+                    self.cond.wait()
+                if not self.work:
+                    return
+                batch = self.work.popleft()
+            jitter = self.device.jitter_us
+            for command in batch:
+                try:
+                    if jitter:
+                        sleep_jitter(jitter)
+                    command()
+                except BaseException as exc:  # recorded at the next signal; never kills the worker
+                    if self.failure is None:
+                        self.failure = exc if isinstance(exc, Exception) else DeviceError(repr(exc))
+            del batch, command  # drop references to finished work's buffers
+
+
 class HostQueue(NativeQueue):
     def __init__(self, device: HostDevice, family: str, index: int) -> None:
         self.family = family
         self.device = device
         self.name = f"host-{family}{index}"
         self._pending: list[Command] = []
-        self._work: collections.deque[list[Command]] = collections.deque()
-        self._cond = threading.Condition()
-        self._closed = False
-        self._failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=f"hrx-{self.name}", daemon=True)
+        self._worker = worker = _Worker(device, self.name)
+        self._thread = threading.Thread(target=worker.run, name=f"hrx-{self.name}", daemon=True)
         self._thread.start()
+        self._finalizer = weakref.finalize(self, worker.stop)
+
+    @property
+    def _closed(self) -> bool:
+        return self._worker.closed
 
     # -- encoding (called under the core's per-queue lock) ---------------------
 
@@ -67,17 +108,20 @@ class HostQueue(NativeQueue):
         self._pending.append(command)
 
     def wait(self, timeline: Timeline, value: int) -> None:
+        worker = self._worker
+
         def wait_cmd() -> None:
             while not timeline.wait(value, 0.1):
-                if self._closed:
-                    raise DeviceError(f"{self.name}: closed while waiting for a timeline")
+                if worker.closed:
+                    raise DeviceError(f"{worker.name}: closed while waiting for a timeline")
         self._pending.append(wait_cmd)
 
     def signal(self, timeline: Timeline, value: int) -> None:
         assert isinstance(timeline, HostTimeline)
+        worker = self._worker
 
         def signal_cmd() -> None:
-            error, self._failure = self._failure, None
+            error, worker.failure = worker.failure, None
             timeline.signal(value, error)
         self._pending.append(signal_cmd)
 
@@ -86,36 +130,17 @@ class HostQueue(NativeQueue):
         if not batch:
             return
         self.device.faults.on_submit(self.name)  # may raise: the batch is dropped
-        with self._cond:
-            if self._closed:
+        worker = self._worker
+        with worker.cond:
+            if worker.closed:
                 raise DeviceError(f"{self.name}: queue is closed")
-            self._work.append(batch)
-            self._cond.notify()
+            worker.work.append(batch)
+            worker.cond.notify()
 
-    # -- worker ------------------------------------------------------------------
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._work and not self._closed:
-                    self._cond.wait()
-                if not self._work:
-                    return
-                batch = self._work.popleft()
-            jitter = self.device.jitter_us
-            for command in batch:
-                try:
-                    if jitter:
-                        sleep_jitter(jitter)
-                    command()
-                except BaseException as exc:  # recorded at the next signal; never kills the worker
-                    if self._failure is None:
-                        self._failure = exc if isinstance(exc, Exception) else DeviceError(repr(exc))
+    # -- lifetime ----------------------------------------------------------------
 
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
+        self._finalizer()  # stops the worker once its queued work is done
         self._thread.join(timeout=10)
 
 

@@ -74,6 +74,27 @@ def join_all(threads: Iterable[threading.Thread], timeout: float) -> None:
         pytest.fail(f"threads still running after {timeout} s (deadlock?): {stuck}")
 
 
+def bounded(fn, timeout: float = 10.0):
+    """Run ``fn`` on a daemon thread within ``timeout`` seconds and return or re-raise
+    its outcome; a hang (a deadlock, a blocking open of a FIFO) fails with every
+    thread's stack."""
+    out: list = []
+
+    def run():
+        try:
+            out.append(("ok", fn()))
+        except BaseException as exc:  # noqa: BLE001
+            out.append(("err", exc))
+
+    t = threading.Thread(target=run, daemon=True, name="attack-worker")
+    t.start()
+    join_all([t], timeout)
+    kind, value = out[0]
+    if kind == "err":
+        raise value
+    return value
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG001
     totals = tally.totals()
     if not totals:

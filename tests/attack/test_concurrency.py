@@ -12,27 +12,8 @@ import pytest
 import hrx_core as hrx
 from hrx_core.buffer import Allocation
 
-from .conftest import join_all
+from .conftest import bounded, join_all
 from .tally import tried
-
-
-def _in_thread(fn, timeout: float = 20.0):
-    """Run ``fn`` on a daemon thread, bounded; re-raise what it raised."""
-    out: list = []
-
-    def run():
-        try:
-            out.append(("ok", fn()))
-        except BaseException as exc:  # noqa: BLE001
-            out.append(("err", exc))
-
-    t = threading.Thread(target=run, daemon=True, name="attack-worker")
-    t.start()
-    join_all([t], timeout)
-    kind, value = out[0]
-    if kind == "err":
-        raise value
-    return value
 
 
 class _Cycle:
@@ -60,7 +41,7 @@ def test_pool_finalizer_inside_allocate_does_not_deadlock(monkeypatch):
 
     monkeypatch.setattr(Allocation, "busy", busy_with_gc)
     tried("concurrency", "BufferPool.allocate (gc finalizer)")
-    buf = _in_thread(lambda: pool.allocate(64))
+    buf = bounded(lambda: pool.allocate(64))
     monkeypatch.setattr(Allocation, "busy", real_busy)
     assert buf.nbytes == 64
     assert pool.free_bytes == 64  # the finalized buffer came back to the pool

@@ -201,6 +201,8 @@ class NpuProgram:
         """Free the program's columns. Pending invocations still finish."""
         if not self.closed:
             self.closed = True
+            # recorded graphs still hold the executable: every later launch is refused
+            self.executable.unloaded = True
             self.device._unloaded(self)
             self.device.native.unload_program(self.executable)
 

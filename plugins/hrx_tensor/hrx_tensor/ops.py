@@ -282,10 +282,10 @@ class TensorOps(OpFamily):
         lease, plan, slot = self._take(key, prepare)
         try:
             out, ibuf = slot.buffers
-            # Written without waiting for the slot's previous gather: that call's output
-            # was released (its tensor closed), so it may read a mix of old and new
-            # indices -- all validated in range -- and the stream orders its writes of
-            # the output before this call's. Held outputs own other slots.
+            # The host writes the indices the kernel reads directly: the slot's previous
+            # gather may still be queued (its output released, but a consumer queued
+            # before the release still needs the rows it gathers), so wait for it first.
+            slot.wait_for_device(ibuf)
             ibuf.allocation.native.host_view()[: idx.nbytes] = idx.view(np.uint8)
             done = self._launch(slot, self._gather, plan, [table.view, ibuf, out])
         except BaseException:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hrx_core.buffer import Buffer
+from hrx_core.completion import Event
 
 #: Idle output slots a plan keeps for reuse; more are freed when released.
 MAX_IDLE_SLOTS = 2
@@ -46,11 +47,27 @@ class Slot:
         self.done: Any = None
         self.outputs: Any = None
 
+    def order_after_users(self, stream: Any) -> None:
+        """Make ``stream`` wait for work of other queues still using this slot's buffers
+        (a consumer of the previous call's output on another stream) before the slot
+        is rewritten; work on ``stream`` itself is ordered already."""
+        mine = stream.slot
+        for buf in self.buffers:
+            for completion, *_ in buf.allocation.pending_uses():
+                if completion.slot is not mine:
+                    stream.wait_event(Event(completion))
+
+    def wait_for_device(self, buffer: Buffer) -> None:
+        """Block until no queued work uses ``buffer`` (before the host writes it)."""
+        for completion, *_ in buffer.allocation.pending_uses():
+            completion.wait_quiet()
+
     def launch(self, stream: Any, kernel: Any, grid: Any, block: Any, scalars: tuple[Any, ...],
                views: list[Any]) -> Any:
         """Launch ``kernel`` on ``stream`` over ``views`` through this slot's prepared
         launch: prepared on first use (the plan fixes kernel, geometry and scalars for
         the slot's life), afterwards only the views that changed are rebound."""
+        self.order_after_users(stream)
         prepared = self.prepared
         if prepared is None:
             prepared = stream.prepare(kernel, grid, views, block=block, scalars=scalars)

@@ -9,7 +9,8 @@ from typing import Any
 
 import attrs
 
-from hrx_core.errors import Unsupported
+from hrx_core.artifacts.files import fspath, read_regular
+from hrx_core.errors import ArtifactError, Unsupported
 
 from .errors import ConfigError
 
@@ -23,6 +24,8 @@ MAX_HEAD_DIM = 256        # attention keeps one head's query in shared memory
 HEAD_DIMS = (8, 16, 32, 64, 128, 256)  # attention reads 16-byte vectors; hd / 8 divides its block
 MAX_EMBD = 8192           # layer norms keep at most 8 values a thread, 1024 threads
 MAX_POSITIONS = 8192      # attention keeps one head's scores in 32 KiB of shared memory
+#: Largest config.json read (real ones are a few KiB).
+MAX_CONFIG_BYTES = 1 << 20
 
 
 @attrs.frozen
@@ -124,13 +127,17 @@ class Gpt2Config:
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> Gpt2Config:
         """Read ``directory/config.json``."""
-        path = Path(directory) / CONFIG_FILE
+        path = Path(fspath("directory", directory)) / CONFIG_FILE
+        try:  # a regular file of bounded size: never /dev/zero, a FIFO or a directory
+            raw = read_regular(path, limit=MAX_CONFIG_BYTES, what=str(path))
+        except ArtifactError as exc:
+            raise ConfigError(f"cannot read {exc}") from None
         try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
-        try:
-            data = json.loads(text)
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 ({exc})") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: JSON nested too deeply") from None
         except ValueError as exc:
             raise ConfigError(f"{path}: not valid JSON ({exc})") from None
         return cls.from_dict(data, str(path))

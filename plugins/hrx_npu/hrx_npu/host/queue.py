@@ -35,6 +35,8 @@ class NpuHostQueue(HostQueue):
                 raise ContractViolation(
                     f"{executable.name!r} was loaded without a contract; load it with NpuDevice.load_artifact(artifact, columns=, contract=)"
                 )
+            if executable.unloaded:  # its columns belong to other programs now
+                raise ContractViolation(f"NPU program {executable.name!r} is closed (unloaded from its columns)")
             command = executable.prepare(executable.contract.check_args(args))
             executable.pending.acquire(self._make_runnable)
         except BaseException:
