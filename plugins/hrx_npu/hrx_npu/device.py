@@ -73,6 +73,12 @@ class NpuDevice(Device):
                 self._default = self.stream()
             return self._default
 
+    @property
+    def note(self) -> str:
+        """What this NPU is, in words (a host reference or a simulation says so)."""
+        props = self.info.properties
+        return str(props.get("reference") or props.get("note") or self.info.name)
+
     # -- columns -----------------------------------------------------------------
 
     @property
@@ -253,14 +259,16 @@ def npu_engines() -> dict[str, NpuEngine]:
 
 
 def best_npu_engine() -> str:
-    """HRX_NPU_ENGINE, else the highest-priority available NPU engine."""
+    """HRX_NPU_ENGINE, else the highest-priority available NPU engine that may be a
+    default (an engine on simulated hardware, like xdna on the simulated Strix Halo,
+    is used only when named)."""
     forced = os.environ.get(ENV_NPU_ENGINE, "").strip()
     if forced:
         return forced
     status = hrx.engine_status()
-    ranked = sorted((e for n, e in npu_engines().items() if status[n].available), key=lambda e: -e.priority)
+    ranked = sorted((e for n, e in npu_engines().items() if status[n].available and status[n].default), key=lambda e: -e.priority)
     if not ranked:
-        raise EngineNotFound("no NPU engine is available (install hrx-npu for npu-host)")
+        raise EngineNotFound("no NPU engine is available as a default (install hrx-npu for npu-host; name a simulated one)")
     return ranked[0].name
 
 

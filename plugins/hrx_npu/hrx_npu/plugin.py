@@ -10,8 +10,9 @@ from hrx_core.hookspecs import hookimpl
 @hookimpl
 def hrx_engines() -> list[Any]:
     from .host.engine import NpuHostEngine
+    from .xdna.engine import XdnaEngine
 
-    return [NpuHostEngine()]
+    return [NpuHostEngine(), XdnaEngine()]
 
 
 @hookimpl
@@ -26,10 +27,13 @@ def hrx_doctor() -> list[tuple[str, str, str]]:
     from .compiler import c_compiler
     from .host.engine import REFERENCE_NOTE
 
+    from .xdna.doctor import rows as xdna_rows
+
     cc = c_compiler()
     return [
         ("npu", "npu-host", f"{REFERENCE_NOTE}; use it to develop and test NPU pipelines, not to measure an NPU"),
         ("npu", "npu-host-c compiler", f"C programs built with {cc}, loaded through cffi" if cc else "no C compiler on PATH: numpy programs only"),
+        *xdna_rows(),
     ]
 
 

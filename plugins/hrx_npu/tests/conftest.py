@@ -1,5 +1,6 @@
-"""Fixtures: a fresh npu-host device per test (its own array and columns), and the
-GPU-side engines present (host always; cuda on a GPU machine)."""
+"""Fixtures: a fresh NPU device per test (its own array and columns) of every NPU
+engine -- npu-host, and xdna on the simulated Strix Halo -- and the GPU-side engines
+present (host always; cuda on a GPU machine)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,24 @@ from hrx_npu import BufferContract, KernelContract
 import hrx_core as hrx
 from hrx_core.testing import engine_params, open_device
 
+#: The NPU engines the suites run on. xdna runs on the simulated NPU5
+#: (HRX_AMDF_PROVIDER=fake), where it is available only when named.
+NPU_ENGINES = ("npu-host", "xdna")
 
-@pytest.fixture
-def npu():
-    dev = hrx_npu.open_device("npu-host")
+
+def open_npu(name: str, monkeypatch: pytest.MonkeyPatch | None = None, **options):
+    """A new NPU device of engine ``name`` (xdna: on the simulated Strix Halo)."""
+    if name == "xdna":
+        pytest.importorskip("hrx_amdf")
+        if monkeypatch is not None:
+            monkeypatch.setenv("HRX_AMDF_PROVIDER", "fake")
+        options.setdefault("provider", "fake")
+    return hrx_npu.open_device(name, **options)
+
+
+@pytest.fixture(params=NPU_ENGINES)
+def npu(request, monkeypatch):
+    dev = open_npu(request.param, monkeypatch)
     yield dev
     dev.close()
 
@@ -25,7 +40,8 @@ def gpu(request):
 
 
 def numpy_artifact(fn, entry=None):
-    """A numpy program (target "host") for npu-host."""
+    """A numpy program (target "host"): npu-host runs it; xdna on the simulation loads
+    it through a stand-in image and runs it as the program's reference."""
     return hrx.compile(fn, target="host", entry=entry or fn.__name__)
 
 

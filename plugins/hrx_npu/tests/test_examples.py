@@ -1,4 +1,6 @@
-"""The examples and ``hrx demo`` at small sizes (each checks its own outputs)."""
+"""The examples and ``hrx demo`` at small sizes (each checks its own outputs), on every
+NPU engine: npu-host, and xdna on the simulated Strix Halo (the GPU side is the host
+engine, or cuda on a GPU machine; the amdgpu pairing comes with that engine)."""
 
 from __future__ import annotations
 
@@ -8,15 +10,32 @@ import subprocess
 import sys
 
 import pytest
+from conftest import NPU_ENGINES
 from hrx_npu.examples import gemm_pipeline, gpu_npu_parallel, shared_bench, shared_roundtrip
 
 from hrx_core.execution import validate_trace
 
 
-def test_gpu_npu_parallel(gpu, tmp_path):
+@pytest.fixture(params=NPU_ENGINES)
+def npu_engine(request, monkeypatch):
+    if request.param == "xdna":
+        pytest.importorskip("hrx_amdf")
+        monkeypatch.setenv("HRX_AMDF_PROVIDER", "fake")
+    return request.param
+
+
+def _env(npu_engine: str) -> dict[str, str]:
+    env = dict(os.environ, HRX_ENGINE="host")
+    if npu_engine == "xdna":
+        env["HRX_AMDF_PROVIDER"] = "fake"
+    return env
+
+
+def test_gpu_npu_parallel(gpu, npu_engine, tmp_path):
     trace = tmp_path / "trace.json"
-    r = gpu_npu_parallel.run(50_000, 40, 3, str(trace), gpu_engine=gpu.info.engine, columns=2)
+    r = gpu_npu_parallel.run(50_000, 40, 3, str(trace), gpu_engine=gpu.info.engine, npu_engine=npu_engine, columns=2)
     assert r["ok"], r
+    assert r["npu"].startswith(npu_engine)
     assert r["checks_failed"] == 0 and r["checks_passed"] == 6 * (1 + 3)
     assert r["new_native_objects"] == {"gpu_allocations": 0, "npu_allocations": 0, "npu_imports": 0}
     assert r["sequential_ms"] > 0 and r["parallel_ms"] > 0 and r["ideal_speedup"] >= 1
@@ -26,40 +45,50 @@ def test_gpu_npu_parallel(gpu, tmp_path):
     assert {"gpu int transform", "npu matmul8x8 bf16"} <= names
 
 
-def test_gemm_pipeline(gpu):
-    r = gemm_pipeline.run(24, 3, 2, gpu_engine=gpu.info.engine)
+def test_gemm_pipeline(gpu, npu_engine):
+    r = gemm_pipeline.run(24, 3, 2, gpu_engine=gpu.info.engine, npu_engine=npu_engine)
     assert r["ok"], r
     assert r["checks_passed"] == 3 * (1 + 2 * 2)
 
 
-def test_shared_examples(gpu):
-    assert shared_roundtrip.run(8192, 2, gpu_engine=gpu.info.engine)["ok"]
-    r = shared_bench.run(16384, 3, gpu_engine=gpu.info.engine)
+def test_shared_examples(gpu, npu_engine):
+    r = shared_roundtrip.run(8192, 2, gpu_engine=gpu.info.engine, npu_engine=npu_engine)
+    assert r["ok"] and r["coherent_ok"] == 2, r
+    if gpu.info.host_mappable:
+        assert r["cache_maintained_ok"] == 2, r
+    r = shared_bench.run(16384, 3, gpu_engine=gpu.info.engine, npu_engine=npu_engine)
     assert r["ok"] and [s["bytes"] for s in r["sizes"]] == [4096, 16384]
 
 
-def _hrx(*args, cwd):
-    env = dict(os.environ, HRX_ENGINE="host")
-    return subprocess.run([sys.executable, "-m", "hrx_core.cli.main", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300, check=False)
+def _hrx(*args, cwd, npu_engine="npu-host"):
+    return subprocess.run([sys.executable, "-m", "hrx_core.cli.main", *args], capture_output=True, text=True, cwd=cwd,
+                          env=_env(npu_engine), timeout=300, check=False)
 
 
-def test_hrx_demo_doctor_prepare(tmp_path):
-    r = _hrx("demo", "--quick", "--n", "20000", "--m", "16", "--samples", "2", "--requests", "2", "--rounds", "1", cwd=tmp_path)
+@pytest.mark.parametrize("npu_engine", NPU_ENGINES)
+def test_hrx_demo_doctor_prepare(tmp_path, npu_engine):
+    r = _hrx("demo", "--quick", "--n", "20000", "--m", "16", "--samples", "2", "--requests", "2", "--rounds", "1",
+             "--npu-engine", npu_engine, cwd=tmp_path, npu_engine=npu_engine)
     assert r.returncode == 0, r.stdout + r.stderr
-    for word in ("gpu_npu_parallel", "gemm_pipeline", "sequential", "parallel", "ok:", "not NPU hardware", "trace.json"):
+    for word in ("gpu_npu_parallel", "gemm_pipeline", "sequential", "parallel", "ok:", "not NPU hardware", "trace.json", f"NPU side: {npu_engine}:0"):
         assert word in r.stdout, word
     validate_trace(json.loads((tmp_path / "trace.json").read_text()))
-    r = _hrx("doctor", cwd=tmp_path)
+    r = _hrx("doctor", cwd=tmp_path, npu_engine=npu_engine)
     assert r.returncode == 0 and "npu-host" in r.stdout and "not NPU hardware" in r.stdout
-    r = _hrx("prepare", cwd=tmp_path)
+    if npu_engine == "xdna":
+        assert "8 columns x 6 rows" in r.stdout and "used only when named" in r.stdout, r.stdout
+    r = _hrx("prepare", cwd=tmp_path, npu_engine=npu_engine)
     assert r.returncode == 0 and "npu-host" in r.stdout, r.stdout
+    if npu_engine == "xdna":
+        assert "xdna: simulated NPU5" in r.stdout, r.stdout
 
 
+@pytest.mark.parametrize("npu_engine", NPU_ENGINES)
 @pytest.mark.parametrize("script", ["gpu_npu_parallel.py 4096 8 1", "gemm_pipeline.py --m 8 --requests 2 --rounds 1",
                                     "shared_roundtrip.py --bytes 4096 --rounds 1", "shared_bench.py --max-bytes 4096 --reps 1"])
-def test_example_scripts(script, tmp_path):
+def test_example_scripts(script, npu_engine, tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     name, *args = script.split()
-    r = subprocess.run([sys.executable, os.path.join(root, "examples", name), *args], capture_output=True, text=True,
-                       cwd=tmp_path, env=dict(os.environ, HRX_ENGINE="host"), timeout=300, check=False)
+    r = subprocess.run([sys.executable, os.path.join(root, "examples", name), *args, "--npu-engine", npu_engine], capture_output=True,
+                       text=True, cwd=tmp_path, env=_env(npu_engine), timeout=300, check=False)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -168,7 +168,7 @@ def test_runtime_npu_lane(npu):
         assert down.deps == (0,)
         for _ in range(3):
             rt.submit(g).wait()
-        assert "npu-host" in rt.lane("npu").queue
+        assert npu.name in rt.lane("npu").queue
     assert (npu.stream().download(x).view(np.uint32) == 6).all()
 
 

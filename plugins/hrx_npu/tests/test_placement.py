@@ -1,5 +1,8 @@
 """Placement, aliases, visibility and host cache operations (hrx_core.placement),
-with the host or cuda engine as the GPU side and npu-host as the NPU."""
+with the host or cuda engine as the GPU side and each NPU engine (npu-host; xdna on
+the simulated Strix Halo). Shared memory is owned by whichever device the first
+coherent profile names (the GPU side for npu-host, the NPU for xdna, whose memory the
+host engine imports) and imported by the other."""
 
 from __future__ import annotations
 
@@ -16,19 +19,26 @@ from hrx_core.execution import Runtime
 from hrx_core.placement import Fabric, MemoryPlacement, prepare_acquire_host, prepare_release_host
 
 
+def shared_pair(f, gpu, npu):
+    """(owner device, importing device) of the first coherent profile both reach."""
+    home = f.allocation_profiles([gpu, npu], coherent=True)[0].owner
+    return home, (npu if home is gpu else gpu)
+
+
 def test_profiles_answer_before_allocating(gpu, npu):
     f = Fabric()
-    allocations = gpu.stats.allocations
+    allocations = gpu.stats.allocations, npu.stats.allocations
     coherent = f.allocation_profiles([gpu, npu], coherent=True)
     assert coherent and all(p.coherent and p.host == "coherent" for p in coherent)
-    assert coherent[0].access == {gpu.name: "owner", npu.name: "import"}
-    assert isinstance(coherent[0].placement, MemoryPlacement.Shared)
+    home, away = shared_pair(f, gpu, npu)
+    assert coherent[0].access == {home.name: "owner", away.name: "import"}
+    assert isinstance(coherent[0].placement, MemoryPlacement.Shared) and coherent[0].placement.device is home
     anything = f.allocation_profiles([gpu, npu], coherent=False)
     assert len(anything) >= len(coherent)
     if gpu.info.host_mappable:
         assert any(p.host == "cache-maintained" for p in anything)
     assert f.allocation_profiles([npu], coherent=False)[-1].placement == MemoryPlacement.NpuLocal(npu)
-    assert gpu.stats.allocations == allocations
+    assert (gpu.stats.allocations, npu.stats.allocations) == allocations
     with pytest.raises(hrx.InvalidArgument):
         MemoryPlacement.NpuLocal(gpu)
     with pytest.raises(hrx.InvalidArgument):
@@ -37,19 +47,22 @@ def test_profiles_answer_before_allocating(gpu, npu):
 
 def test_alias_shares_guards_and_retains_the_original(gpu, npu):
     f = Fabric()
-    owner = f.allocate(4096, MemoryPlacement.Shared(gpu))
-    alias = f.adopt(owner, npu)
-    assert alias.device is npu and alias.nbytes == 4096 and f.imports == 1
-    assert npu.npu_stats()["imports"] >= 1
+    home, away = shared_pair(f, gpu, npu)
+    owner = f.allocate(4096, MemoryPlacement.Shared(home))
+    alias = f.adopt(owner, away)
+    assert alias.device is away and alias.nbytes == 4096 and f.imports == 1
+    if away is npu:
+        assert npu.npu_stats()["imports"] >= 1
+    on_npu, off_npu = (alias, owner) if away is npu else (owner, alias)
     prog = npu.load_artifact(numpy_artifact(add_one), columns=1, contract=rw_contract(4096))
-    with owner.map("read"), pytest.raises(hrx.AccessConflict):        # host mapping of the original
-        prog.invoke([alias])                       # rejects device use of the alias
+    with off_npu.map("read"), pytest.raises(hrx.AccessConflict):        # host mapping of one handle
+        prog.invoke([on_npu])                      # rejects device use of the other
     assert prog.pending == 0
     with owner.map("write") as host:
         host[:] = 0
     gc.collect()                                       # earlier tests' garbage must not move the count
-    live = gpu.stats.live_bytes
-    owner_view = Buffer(gpu, owner.allocation.retain())   # a second handle of the original
+    live = home.stats.live_bytes
+    owner_view = Buffer(home, owner.allocation.retain())   # a second handle of the original
     owner.close()
     gate = threading.Event()
 
@@ -57,11 +70,12 @@ def test_alias_shares_guards_and_retains_the_original(gpu, npu):
         gate.wait(30)
         x.view(np.uint32)[:] += 1
 
+    on_npu, off_npu = (alias, owner_view) if away is npu else (owner_view, alias)
     slow = npu.load_artifact(numpy_artifact(held), columns=1, contract=rw_contract(4096))
-    slow.invoke([alias])
+    slow.invoke([on_npu])
     try:
-        # pending NPU work on the alias guards host mappings of the original
-        with pytest.raises(hrx.AccessConflict), owner_view.map("read"):
+        # pending NPU work through one handle guards host mappings of the other
+        with pytest.raises(hrx.AccessConflict), off_npu.map("read"):
             pass
     finally:
         gate.set()
@@ -70,53 +84,60 @@ def test_alias_shares_guards_and_retains_the_original(gpu, npu):
         assert (host.view(np.uint32) >= 1).all()
     owner_view.close()                                 # every handle of the original gone:
     gc.collect()
-    assert gpu.stats.live_bytes == live                # the alias retains the backing
+    assert home.stats.live_bytes == live               # the alias retains the backing
     alias.close()
     gc.collect()
-    assert gpu.stats.live_bytes == live - 4096         # last handle gone: freed
+    assert home.stats.live_bytes == live - 4096        # last handle gone: freed
 
 
-def test_alias_of_ordinary_memory_shares_cache_state():
-    import hrx_npu
-
-    gpu, npu = hrx.device("host"), hrx_npu.open_device("npu-host")
+def test_alias_of_ordinary_memory_shares_cache_state(npu):
+    gpu = hrx.device("host")
     f = Fabric()
-    owner = gpu.allocate(256)
-    alias = f.adopt(owner, npu)
-    npu.stream().fill(alias, 3)
+    home = gpu if npu.info.imports_host_memory else npu      # ordinary memory the other device imports
+    away = npu if home is gpu else gpu
+    owner = home.allocate(256)
+    alias = f.adopt(owner, away)
+    on_npu, off_npu = (alias, owner) if away is npu else (owner, alias)
+    npu.stream().fill(on_npu, 3)
     npu.synchronize()
-    with pytest.raises(hrx.InvalidArgument, match="INVALIDATE"), owner.map("read"):   # device wrote it through the alias
+    with pytest.raises(hrx.InvalidArgument, match="INVALIDATE"), off_npu.map("read"):   # the device wrote it
         pass
     with prepare_acquire_host([owner.slice(0, 64), alias.slice(32, 64), owner.slice(200, 56)]) as ops:
         assert [r[1:] for r in ops.ranges] == [(0, 96), (200, 256)]
         assert [o[0] for o in ops.operations] == [hrx.CacheOp.INVALIDATE] * 2
         ops.apply()
-    with owner.map("read") as host:
+    with off_npu.map("read") as host:
         assert (host == 3).all()
-    with owner.map("write") as host:
+    with off_npu.map("write") as host:
         host[:] = 9
     with pytest.raises(hrx.InvalidArgument, match="FLUSH"):
-        npu.stream().fill(alias.slice(0, 4), 1)
-    with prepare_release_host(alias) as ops:
+        npu.stream().fill(on_npu.slice(0, 4), 1)
+    with prepare_release_host(on_npu) as ops:
         ops.apply()
-    npu.stream().fill(alias.slice(0, 4), 1)
-    npu.close()
+    npu.stream().fill(on_npu.slice(0, 4), 1)
+    npu.synchronize()
+    with prepare_acquire_host(off_npu) as ops:
+        ops.apply()
+    with off_npu.map("read") as host:
+        assert (host[:4] == 1).all() and (host[4:] == 9).all()
 
 
 def test_visibility_describes_reach_actions_and_atomics(gpu, npu):
     f = Fabric()
-    shared = f.allocate(256, MemoryPlacement.Shared(gpu))
-    v = shared.visibility(gpu, npu)
+    home, away = shared_pair(f, gpu, npu)
+    shared = f.allocate(256, MemoryPlacement.Shared(home))
+    v = shared.visibility(home, away)
     assert v.reachable and v.coherent and v.release == ("device-release-system",) and v.atomic_scopes[4] == "system"
-    v = f.adopt(shared, npu).visibility("host", npu)
+    v = f.adopt(shared, away).visibility("host", npu)
     assert v.release == ("host-store-release",) and v.acquire == ("device-acquire-system",)
-    assert shared.visibility(gpu, gpu).atomic_scopes == {4: "device", 8: "device"}
+    assert shared.visibility(home, home).atomic_scopes == {4: "device", 8: "device"}
     local = f.allocate(256, MemoryPlacement.NpuLocal(npu))
     assert local.visibility(npu, npu).reachable
     if not gpu.info.imports_host_memory:
         assert not local.visibility(npu, gpu).reachable
-    if gpu.info.host_mappable:
-        plain = gpu.allocate(256)
+    plain_on = gpu if npu.info.imports_host_memory else npu       # ordinary memory the NPU reaches
+    if plain_on.info.host_mappable:
+        plain = plain_on.allocate(256)
         v = plain.visibility(npu, "host")
         assert not v.coherent and v.acquire == ("host-cache-invalidate",) and v.atomic_scopes[8] == "none"
 
@@ -142,9 +163,10 @@ def test_runtime_orders_gpu_and_npu_through_aliases(gpu, npu):
 
 def test_adopting_back_returns_the_original_and_devices_that_cannot_reach_are_refused(gpu, npu):
     f = Fabric()
-    shared = f.allocate(512, MemoryPlacement.Shared(gpu))
-    alias = f.adopt(shared, npu)
-    back = f.adopt(alias, gpu)
+    home, away = shared_pair(f, gpu, npu)
+    shared = f.allocate(512, MemoryPlacement.Shared(home))
+    alias = f.adopt(shared, away)
+    back = f.adopt(alias, home)
     assert back.allocation is shared.allocation and f.imports == 1
     local = f.allocate(512, MemoryPlacement.NpuLocal(npu))
     if gpu.native.import_buffer(local.allocation.native) is None:

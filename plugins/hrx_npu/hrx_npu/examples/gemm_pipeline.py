@@ -131,7 +131,7 @@ def run(m: int = 1024, requests: int = 4, rounds: int = 5, *, gpu_engine: str | 
     result = {
         "example": "gemm_pipeline",
         "gpu": f"{gpu.name} ({gpu.info.name})",
-        "npu": f"{npu.name} ({prog.target}, {prog.columns} columns)",
+        "npu": f"{npu.name} ({prog.target}, {prog.columns} columns)", "npu_note": npu.note,
         "m": m, "requests": requests, "rounds": rounds,
         "profile": dict(profiles[0].access), "shared_host_access": profiles[0].host,
         "serial_ms": ser, "concurrent_ms": con, "speedup": ser / con,

@@ -133,7 +133,7 @@ def run(
     result = {
         "example": "gpu_npu_parallel",
         "gpu": f"{gpu.name} ({gpu.info.name})",
-        "npu": f"{npu.name} ({prog.target}, {prog.columns} columns)",
+        "npu": f"{npu.name} ({prog.target}, {prog.columns} columns)", "npu_note": npu.note,
         "n": n, "m": m, "samples": samples,
         "sequential_ms": seq, "parallel_ms": par, "gpu_branch_ms": tg, "npu_branch_ms": tn,
         "speedup": speedup, "ideal_speedup": ideal, "overlap_efficiency": speedup / ideal,
