@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 K_DLCPU = 1
 K_DLCUDA = 2
 K_DLCUDA_HOST = 3
+K_DLROCM = 10
+K_DLROCM_HOST = 11
+#: The device type of coherent host-visible memory of each GPU device type.
+_HOST_KIND = {K_DLCUDA: K_DLCUDA_HOST, K_DLROCM: K_DLROCM_HOST}
 
 
 class DLDevice(ctypes.Structure):
@@ -88,8 +92,8 @@ def _destroy_capsule(capsule: Any) -> None:
 def dlpack_device(view: View) -> tuple[int, int]:
     info = view.buffer.device.info
     kind = info.dlpack_device_type
-    if view.buffer.shared and kind == K_DLCUDA:
-        kind = K_DLCUDA_HOST
+    if view.buffer.shared:
+        kind = _HOST_KIND.get(kind, kind)
     return kind, info.index if kind != K_DLCPU else 0
 
 

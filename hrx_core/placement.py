@@ -295,6 +295,11 @@ class Visibility:
     acquire: tuple[str, ...]
     atomic_scopes: Mapping[int, str]
     note: str = ""
+    #: Atomic operations that do NOT act on this backing between these agents although
+    #: ``atomic_scopes`` allows atomics of their width (e.g. "float-max": on gfx1151 a
+    #: floating-point atomic max does not update coherent memory -- use an integer
+    #: compare/exchange loop over the float's bits instead).
+    unsupported_atomics: tuple[str, ...] = ()
 
 
 def _agent_name(a: Any) -> str:
@@ -335,7 +340,13 @@ def visibility(buffer: Buffer | View | Binding, producer: Agent, consumer: Agent
         acquire.append("device-acquire-system")
     scope = "system" if coherent else "none"
     note = "" if coherent else "non-coherent backing: no cross-agent atomics; cache maintenance is required"
-    return Visibility(p, c, True, coherent, tuple(release), tuple(acquire), {4: scope, 8: scope}, note)
+    unsupported: tuple[str, ...] = ()
+    if coherent:
+        for agent in (producer, consumer):
+            if agent != HOST:
+                caveats = agent.info.properties.get("coherent_unsupported_atomics", ())
+                unsupported += tuple(x for x in caveats if x not in unsupported)
+    return Visibility(p, c, True, coherent, tuple(release), tuple(acquire), {4: scope, 8: scope}, note, unsupported)
 
 
 # -- host cache operations -----------------------------------------------------------

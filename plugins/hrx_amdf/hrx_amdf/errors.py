@@ -26,7 +26,12 @@ class AmdfError(HRXError):
     entry (``"memory_create"``), ``code_name`` the code's name (``"BUSY"``) or, for
     native domains, ``"ERRNO 12"``."""
 
-    def __init__(self, call: str, status: int, detail: str = "") -> None:
+    def __init__(self, call: str, status: int | None = None, detail: str = "") -> None:
+        if status is None:
+            # one message: an HRX layer re-raising a copy of this error with more context
+            self.call, self.status, self.domain, self.code, self.code_name = "", 0, 0, 0, ""
+            super().__init__(call)
+            return
         self.call = call
         self.status = int(status)
         self.domain = int(status) >> 32

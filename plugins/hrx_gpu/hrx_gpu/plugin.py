@@ -12,9 +12,10 @@ from hrx_core.hookspecs import hookimpl
 
 @hookimpl
 def hrx_engines() -> Sequence[Engine]:
+    from .amdgpu.engine import AmdgpuEngine
     from .engine import CudaEngine
 
-    return [CudaEngine()]
+    return [CudaEngine(), AmdgpuEngine()]
 
 
 @hookimpl

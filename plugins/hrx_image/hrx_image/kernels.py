@@ -325,7 +325,7 @@ COMPOSITE = _kernel("hrx_image_composite", ("read", "read", "write"),
 
 ALL = (NORMALIZE, PATCHIFY, RESIZE, AFFINE, COMPOSITE)
 #: Engines this distribution has kernels for.
-ENGINES = ("host", "cuda")
+ENGINES = ("host", "cuda", "amdgpu")
 
 
 def kernels_for(engine: str) -> dict[str, Kernel]:

@@ -214,7 +214,7 @@ GATHER = Kernel(
 )
 
 #: Engines this distribution has kernels for.
-ENGINES = ("host", "cuda")
+ENGINES = ("host", "cuda", "amdgpu")
 
 
 def kernels_for(engine: str) -> dict[str, Kernel]:

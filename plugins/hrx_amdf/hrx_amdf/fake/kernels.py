@@ -177,12 +177,15 @@ def execute(provider: FakeProvider, device: Any, dispatch: Dispatch) -> None:
         raise KernelFault(f"kernel {kernel.name!r}: no reference was registered with its code object")
     size = kernel.kernarg_segment_size
     align = max(kernel.kernarg_segment_align, 4)
-    try:
-        raw = device_bytes(
-            provider, AddressKind.GPU, dispatch.kernarg_address, size, device=device, need=MemoryAccess.READ, alignment=align, what="kernarg segment"
-        ).copy()
-    except MemoryFault as exc:
-        raise KernelFault(f"kernel {kernel.name!r}: {exc}") from None
+    if size == 0:
+        raw = np.zeros(0, dtype=np.uint8)  # nothing to read: the kernel takes no arguments
+    else:
+        try:
+            raw = device_bytes(
+                provider, AddressKind.GPU, dispatch.kernarg_address, size, device=device, need=MemoryAccess.READ, alignment=align, what="kernarg segment"
+            ).copy()
+        except MemoryFault as exc:
+            raise KernelFault(f"kernel {kernel.name!r}: {exc}") from None
 
     def field(arg: Any) -> int:
         return int.from_bytes(raw[arg.offset : arg.offset + arg.size].tobytes(), "little")

@@ -91,7 +91,9 @@ class HostCache:
 
     def __init__(self, backing: np.ndarray) -> None:
         self.backing = backing
-        self.lines = backing.copy()
+        # host addresses of the lines keep the backing's (page) alignment
+        self.lines = _aligned_zeros(len(backing))
+        self.lines[:] = backing
         self.clean = backing.copy()
         self.lock = threading.Lock()
 

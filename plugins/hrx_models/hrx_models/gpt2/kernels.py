@@ -446,7 +446,7 @@ ADVANCE = Kernel(
 
 ALL = (EMBED_LN, RESIDUAL_LN, ATTENTION, BIAS_GELU, ARGMAX, ADVANCE)
 #: Engines this distribution has kernels for.
-ENGINES = ("host", "cuda")
+ENGINES = ("host", "cuda", "amdgpu")
 
 
 def kernels_for(engine: str) -> dict[str, Kernel]:
