@@ -13,7 +13,7 @@ from hrx_core.hookspecs import hookimpl
 @hookimpl
 def hrx_engines() -> Sequence[Engine]:
     from .amdgpu.engine import AmdgpuEngine
-    from .engine import CudaEngine
+    from .cuda.engine import CudaEngine
 
     return [CudaEngine(), AmdgpuEngine()]
 
@@ -21,7 +21,7 @@ def hrx_engines() -> Sequence[Engine]:
 @hookimpl
 def hrx_compilers() -> Sequence[Compiler]:
     from .amdgpu.compiler import compilers as amdgpu_compilers
-    from .compilers import compilers
+    from .cuda.compilers import compilers
 
     return [*compilers(), *amdgpu_compilers()]
 
@@ -29,6 +29,6 @@ def hrx_compilers() -> Sequence[Compiler]:
 @hookimpl
 def hrx_doctor() -> Sequence[tuple[str, str, str]]:
     from .amdgpu.compiler import doctor_rows as amdgpu_rows
-    from .doctor import rows
+    from .cuda.doctor import rows
 
     return [*rows(), *amdgpu_rows()]

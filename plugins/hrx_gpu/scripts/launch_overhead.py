@@ -13,8 +13,8 @@ import time
 import numpy as np
 from hrx_core.engine import Access, Artifact, BufferArg, GraphNode
 
-from hrx_gpu.compilers import compile_cuda
-from hrx_gpu.engine import CudaEngine
+from hrx_gpu.cuda.compilers import compile_cuda
+from hrx_gpu.cuda.engine import CudaEngine
 
 SOURCE = 'extern "C" __global__ void empty(unsigned int* x, unsigned int n) { if (n == 0xffffffffu) x[0] = n; }'
 ROUNDS = 9

@@ -15,7 +15,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def cuda_engine():  # type: ignore[no-untyped-def]
-    from hrx_gpu.engine import CudaEngine
+    from hrx_gpu.cuda.engine import CudaEngine
 
     return CudaEngine()
 
@@ -40,7 +40,7 @@ def cuda_device(cuda_engine, cuda_status) -> Iterator:  # type: ignore[no-untype
 @pytest.fixture
 def no_driver(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Pretend libcuda is absent (works on GPU machines too)."""
-    from hrx_gpu import _driver, compilers
+    from hrx_gpu.cuda import _driver, compilers
 
     monkeypatch.setenv("HRX_LIBCUDA", "/nonexistent/libcuda.so.1")
     _driver.reset_for_tests()

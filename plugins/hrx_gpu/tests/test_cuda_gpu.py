@@ -69,7 +69,7 @@ def runner(cuda_device):  # type: ignore[no-untyped-def]
 
 
 def compile_kernel(device, source: str, entry: str, options: tuple[str, ...] = ()) -> Artifact:  # type: ignore[no-untyped-def]
-    from hrx_gpu.compilers import compile_cuda
+    from hrx_gpu.cuda.compilers import compile_cuda
 
     code, log = compile_cuda(source, entry, tuple(options) + device.compile_options("cuda"))
     return Artifact(target="cuda", entry=entry, code=code, key=f"test-{entry}", log=log)
@@ -127,7 +127,7 @@ def test_device_options(cuda_engine) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_doctor_rows_on_gpu() -> None:
-    from hrx_gpu.doctor import rows
+    from hrx_gpu.cuda.doctor import rows
 
     table = rows()
     items = [r[1] for r in table]
@@ -154,7 +154,7 @@ def test_allocate_and_free(cuda_device) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_out_of_memory_is_typed(cuda_device) -> None:  # type: ignore[no-untyped-def]
-    from hrx_gpu.errors import CudaOutOfMemory
+    from hrx_gpu.cuda.errors import CudaOutOfMemory
 
     with pytest.raises(CudaOutOfMemory) as info:
         cuda_device.allocate(1 << 50)
@@ -254,7 +254,7 @@ def _cross_stream(device, wait_before_signal: bool = True) -> None:  # type: ign
             b.queue.signal(gate, 1)
         else:
             # Without stream memory operations a wait is encoded against the event of
-            # an already encoded signal (see hrx_gpu.queue).
+            # an already encoded signal (see hrx_gpu.cuda.queue).
             b.queue.fill(src, 0, 4096, b"\x5a")
             b.queue.signal(gate, 1)
             a.queue.wait(gate, 1)
@@ -352,7 +352,7 @@ def test_nvrtc_add_one_and_prepared_dispatch(cuda_device, runner) -> None:  # ty
 
 def test_mangled_entry_and_compile_cache(cuda_device, runner, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from hrx_core.compiler import CompileCache
-    from hrx_gpu.compilers import compilers
+    from hrx_gpu.cuda.compilers import compilers
 
     monkeypatch.setenv("HRX_CACHE_DIR", str(tmp_path))
     table = {c.target: c for c in compilers()}
@@ -371,7 +371,7 @@ def test_mangled_entry_and_compile_cache(cuda_device, runner, tmp_path, monkeypa
 
 
 def test_ptx_target(cuda_device, runner) -> None:  # type: ignore[no-untyped-def]
-    from hrx_gpu.compilers import compile_cuda, compile_ptx
+    from hrx_gpu.cuda.compilers import compile_cuda, compile_ptx
 
     arch = cuda_device.info.properties["arch"].replace("sm_", "compute_")
     ptx, _ = compile_cuda(ADD_ONE, "add_one", (f"--gpu-architecture={arch}",))
@@ -402,7 +402,7 @@ def test_missing_symbol_and_bad_target(cuda_device) -> None:  # type: ignore[no-
 
 
 def test_invalid_launch_config_is_typed(cuda_device, runner) -> None:  # type: ignore[no-untyped-def]
-    from hrx_gpu.errors import CudaError
+    from hrx_gpu.cuda.errors import CudaError
 
     exe = cuda_device.load_executable(compile_kernel(cuda_device, ADD_ONE, "add_one"))
     buf = u32_buffer(cuda_device, np.zeros(32, np.uint32))
@@ -426,8 +426,8 @@ TRAP_SCRIPT = textwrap.dedent(
     import numpy as np
     from hrx_core.engine import Access, Artifact, BufferArg
     from hrx_core.errors import DeviceError
-    from hrx_gpu.engine import CudaEngine
-    from hrx_gpu.compilers import compile_cuda
+    from hrx_gpu.cuda.engine import CudaEngine
+    from hrx_gpu.cuda.compilers import compile_cuda
 
     result = {}
     engine = CudaEngine()

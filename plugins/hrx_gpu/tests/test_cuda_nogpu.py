@@ -21,8 +21,8 @@ PLUGIN_ROOT = Path(__file__).resolve().parents[1]
 
 def test_import_loads_nothing_native() -> None:
     code = (
-        "import sys, hrx_gpu, hrx_gpu.plugin, hrx_gpu.engine, hrx_gpu.device, hrx_gpu.graph;"
-        "from hrx_gpu import _driver, _nvrtc;"
+        "import sys, hrx_gpu, hrx_gpu.plugin, hrx_gpu.cuda.engine, hrx_gpu.cuda.device, hrx_gpu.cuda.graph;"
+        "from hrx_gpu.cuda import _driver, _nvrtc;"
         "assert _driver._driver is None and _driver._FFI._ffi is None and _nvrtc._nvrtc is None;"
         "assert 'cffi' not in sys.modules or True;"
         "print('ok')"
@@ -33,7 +33,7 @@ def test_import_loads_nothing_native() -> None:
 
 
 def test_probe_without_driver_reports_reason(no_driver: None) -> None:
-    from hrx_gpu.engine import CudaEngine
+    from hrx_gpu.cuda.engine import CudaEngine
 
     engine = CudaEngine()
     assert engine.name == "cuda" and engine.priority == 100
@@ -47,14 +47,14 @@ def test_probe_without_driver_reports_reason(no_driver: None) -> None:
 
 
 def test_open_device_without_driver(no_driver: None) -> None:
-    from hrx_gpu.engine import CudaEngine
+    from hrx_gpu.cuda.engine import CudaEngine
 
     with pytest.raises(EngineNotFound, match="not found"):
         CudaEngine().open_device(0)
 
 
 def test_open_device_rejects_unknown_options() -> None:
-    from hrx_gpu.engine import CudaEngine
+    from hrx_gpu.cuda.engine import CudaEngine
 
     with pytest.raises(InvalidArgument, match="unknown colour"):
         CudaEngine().open_device(0, colour="blue")
@@ -67,14 +67,14 @@ def test_open_device_rejects_unknown_options() -> None:
 
 
 def test_prepare_without_driver(no_driver: None) -> None:
-    from hrx_gpu.engine import CudaEngine
+    from hrx_gpu.cuda.engine import CudaEngine
 
     lines = CudaEngine().prepare()
     assert len(lines) == 1 and lines[0].startswith("cuda: unavailable")
 
 
 def test_driver_cdef_parses_with_exact_layouts() -> None:
-    from hrx_gpu import _driver
+    from hrx_gpu.cuda import _driver
 
     ffi = _driver.get_ffi()
     assert ffi.sizeof("CUdeviceptr") == 8
@@ -94,14 +94,14 @@ def test_driver_cdef_parses_with_exact_layouts() -> None:
 
 
 def test_nvrtc_cdef_parses() -> None:
-    from hrx_gpu import _nvrtc
+    from hrx_gpu.cuda import _nvrtc
 
     ffi = _nvrtc.get_ffi()
     assert ffi.typeof("nvrtcProgram").kind == "pointer"
 
 
 def test_nvrtc_missing_is_a_compile_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hrx_gpu import _nvrtc, compilers
+    from hrx_gpu.cuda import _nvrtc, compilers
 
     monkeypatch.setattr(_nvrtc, "candidates", lambda: iter(["/nonexistent/libnvrtc.so.13"]))
     _nvrtc.reset_for_tests()
@@ -113,7 +113,7 @@ def test_nvrtc_missing_is_a_compile_error(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_architecture_option_parsing() -> None:
-    from hrx_gpu._nvrtc import architecture
+    from hrx_gpu.cuda._nvrtc import architecture
 
     assert architecture(["--std=c++17"]) is None
     assert architecture(["--gpu-architecture=sm_90", "--std=c++17"]) == "sm_90"
@@ -124,13 +124,14 @@ def test_architecture_option_parsing() -> None:
 
 def test_plugin_hooks_through_pluggy(no_driver: None) -> None:
     import hrx_gpu.plugin
-    from hrx_gpu.engine import CudaEngine
+    from hrx_gpu.amdgpu.engine import AmdgpuEngine
+    from hrx_gpu.cuda.engine import CudaEngine
 
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     pm.register(hrx_gpu.plugin)
     engines = [e for group in pm.hook.hrx_engines() for e in group]
-    assert len(engines) == 1 and isinstance(engines[0], CudaEngine)
+    assert [type(e) for e in engines] == [CudaEngine, AmdgpuEngine]
     compilers = {c.target: c for group in pm.hook.hrx_compilers() for c in group}
     assert set(compilers) == {"cuda", "ptx", "cubin", "gfx1151"}  # gfx1151: hrx_gpu.amdgpu.compiler
     assert all(isinstance(c, Compiler) and c.persistent for c in compilers.values())
@@ -142,7 +143,7 @@ def test_plugin_hooks_through_pluggy(no_driver: None) -> None:
 
 
 def test_passthrough_compilers() -> None:
-    from hrx_gpu.compilers import compile_cubin, compile_ptx
+    from hrx_gpu.cuda.compilers import compile_cubin, compile_ptx
 
     assert compile_ptx(".version 8.0\n", "k", ()) == (b".version 8.0\n", "")
     assert compile_ptx(b".version 8.0\n", "k", ()) == (b".version 8.0\n", "")
@@ -167,7 +168,7 @@ def test_pyproject_declares_entry_point() -> None:
 
 
 def test_module_image_tagging() -> None:
-    from hrx_gpu import image
+    from hrx_gpu.cuda import image
 
     cubin = b"\x7fELF" + bytes(range(40))
     tagged = image.tag(cubin, "_Z7add_onePjj")
@@ -192,8 +193,8 @@ class _FakeBuffer(NativeBuffer):
 
 
 def test_pack_args_layout() -> None:
-    from hrx_gpu import _driver
-    from hrx_gpu.kernel import pack_args
+    from hrx_gpu.cuda import _driver
+    from hrx_gpu.cuda.kernel import pack_args
 
     ffi = _driver.get_ffi()
     args = [BufferArg(_FakeBuffer(), 16, 64, Access.READ_WRITE), np.uint32(7), np.float32(1.5), np.int64(-3)]
@@ -208,7 +209,7 @@ def test_pack_args_layout() -> None:
 
 
 def test_error_mapping() -> None:
-    from hrx_gpu.errors import CudaError, CudaInvalidArgument, CudaOutOfMemory, make_error
+    from hrx_gpu.cuda.errors import CudaError, CudaInvalidArgument, CudaOutOfMemory, make_error
 
     oom = make_error(2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory", "cuMemAlloc", "1024 bytes")
     assert isinstance(oom, CudaOutOfMemory) and isinstance(oom, DeviceError) and isinstance(oom, MemoryError)
@@ -232,7 +233,7 @@ def test_error_mapping() -> None:
 
 
 def test_mapped_kernels_ptx_text() -> None:
-    from hrx_gpu.mapped import ptx_for
+    from hrx_gpu.cuda.mapped import ptx_for
 
     ptx = ptx_for(9, 0)
     assert ".target sm_75" in ptx and ".version 6.3" in ptx
@@ -247,7 +248,7 @@ def test_deferred_release_waits_for_idle_queues() -> None:
     import threading
     from types import SimpleNamespace
 
-    from hrx_gpu.device import DEFERRED_LIMIT, CudaDevice
+    from hrx_gpu.cuda.device import DEFERRED_LIMIT, CudaDevice
 
     freed: list[tuple[str, int]] = []
 

@@ -2,7 +2,7 @@
 
 :class:`CudaEngine` is what the ``hrx_engines`` hook returns. ``probe()`` opens
 ``libcuda.so.1`` lazily and never raises; ``open_device(i)`` returns a
-:class:`~hrx_gpu.device.CudaDevice`. Options of ``open_device``:
+:class:`~hrx_gpu.cuda.device.CudaDevice`. Options of ``open_device``:
 
 * ``stream_memops`` (bool, default: whatever the driver exports) -- signal and wait
   on timelines with ``cuStreamWriteValue64``/``cuStreamWaitValue64``; ``False``

@@ -12,7 +12,7 @@ and kernel arguments use it without a method call. With unified addressing the s
 ``cuMemcpyAsync`` moves bytes between any two of them.
 
 ``cuMemFree``/``cuMemFreeHost`` synchronize the whole device, so releasing memory
-goes through :meth:`~hrx_gpu.device.CudaDevice.release_memory`, which defers it while
+goes through :meth:`~hrx_gpu.cuda.device.CudaDevice.release_memory`, which defers it while
 any queue of the device is busy.
 """
 
@@ -41,7 +41,7 @@ class CudaBuffer(NativeBuffer):
     dptr: int
     nbytes: int
     #: Pinned host memory mapped for the device (copies between two such buffers run
-    #: as a kernel, see hrx_gpu.mapped).
+    #: as a kernel, see hrx_gpu.cuda.mapped).
     host_mapped = False
 
     def __init__(self, device: CudaDevice, dptr: int, nbytes: int) -> None:

@@ -11,7 +11,7 @@ this timeline (``cuStreamQuery``) whether the context failed. A sticky error -- 
 trapped kernel, an illegal address -- means the counter will never move again: the
 failure is recorded (:meth:`error` returns it for every value above the last one
 reached), the counter is advanced on the host to the highest value encoded so that
-nothing polls forever, and the wait raises :class:`~hrx_gpu.errors.CudaError`
+nothing polls forever, and the wait raises :class:`~hrx_gpu.cuda.errors.CudaError`
 (a ``DeviceError``).
 """
 

@@ -5,11 +5,11 @@ Each :class:`~hrx_core.engine.GraphNode` becomes one CUDA graph node:
 * ``dispatch`` -- ``cuGraphAddKernelNode`` (v2 params; arguments packed as for a launch);
 * ``copy`` -- ``cuGraphAddMemcpyNode``: a 1-D ``CUDA_MEMCPY3D`` of ``nbytes`` x 1 x 1
   between unified-addressed pointers, with the device's primary context; between two
-  pinned host buffers a kernel node of :mod:`hrx_gpu.mapped` instead (a host-to-host
+  pinned host buffers a kernel node of :mod:`hrx_gpu.cuda.mapped` instead (a host-to-host
   memcpy is not a GPU operation);
 * ``fill`` -- ``cuGraphAddMemsetNode``: element size 1/2/4, width ``nbytes / size``,
   height 1; on pinned host memory, if the driver refuses a memset node there, a fill
-  kernel node of :mod:`hrx_gpu.mapped`;
+  kernel node of :mod:`hrx_gpu.cuda.mapped`;
 * ``empty`` -- ``cuGraphAddEmptyNode``.
 
 Dependencies are node indices. The graph is instantiated once

@@ -4,9 +4,9 @@ Encoding is one driver call per operation:
 
 * copy -- ``cuMemcpyAsync`` (unified addressing: device and pinned host alike); between
   two pinned host buffers a small copy kernel (``cuMemcpyAsync`` would block the
-  caller, see :mod:`hrx_gpu.mapped`);
+  caller, see :mod:`hrx_gpu.cuda.mapped`);
 * fill -- ``cuMemsetD8/D16/D32Async`` for 1-, 2- and 4-byte patterns;
-* dispatch -- ``cuLaunchKernel`` with the arguments packed by :mod:`hrx_gpu.kernel`;
+* dispatch -- ``cuLaunchKernel`` with the arguments packed by :mod:`hrx_gpu.cuda.kernel`;
 * signal -- ``cuStreamWriteValue64`` on the timeline counter's device address;
 * wait -- ``cuStreamWaitValue64`` with ``CU_STREAM_WAIT_VALUE_GEQ``.
 

@@ -3,14 +3,14 @@
 The device retains the GPU's primary context (``cuDevicePrimaryCtxRetain``), the
 same context the CUDA runtime, PyTorch and CuPy use, so their memory can be wrapped
 and shared without copies. Each thread that calls into the engine gets the context
-made current once (cached per thread, see :mod:`hrx_gpu._driver`).
+made current once (cached per thread, see :mod:`hrx_gpu.cuda._driver`).
 
 Faults and recovery
 -------------------
 A kernel that traps or touches an illegal address raises a *sticky* error: from then
 on every driver call in the context fails with it (``CUDA_ERROR_LAUNCH_FAILED``,
 ``CUDA_ERROR_ILLEGAL_ADDRESS``...). The engine never hangs on it: timeline waits poll
-the streams and raise :class:`~hrx_gpu.errors.CudaError`, and :attr:`CudaDevice.failure`
+the streams and raise :class:`~hrx_gpu.cuda.errors.CudaError`, and :attr:`CudaDevice.failure`
 holds the first failure seen. All memory, modules, streams and graphs of the context
 are lost, for every library sharing it. :meth:`CudaDevice.reset` closes everything
 this device opened and calls ``cuDevicePrimaryCtxReset``. Whether a device opened

@@ -80,7 +80,7 @@ def make_error(code: int, name: str, description: str, call: str, context: str =
     if code in (_INVALID_LAUNCH if launch else _INVALID_ARGUMENT):
         return CudaInvalidArgument(message, cuda_error=name, call=call, code=code)
     if code in STICKY_ERRORS:
-        message += "; the CUDA context is now unusable (see hrx_gpu.device: reset() or a new process)"
+        message += "; the CUDA context is now unusable (see hrx_gpu.cuda.device: reset() or a new process)"
     return CudaError(message, cuda_error=name, call=call, code=code)
 
 

@@ -3,7 +3,7 @@
 A CUDA C++ kernel without ``extern "C"`` has a mangled symbol (``_Z7add_onePjj``).
 The ``cuda`` compiler asks NVRTC for the lowered name of the requested entry and,
 when it differs from the entry, prefixes the code with a small tag so that
-:meth:`~hrx_gpu.device.CudaDevice.load_executable` looks up the right symbol. The
+:meth:`~hrx_gpu.cuda.device.CudaDevice.load_executable` looks up the right symbol. The
 tag is ``MAGIC``, a 4-byte little-endian length and the UTF-8 name; plain CUBIN
 (ELF), fatbin and PTX never start with ``MAGIC``.
 """
