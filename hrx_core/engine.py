@@ -115,6 +115,9 @@ class DeviceInfo:
     #: engines (shared memory, host-mappable buffers): the memory placement layer
     #: (hrx_core.placement) answers allocation profiles with it before allocating.
     imports_host_memory: bool = False
+    #: Devices with the same nonempty memory domain import each other's allocations,
+    #: host-visible or not (engines on one libamdf instance: a dma-buf export/import).
+    memory_domain: str = ""
     #: Free-form facts shown by ``hrx doctor`` (compute capability, driver, ...).
     properties: Mapping[str, Any] = attrs.field(factory=dict)
 

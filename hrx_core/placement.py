@@ -220,7 +220,7 @@ class Fabric:
                 for d in devs:
                     if d is owner:
                         access[d.name] = "owner"
-                    elif visible and d.info.imports_host_memory:
+                    elif (visible and d.info.imports_host_memory) or _same_domain(d, owner):
                         access[d.name] = "import"
                     else:
                         break
@@ -306,10 +306,15 @@ def _agent_name(a: Any) -> str:
     return HOST if a == HOST else _device("agent", a).name
 
 
+def _same_domain(a: Any, b: Any) -> bool:
+    """Both devices share a memory domain (they import each other's allocations)."""
+    return bool(a.info.memory_domain) and a.info.memory_domain == b.info.memory_domain
+
+
 def _reaches(agent: Any, origin: Allocation) -> bool:
     if agent == HOST:
         return origin.native.host_view() is not None
-    if agent is origin.device:
+    if agent is origin.device or _same_domain(agent, origin.device):
         return True
     return bool(agent.info.imports_host_memory and origin.native.host_view() is not None)
 

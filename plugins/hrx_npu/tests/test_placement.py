@@ -133,8 +133,11 @@ def test_visibility_describes_reach_actions_and_atomics(gpu, npu):
     assert shared.visibility(home, home).atomic_scopes == {4: "device", 8: "device"}
     local = f.allocate(256, MemoryPlacement.NpuLocal(npu))
     assert local.visibility(npu, npu).reachable
-    if not gpu.info.imports_host_memory:
+    same_domain = bool(gpu.info.memory_domain) and gpu.info.memory_domain == npu.info.memory_domain
+    if not gpu.info.imports_host_memory and not same_domain:
         assert not local.visibility(npu, gpu).reachable
+    elif same_domain:  # one provider: the GPU imports NPU memory (a dma-buf on hardware)
+        assert local.visibility(npu, gpu).reachable
     plain_on = gpu if npu.info.imports_host_memory else npu       # ordinary memory the NPU reaches
     if plain_on.info.host_mappable:
         plain = plain_on.allocate(256)

@@ -56,6 +56,11 @@ COMPUTE_QUEUES = 4
 COPY_QUEUES = 2
 
 
+def memory_domain(provider: Provider) -> str:
+    """Engines on one provider instance share memory through export/import."""
+    return f"hrx_amdf:{provider.name}:{id(provider):x}"
+
+
 def _profile(scope: Any, coherent: bool) -> int:
     for profile in scope.profiles():
         if bool(profile.guaranteed_flags & MemoryFlag.HOST_COHERENT) == coherent and profile.guaranteed_flags & MemoryFlag.HOST_VISIBLE:
@@ -200,6 +205,7 @@ class AmdgpuDevice(EngineDevice):
             native_graphs=True,
             dlpack_device_type=DLPACK_ROCM,
             imports_host_memory=False,
+            memory_domain=memory_domain(provider),
             properties={
                 "target": TARGET,
                 "gfx_ip": ".".join(str(v) for v in gpu_info.gfx_ip),

@@ -121,6 +121,8 @@ class XdnaDevice(NpuEngineDevice):
             # consumers see an extension device (kDLExtDev), not CPU memory
             dlpack_device_type=12,
             imports_host_memory=False,
+            # engines on one provider instance share memory by export/import (dma-buf)
+            memory_domain=f"hrx_amdf:{provider.name}:{id(provider):x}",
             properties={
                 "columns": info.column_count,
                 "rows": info.row_count,
