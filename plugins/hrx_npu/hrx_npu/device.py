@@ -146,7 +146,10 @@ class _ProgramKernel(Kernel):
     """The hrx Kernel face of a loaded program, so streams and graphs dispatch it."""
 
     def __init__(self, program: NpuProgram, artifact: Artifact) -> None:
-        super().__init__(program.name, buffers=program.contract.accesses, sources={artifact.target: artifact.code})
+        code = artifact.code
+        if not (callable(code) or isinstance(code, (str, bytes))):
+            code = getattr(code, "image", artifact.key)  # an .xdna image payload: its bytes
+        super().__init__(program.name, buffers=program.contract.accesses, sources={artifact.target: code})
         self._device = program.device
         self._executables[id(program.device)] = program.executable
 

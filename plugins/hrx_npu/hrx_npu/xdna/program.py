@@ -154,7 +154,7 @@ class XdnaProgram(NpuExecutable):
         """Write ``stream`` to the next instruction slot and submit it; returns the
         kernel queue's completion point. A full window waits for retirement."""
         from hrx_amdf.constants import HostCacheOperation, XdnaSchedulingMode
-        from hrx_amdf.errors import AmdfBusy
+        from hrx_amdf.errors import AmdfBusy, AmdfError
         from hrx_amdf.provider import KernelCommand
 
         with self.lock:
@@ -171,12 +171,28 @@ class XdnaProgram(NpuExecutable):
                 except AmdfBusy:
                     # the driver's window is full: wait for checked retirement, then retry
                     self.device.retirement.wait_progress(self, abort)
+                except AmdfError as exc:
+                    if self._queue_failed():
+                        self.failure = self.failure or exc  # a failed queue takes no more work: quarantined
+                    if isinstance(exc, DeviceError):
+                        raise
+                    # the arguments were checked when the launch was encoded: a refusal now is the engine's or the device's
+                    raise DeviceError(f"NPU program {self.name!r}: the XDNA queue refused the submission: {exc}") from exc
             self.seq += 1
             self.last_point = point
             self.submitted += 1
             self.device.note_invocation(self, self.scheduling == XdnaSchedulingMode.TIME_SLICED)
             self.device.retirement.watch(self, point)
             return point
+
+    def _queue_failed(self) -> bool:
+        from hrx_amdf.constants import QueueState
+        from hrx_amdf.errors import AmdfError
+
+        try:
+            return self.queue.status().state != QueueState.ACTIVE
+        except AmdfError:
+            return True
 
     # -- retirement (the device's retirement thread) ----------------------------------------
 

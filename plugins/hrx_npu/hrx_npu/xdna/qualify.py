@@ -81,11 +81,11 @@ def qualify(image: XdnaImage, entry_name: str | None, contract: KernelContract, 
             raise BindingLengthError(f"contract: {name} {label}: relocation {r.ordinal} addresses byte {r.addend} of {slot.describe(index)}, "
                                      f"outside its {slot.length} bytes")
     for i, (record, slot) in enumerate(zip(bindings, used)):
+        if record.kind != F.BindingKind.BUFFER:
+            raise XdnaImageError(name, "BINDINGS", f"binding {record.ordinal} is a scalar; the NPU launch ABI binds buffers only")
         if i not in patched:
             raise BindingListError(f"contract: {name} {label}: binding {i} is never patched into the CONTROL program; "
                                    "a launch list carries only bindings the program uses")
-        if record.kind != F.BindingKind.BUFFER:
-            raise XdnaImageError(name, "BINDINGS", f"binding {record.ordinal} is a scalar; the NPU launch ABI binds buffers only")
         access = _ACCESS[record.access]
         if access != slot.access:
             raise AccessModeError(f"contract: {name} {label}: binding {i} is {_NAMES[access]}, {slot.describe(i)} says {_NAMES[slot.access]}")  # type: ignore[index]
