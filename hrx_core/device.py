@@ -103,6 +103,8 @@ class QueueSlot:
         native = self._native or self.native
         with self.lock:
             try:
+                if self.closed:
+                    raise InvalidArgument(f"{self.name}: device is closed")
                 fn(native)
                 if native.needs_submit:
                     native.submit()
@@ -313,6 +315,13 @@ class Device:
 
     def _allocate(self, nbytes: int, *, shared: bool, budget: MemoryBudget | None, what: str) -> Allocation:
         nbytes = check_int("nbytes", nbytes, minimum=1)
+        if self.closed:
+            raise InvalidArgument(f"{self.name} is closed")
+        if budget is not None:
+            from .budget import MemoryBudget
+
+            if not isinstance(budget, MemoryBudget):
+                raise InvalidArgument(f"budget: expected a MemoryBudget or None, got {type(budget).__name__}")
         limit = self.info.limits.max_allocation_bytes
         if nbytes > limit:
             raise InvalidArgument(f"nbytes: {nbytes} exceeds the largest allocation of {self.name} ({limit})")
@@ -355,6 +364,8 @@ class Device:
 
     def wrap(self, obj: Any) -> Buffer:
         """Wrap foreign memory (e.g. a torch or cupy tensor) as a buffer, retaining it."""
+        if self.closed:
+            raise InvalidArgument(f"{self.name} is closed")
         wrapped = self.native.wrap_external(obj)
         if wrapped is None:
             raise Unsupported(f"{self.name} cannot wrap {type(obj).__name__} memory")

@@ -37,7 +37,15 @@ def _threads(cap: int = 8) -> int:
     """Copy threads: HRX_STAGING_THREADS, else the cores but one, at most ``cap``."""
     env = os.environ.get("HRX_STAGING_THREADS")
     if env:
-        return max(1, int(env))
+        try:
+            value = int(env)
+        except ValueError:
+            value = 0
+        if not 1 <= value <= 1024:
+            from .errors import InvalidArgument
+
+            raise InvalidArgument(f"HRX_STAGING_THREADS: expected an int in 1..1024, got {env!r}")
+        return value
     return max(1, min(cap, (os.cpu_count() or 1) - 1))
 
 

@@ -125,6 +125,8 @@ class PreparedLaunch:
                 if alloc.host_maps or alloc.host_dirty:
                     alloc.check_device_use(start, end, writes)
         with slot.lock:
+            if slot.closed:
+                raise InvalidArgument(f"{slot.name}: device is closed")
             self._launch()
             if self._needs_submit:
                 slot._native.submit()  # type: ignore[union-attr]
@@ -381,6 +383,8 @@ class Stream:
         slot = self.slot
         queue = slot._native or slot.native
         with slot.lock:
+            if slot.closed:
+                raise InvalidArgument(f"{slot.name}: device is closed")
             queue.dispatch(exe, g, b, args)
             if queue.needs_submit:
                 queue.submit()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import time
 
 import numpy as np
@@ -23,6 +24,11 @@ def _boom(buf):
 
 
 BOOM = hrx.Kernel("boom", buffers=1, host=_boom)
+
+
+def _gated(gate: threading.Event) -> hrx.Kernel:
+    """A kernel that runs until ``gate`` opens (30 s at most)."""
+    return hrx.Kernel("gated", buffers=1, host=lambda buf: gate.wait(30))
 
 
 def _fresh():
@@ -76,7 +82,8 @@ def test_failed_teardown_quarantines():
     rt = Runtime(dev, RuntimeOptions())
     x = rt.allocate(64)
     g = rt.graph()
-    g.compute("sleep", lambda r: r.dispatch(SLEEPY, 1, [x.slice(0, 4)], scalars=(300_000_000,)))
+    gate = threading.Event()  # the kernel runs until the test opens the gate (no timing)
+    g.compute("gated", lambda r: r.dispatch(_gated(gate), 1, [x]))
     rt.submit(g)
     with pytest.raises(hrx.Timeout):
         rt.close(timeout=0.01)
@@ -86,6 +93,7 @@ def test_failed_teardown_quarantines():
     g.close()
     gc.collect()
     assert dev.stats.live_bytes == live  # quarantined: not freed while the kernel may run
+    gate.set()
     dev.synchronize()
     # released once the kernel finished, by completion callbacks: no further call into
     # the closed runtime is needed (it used to hold them forever)

@@ -6,6 +6,7 @@ import argparse
 import sys
 from ..errors import HRXError
 from . import CliCommand
+from .args import Parser, count, debug
 
 BUILTIN = ("doctor", "prepare", "pipeline")
 
@@ -66,17 +67,27 @@ def _warm_kernels(engine: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hrx", description="HRX for Python: GPU/NPU inference runtime")
+    """Run the ``hrx`` command. Errors are one line on stderr and a non-zero exit:
+    2 for bad arguments and HRX errors, 130 for Ctrl-C, 1 for anything else
+    (``HRX_DEBUG=1`` prints its traceback)."""
+    parser = Parser(prog="hrx", description="HRX for Python: GPU/NPU inference runtime")
     sub = parser.add_subparsers(dest="command", required=True)
     doctor = sub.add_parser("doctor", help="show plugins, engines, devices, queues, limits and what is missing")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     sub.add_parser("prepare", help="start each installed engine and warm its caches (never downloads)")
     pipeline = sub.add_parser("pipeline", help="run a small upload/kernel/graph/download pipeline and check it")
     pipeline.add_argument("--engine", default=None, help="engine to use (default: best available)")
-    pipeline.add_argument("--elements", type=int, default=1 << 20)
-    extra = plugin_commands()
+    pipeline.add_argument("--elements", type=count("--elements", limit=1 << 34), default=1 << 20)
+    try:
+        extra = plugin_commands()
+    except HRXError as exc:
+        print(f"hrx: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
     for cmd in extra.values():
-        cmd.configure(sub.add_parser(cmd.name, help=cmd.help))
+        try:
+            cmd.configure(sub.add_parser(cmd.name, help=cmd.help))
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the others
+            print(f"hrx: ignoring the command {cmd.name!r}: configuring it failed: {type(exc).__name__}: {exc}", file=sys.stderr)
     args = parser.parse_args(argv)
     try:
         if args.command == "doctor":
@@ -91,9 +102,21 @@ def main(argv: list[str] | None = None) -> int:
             return run_pipeline(args.engine, args.elements)
         return int(extra[args.command].run(args))
     except HRXError as exc:
-        print(f"hrx {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"hrx {args.command}: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
         return 2
-    return 0
+    except KeyboardInterrupt:
+        print(f"hrx {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - a command-line tool reports, never dumps a traceback
+        if debug():
+            raise
+        print(f"hrx {args.command}: {type(exc).__name__}: {_one_line(exc)} (HRX_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 500 else text[:497] + "..."
 
 
 if __name__ == "__main__":

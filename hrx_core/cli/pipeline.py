@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import plugins as reg
 from ..kernel import Kernel
+from .args import check_host_memory
 
 AXPY_CUDA = r"""
 extern "C" __global__ void axpy(const float* x, float* y, float a, unsigned int n) {
@@ -30,9 +31,10 @@ AXPY = Kernel("axpy", buffers=("read", "read_write"), scalars=(np.float32, np.ui
 
 
 def run(engine: str | None, elements: int) -> int:
+    n = int(elements)
+    check_host_memory("--elements", 6 * 4 * n)  # x, y, x2, their results and checks
     dev = reg.device(engine)
     s = dev.stream()
-    n = int(elements)
     rng = np.random.default_rng(0)
     x = rng.standard_normal(n, dtype=np.float32)
     y = rng.standard_normal(n, dtype=np.float32)

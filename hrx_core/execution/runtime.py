@@ -304,6 +304,10 @@ class Runtime:
 
     def allocate(self, nbytes: int, *, shared: bool = False) -> Buffer:
         """A tracked buffer charged to the runtime's budget before allocating."""
+        if self.closed:
+            raise InvalidArgument("runtime is closed")
+        if not isinstance(shared, bool):
+            raise InvalidArgument(f"shared: expected a bool, got {show(shared)}")
         budget = self.options.memory_budget
         buf = self.device.allocate_shared(nbytes, budget=budget) if shared else self.device.allocate(nbytes, budget=budget)
         self._track(buf)

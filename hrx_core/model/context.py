@@ -74,6 +74,7 @@ class ModelContext:
         """The context's kernel equal to ``kernel`` (same name, entry, sources and
         options), registering ``kernel`` if it is new: sessions share one loaded
         executable per kernel."""
+        self._check_open()
         if not isinstance(kernel, Kernel):
             raise InvalidArgument(f"kernel: expected an hrx Kernel, got {type(kernel).__name__}")
         key = (
@@ -91,7 +92,12 @@ class ModelContext:
         """A new :class:`ModelSession` in this context."""
         from .session import ModelSession
 
+        self._check_open()
         return ModelSession(self, name)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise InvalidArgument("model context is closed")
 
     def close(self) -> None:
         """Close the runtime if the context created it (drains submissions)."""

@@ -71,6 +71,7 @@ class ModelSession:
             context = ModelContext(context)
         if not isinstance(context, ModelContext):
             raise InvalidArgument(f"context: expected a ModelContext or Device, got {type(context).__name__}")
+        context._check_open()
         self.context = context
         self.runtime = context.runtime
         self.device = context.device

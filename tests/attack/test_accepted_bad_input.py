@@ -108,3 +108,76 @@ def test_overlapping_copy_between_aliases_of_one_backing_is_refused():
     with pytest.raises(hrx.Overlap):
         g.copy(a1.slice(0, 64), a2.slice(32, 64))
     s.copy(a1.slice(0, 64), a2.slice(64, 64)).wait()  # disjoint ranges are fine
+
+
+def test_an_untied_lm_head_is_refused(tmp_path):
+    gpt2 = pytest.importorskip("hrx_models.gpt2")
+    from safetensors.numpy import load_file, save_file
+
+    cfg = gpt2.Gpt2Config(n_embd=128, n_layer=1, n_head=4, n_positions=16, vocab_size=64)
+    d = gpt2.write_random_checkpoint(tmp_path / "ckpt", cfg, seed=1)
+    tensors = load_file(str(d / "model.safetensors"))
+    tensors["lm_head.weight"] = tensors["wte.weight"].copy()
+    save_file(tensors, str(d / "model.safetensors"))
+    dev = hrx.open_device("host")
+    w = gpt2.load_weights(d, dev.stream())  # a tied copy is fine
+    w.close()
+    tensors["lm_head.weight"] = tensors["wte.weight"] * 2
+    save_file(tensors, str(d / "model.safetensors"))
+    tried("hostile-files", "load_weights (untied lm_head)")
+    with pytest.raises(hrx.Unsupported, match="untied lm_head"):
+        gpt2.load_weights(d, dev.stream())
+
+
+def test_use_after_close_is_refused():
+    dev = hrx.open_device("host")
+    s = dev.stream()
+    buf = s.allocate_from(np.zeros(64, np.uint8))
+    prepared = s.prepare(INC_BYTES, 1, [buf], scalars=(4,))
+    dev.close()
+    calls = {
+        "Device.allocate": lambda: dev.allocate(64),
+        "Device.allocate_shared": lambda: dev.allocate_shared(64),
+        "Device.stream": lambda: dev.stream(),
+        "Stream.dispatch": lambda: s.dispatch(INC_BYTES, 1, [buf], scalars=(4,)),
+        "Stream.fill": lambda: s.fill(buf, 1),
+        "Stream.copy": lambda: s.copy(buf.slice(0, 8), buf.slice(8, 8)),
+        "Stream.upload": lambda: s.upload(buf, np.ones(64, np.uint8)),
+        "PreparedLaunch.launch": prepared.launch,
+        "Graph.launch": lambda: _recorded(s, buf).launch(),
+    }
+    for name, call in calls.items():
+        tried("bad-arguments", f"{name} (closed device)")
+        with pytest.raises(hrx.InvalidArgument, match="closed"):
+            call()
+
+
+def _recorded(s, buf):
+    g = s.access_graph()
+    g.fill(buf, 3)
+    return g
+
+
+def test_model_context_use_after_close_is_refused():
+    from hrx_core.model import ModelContext, ModelSession
+
+    ctx = ModelContext(_host())
+    ctx.close()
+    for name, call in {"ModelContext.session": lambda: ctx.session("m"),
+                       "ModelContext.kernel": lambda: ctx.kernel(INC_BYTES),
+                       "ModelSession": lambda: ModelSession(ctx, "m"),
+                       "Runtime.allocate": lambda: ctx.runtime.allocate(64),
+                       "Runtime.graph": lambda: ctx.runtime.graph()}.items():
+        tried("bad-arguments", f"{name} (closed context)")
+        with pytest.raises(hrx.InvalidArgument, match="closed"):
+            call()
+
+
+def test_double_release_is_refused():
+    from hrx_core.model import SharedHold
+
+    hold = SharedHold(lambda: None)
+    hold.release()
+    tried("bad-arguments", "SharedHold.release (twice)")
+    with pytest.raises(hrx.InvalidArgument, match="released"):
+        hold.release()

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from hrx_core.cli import CliCommand
+from hrx_core.cli.args import check_host_memory, count, number, output_dir, output_file
 from hrx_core.errors import InvalidArgument
 
 
@@ -18,14 +19,15 @@ def _configure_model(parser: argparse.ArgumentParser) -> None:
 
     sub = parser.add_subparsers(dest="model_command", metavar="{init}", required=True)
     init = sub.add_parser("init", help="write a GPT-2 checkpoint (HF layout) with seeded random weights")
-    init.add_argument("directory", help="output directory (config.json + model.safetensors)")
+    init.add_argument("directory", type=output_dir("directory"), help="output directory (config.json + model.safetensors)")
     init.add_argument("--shape", choices=sorted(SHAPES), default="tiny",
                       help="named shape (tiny: 2x128, gpt2: 12x768, gpt2-medium: 24x1024, 1b: 24x2048); "
                            "the options below override its fields")
     for name in ("n-embd", "n-layer", "n-head", "n-positions", "vocab-size"):
-        init.add_argument(f"--{name}", type=int, default=None)
-    init.add_argument("--seed", type=int, default=0)
-    init.add_argument("--std", type=float, default=0.02, help="standard deviation of the weight matrices (default 0.02)")
+        init.add_argument(f"--{name}", type=count(f"--{name}", limit=1 << 31), default=None)
+    init.add_argument("--seed", type=count("--seed", minimum=0, limit=2**63 - 1), default=0)
+    init.add_argument("--std", type=number("--std", maximum=10.0), default=0.02,
+                      help="standard deviation of the weight matrices (default 0.02)")
     init.add_argument("--dtype", choices=["f32", "bf16"], default="f32",
                       help="stored dtype (released GPT-2 checkpoints are f32; the device holds bf16 either way)")
     init.add_argument("--prefix", action="store_true", help="name tensors 'transformer.*'")
@@ -42,6 +44,8 @@ def _run_model(args: argparse.Namespace) -> int:
     overrides = {f: getattr(args, f) for f in ("n_embd", "n_layer", "n_head", "n_positions", "vocab_size")
                  if getattr(args, f) is not None}
     config = attrs.evolve(config, **overrides).validate("hrx model init")
+    # the weights are built in host memory (f32, plus one tensor's conversion) before writing
+    check_host_memory("hrx model init", 8 * config.parameters)
     t0 = time.perf_counter()
     out = write_random_checkpoint(args.directory, config, seed=args.seed, std=args.std, dtype=args.dtype,
                                   prefix="transformer." if args.prefix else "", attn_bias=args.attn_bias)
@@ -66,13 +70,16 @@ def _configure_generate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="GPT-2 checkpoint directory (config.json + model.safetensors)")
     parser.add_argument("--prompt-ids", action="append", required=True,
                         help="prompt token ids, comma or space separated; repeat for several concurrent requests")
-    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--max-new-tokens", type=count("--max-new-tokens", limit=1 << 20), default=32)
     parser.add_argument("--engine", default=None, help="engine (default: the best available; HRX_ENGINE also works)")
     parser.add_argument("--concurrency", choices=["threads", "asyncio"], default="threads",
                         help="how several requests run at once (each on its own slot)")
-    parser.add_argument("--budget-mb", type=float, default=None, help="memory budget for weights and slots")
-    parser.add_argument("--context", type=int, default=None, help="positions per slot (default n_positions)")
-    parser.add_argument("--trace", default=None, help="write a Perfetto trace (one slice per step; steps are waited one by one)")
+    parser.add_argument("--budget-mb", type=number("--budget-mb", maximum=2.0**40), default=None,
+                        help="memory budget for weights and slots")
+    parser.add_argument("--context", type=count("--context", limit=1 << 20), default=None,
+                        help="positions per slot (default n_positions)")
+    parser.add_argument("--trace", type=output_file("--trace"), default=None,
+                        help="write a Perfetto trace (one slice per step; steps are waited one by one)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 

@@ -11,6 +11,7 @@ import argparse
 from typing import Any
 
 from hrx_core.cli import CliCommand
+from hrx_core.cli.args import check_host_memory, count, output_file
 
 from .examples import gemm_pipeline, gpu_npu_parallel
 from .examples.common import engine_arguments, table
@@ -19,13 +20,17 @@ QUICK = {"n": 1 << 18, "m": 256, "samples": 5, "requests": 3, "rounds": 3}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace", default="trace.json", help="Perfetto trace of gpu_npu_parallel (default trace.json; '' for none)")
+    parser.add_argument("--trace", type=output_file("--trace"), default="trace.json",
+                        help="Perfetto trace of gpu_npu_parallel (default trace.json; '' for none)")
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds, for CI)")
-    parser.add_argument("--n", type=int, default=None, help="GPU elements of gpu_npu_parallel (default 16777216)")
-    parser.add_argument("--m", type=int, default=None, help="NPU matrices (default 1024)")
-    parser.add_argument("--samples", type=int, default=None, help="sequential/parallel pairs (default 21)")
-    parser.add_argument("--requests", type=int, default=None, help="concurrent gemm_pipeline requests (default 4)")
-    parser.add_argument("--rounds", type=int, default=None, help="gemm_pipeline rounds (default 5)")
+    parser.add_argument("--n", type=count("--n", minimum=256, limit=1 << 32), default=None,
+                        help="GPU elements of gpu_npu_parallel (default 16777216)")
+    parser.add_argument("--m", type=count("--m", limit=1 << 24), default=None, help="NPU matrices (default 1024)")
+    parser.add_argument("--samples", type=count("--samples", limit=10_000), default=None,
+                        help="sequential/parallel pairs (default 21)")
+    parser.add_argument("--requests", type=count("--requests", limit=256), default=None,
+                        help="concurrent gemm_pipeline requests (default 4)")
+    parser.add_argument("--rounds", type=count("--rounds", limit=10_000), default=None, help="gemm_pipeline rounds (default 5)")
     engine_arguments(parser)
 
 
@@ -39,10 +44,14 @@ def _pick(args: argparse.Namespace, name: str, default: int) -> int:
 def run(args: argparse.Namespace) -> int:
     n, m = _pick(args, "n", gpu_npu_parallel.DEFAULTS[0]), _pick(args, "m", gpu_npu_parallel.DEFAULTS[1])
     samples = _pick(args, "samples", gpu_npu_parallel.DEFAULTS[2])
+    requests = _pick(args, "requests", 4)
+    # host buffers of both examples: the GPU vectors (a few copies of 4 N bytes) and
+    # the requests' matrices (M x 64 BF16 inputs and FP32 outputs each)
+    check_host_memory("--n/--m/--requests", 16 * n + m * 64 * 8 * (requests + 2))
     engines = {"gpu_engine": args.gpu_engine, "npu_engine": args.npu_engine, "columns": args.columns}
     print(f"hrx demo: gpu_npu_parallel N={n} M={m} x{samples} pairs, then gemm_pipeline ...", flush=True)
     par = gpu_npu_parallel.run(n, m, samples, args.trace or None, **engines)
-    gem = gemm_pipeline.run(m, _pick(args, "requests", 4), _pick(args, "rounds", 5), **engines)
+    gem = gemm_pipeline.run(m, requests, _pick(args, "rounds", 5), **engines)
     print(render(par, gem))
     return 0 if par["ok"] and gem["ok"] else 1
 

@@ -100,6 +100,9 @@ class Gpt2Config:
                 kwargs["n_positions"] = data["n_ctx"]
             elif field.name in ("n_embd", "n_layer", "n_head", "vocab_size"):
                 raise ConfigError(f"{where}: missing {field.name!r}")
+        if data.get("tie_word_embeddings", True) is not True:
+            raise ConfigError(f"{where}: tie_word_embeddings = {data['tie_word_embeddings']!r}; this decoder ties "
+                              "the output projection to the token embeddings")
         if data.get("n_inner") not in (None, 4 * kwargs.get("n_embd", 0)):
             raise ConfigError(f"{where}: n_inner = {data['n_inner']!r}; this decoder implements n_inner = 4 * n_embd")
         return cls(**kwargs).validate(where)

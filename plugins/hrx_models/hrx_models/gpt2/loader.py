@@ -26,7 +26,7 @@ from ml_dtypes import bfloat16
 from hrx_core import artifacts
 from hrx_core.budget import MemoryBudget
 from hrx_core.buffer import Buffer, View
-from hrx_core.errors import InvalidArgument
+from hrx_core.errors import InvalidArgument, Unsupported
 
 from .checkpoint import tensor_shapes
 from .config import WEIGHTS_FILE, Gpt2Config
@@ -107,8 +107,27 @@ def check_tensors(view: Any, config: Gpt2Config, path: str) -> tuple[dict[str, s
             raise TensorShapeError(
                 f"{path}: tensor {found[name]!r} has shape {list(info.shape)}, the config needs {list(shape)}{hint}"
             )
+    _check_tied(view, found, ignored, path)
     extra = sorted(set(found) - set(expected))
     return found, ignored + [found[n] for n in extra]
+
+
+def _check_tied(view: Any, found: dict[str, str], ignored: list[str], path: str) -> None:
+    """A checkpoint's ``lm_head.weight`` is ignored only when it is the tied copy of
+    ``wte.weight``; this decoder computes logits with wte, so an untied head would be
+    silently replaced by it."""
+    head = next((n for n in ignored if n.removeprefix("transformer.") in IGNORED_NAMES), None)
+    if head is None:
+        return
+    wte = view.info(found["wte.weight"])
+    info = view.info(head)
+    same = tuple(info.shape) == tuple(wte.shape) and info.dtype == wte.dtype and \
+        bytes(view.raw(head)) == bytes(view.raw(found["wte.weight"]))
+    if not same:
+        raise Unsupported(
+            f"{path}: tensor {head!r} differs from 'wte.weight': this GPT-2 decoder ties the output "
+            "projection to the token embeddings and cannot use an untied lm_head"
+        )
 
 
 def _device_bytes(host: np.ndarray, name: str) -> np.ndarray:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import hrx_core as hrx
+from hrx_core.cli.args import count
 
 from .. import device as npu_device
 
@@ -26,7 +27,7 @@ def engine_arguments(ap: Any, *, columns: bool = True) -> None:
     ap.add_argument("--gpu-engine", default=None, help="GPU-side engine (default: the best: cuda, else host)")
     ap.add_argument("--npu-engine", default=None, help="NPU engine (default: the best: npu-host)")
     if columns:
-        ap.add_argument("--columns", type=int, default=1, help="array columns of the NPU programs")
+        ap.add_argument("--columns", type=count("--columns", limit=1024), default=1, help="array columns of the NPU programs")
 
 
 def timed(fn: Callable[[], Any]) -> float:
