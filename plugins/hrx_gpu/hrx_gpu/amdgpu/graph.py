@@ -11,10 +11,10 @@ that launches it and laid out in graph-owned memory:
 * SDMA (graphs of copies and fills only): the packets, in order.
 
 Kernel arguments live beside the commands. :meth:`AmdgpuGraph.update` re-encodes the
-changed nodes; the next launch lays the graph out again into the *other* of two
-copies of its memory, first waiting for that copy's earlier launches to retire --
-so rebinding never changes bytes an in-flight replay reads (double buffering; a
-host wait only when both copies are still in flight).
+changed nodes; the next launch patches them into a copy of the graph's memory that no
+replay is reading and switches to it -- so rebinding never changes bytes an in-flight
+replay reads. Up to four copies are kept (multi-buffering); a rebind waits on the host
+only when every copy is still in flight.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from .queue import AmdgpuQueue
 
 MASK32 = 0xFFFFFFFF
+#: Copies of a graph's memory kept for rebinding while earlier replays are in flight.
+MAX_COPIES = 4
 
 
 class _Encoded:
@@ -59,57 +61,74 @@ class _Encoded:
 
 
 class _Copy:
-    """One laid-out copy of the graph in its own memory."""
+    """One laid-out copy of the graph in its own memory, patchable node by node."""
 
     def __init__(self, device: AmdgpuDevice, kind: str, nodes: list[_Encoded]) -> None:
+        self.device = device
+        self.kind = kind
         code = sum(4 * len(n.words) for n in nodes)
-        data_at = -(-code // KERNARG_ALIGN) * KERNARG_ALIGN
-        offsets = []
-        size = data_at
+        self.code_at: list[int] = []
+        at = 0
+        for node in nodes:
+            self.code_at.append(at)
+            at += 4 * len(node.words)
+        size = -(-code // KERNARG_ALIGN) * KERNARG_ALIGN
+        self.data_at: list[int] = []
         for node in nodes:
             size = -(-size // KERNARG_ALIGN) * KERNARG_ALIGN
-            offsets.append(size)
+            self.data_at.append(size)
             size += len(node.data)
+        self.shape = [(len(n.words), len(n.data), len(n.packets)) for n in nodes]
         self.memory = device._create_memory(max(size, 64), coherent=True)
         self.base = self.memory.address()
-        mapping = self.memory.map()
-        view = mapping.array
+        self.mapping = self.memory.map()
         self.dwords = code // 4
-        self.packets: list[tuple[int, bytes]] = []
-        self.sdma_words: list[int] = []
-        self.describes: list[tuple[int, list[tuple[int, int]]]] = []
+        self.node_packets: list[list[tuple[int, bytes]]] = [[] for _ in nodes]
+        self.node_sdma: list[list[int]] = [[] for _ in nodes]
+        self.versions = [-1] * len(nodes)
         self.in_flight: list[tuple[AmdgpuQueue, int]] = []
-        at = 0
-        for node, data_offset in zip(nodes, offsets):
-            data_base = self.base + data_offset
-            view[data_offset : data_offset + len(node.data)] = np.frombuffer(bytes(node.data), dtype=np.uint8)
-            words = np.array(node.words, dtype=np.uint64).astype(np.uint32)
-            for index, offset in node.fixups:
-                address = data_base + offset
-                words[index], words[index + 1] = address & MASK32, address >> 32
-            if kind == "sdma":
-                self.sdma_words.extend(int(w) for w in words)
-            else:
-                view[at : at + 4 * len(words)] = words.view(np.uint8)
-            if kind == "aql":
-                for first, body, fixes in node.packets:
-                    body = bytearray(body)
-                    for index, offset in fixes:
-                        body[index : index + 8] = (data_base + offset).to_bytes(8, "little")
-                    if first is None:  # a vendor packet over this node's PM4 words
-                        first, packed = aql.pm4_indirect_buffer(self.base + at, len(words))
-                        body = bytearray(packed)
-                    self.packets.append((first, bytes(body)))
-            at += 4 * len(words)
-            for offset, extents in node.describes:
-                self.describes.append((data_base + offset, extents))
-        mapping.destroy()
+        for i, node in enumerate(nodes):
+            self.write(i, node, 0)
+
+    def fits(self, index: int, node: _Encoded) -> bool:
+        return self.shape[index] == (len(node.words), len(node.data), len(node.packets))
+
+    def write(self, index: int, node: _Encoded, version: int) -> None:
+        """Lay node ``index`` out (its shape must be the one this copy was built with)."""
+        view = self.mapping.array
+        data_offset = self.data_at[index]
+        data_base = self.base + data_offset
+        view[data_offset : data_offset + len(node.data)] = np.frombuffer(bytes(node.data), dtype=np.uint8)
+        words = np.array(node.words, dtype=np.uint64).astype(np.uint32)
+        for i, offset in node.fixups:
+            address = data_base + offset
+            words[i], words[i + 1] = address & MASK32, address >> 32
+        at = self.code_at[index]
+        if self.kind == "sdma":
+            self.node_sdma[index] = [int(w) for w in words]
+        else:
+            view[at : at + 4 * len(words)] = words.view(np.uint8)
+        if self.kind == "aql":
+            packets = []
+            for first, body, fixes in node.packets:
+                body = bytearray(body)
+                for i, offset in fixes:
+                    body[i : i + 8] = (data_base + offset).to_bytes(8, "little")
+                if first is None:  # a vendor packet over this node's PM4 words
+                    first, packed = aql.pm4_indirect_buffer(self.base + at, len(words))
+                    body = bytearray(packed)
+                packets.append((first, bytes(body)))
+            self.node_packets[index] = packets
+        for offset, extents in node.describes:
+            self.device._describe_kernargs(data_base + offset, extents)
+        self.versions[index] = version
 
     def idle(self) -> bool:
         self.in_flight = [(q, s) for q, s in self.in_flight if q.retired() < s and q.failure is None]
         return not self.in_flight
 
     def destroy(self) -> None:
+        self.mapping.destroy()
         self.memory.destroy()
 
 
@@ -127,7 +146,7 @@ class AmdgpuGraph(NativeGraph):
         self._encoded: dict[str, list[_Encoded]] = {}
         self._copies: dict[str, list[_Copy]] = {}
         self._current: dict[str, int] = {}
-        self._stale: dict[str, bool] = {}
+        self._versions = [0] * len(self.nodes)
         self.closed = False
 
     # -- encoding ---------------------------------------------------------------------------
@@ -208,9 +227,9 @@ class AmdgpuGraph(NativeGraph):
         if not 0 <= index < len(self.nodes) or node.kind != self.nodes[index].kind:
             raise InvalidArgument(f"graph update: node {index} must keep its kind")
         self.nodes[index] = node
+        self._versions[index] += 1
         for kind, encoded in self._encoded.items():
             encoded[index] = self._encode(kind, node)
-            self._stale[kind] = True
 
     def launch(self, queue: NativeQueue) -> None:
         self.launch_on(queue)  # type: ignore[arg-type]
@@ -226,12 +245,13 @@ class AmdgpuGraph(NativeGraph):
             if copy.dwords:
                 batch.items.append(("ib", copy.base, copy.dwords))
         elif kind == "aql":
-            for first, body in copy.packets:
-                batch.items.append(("aql", first, bytearray(body), []))
-        elif copy.sdma_words:
-            batch.items.append(("sdma", list(copy.sdma_words), []))
-        for address, extents in copy.describes:
-            self.device._describe_kernargs(address, extents)
+            for packets in copy.node_packets:
+                for first, body in packets:
+                    batch.items.append(("aql", first, bytearray(body), []))
+        else:
+            words = [w for node in copy.node_sdma for w in node]
+            if words:
+                batch.items.append(("sdma", words, []))
         queue._dirty = True
         batch.graphs.append(self)
         copy.in_flight.append((queue, queue._next_sequence))  # the sequence this batch will get
@@ -240,21 +260,35 @@ class AmdgpuGraph(NativeGraph):
         encoded = self._encoded.get(kind)
         if encoded is None:
             encoded = self._encoded[kind] = [self._encode(kind, n) for n in self.nodes]
-            self._copies[kind] = [_Copy(self.device, kind, encoded)]
+            copy = _Copy(self.device, kind, encoded)
+            copy.versions = list(self._versions)
+            self._copies[kind] = [copy]
             self._current[kind] = 0
-            self._stale[kind] = False
         copies = self._copies[kind]
-        if self._stale.get(kind):
-            target = 1 - self._current[kind] if len(copies) == 2 else 1
-            if len(copies) == 2:
-                self._wait_idle(copies[target])
-                copies[target].destroy()
-                copies[target] = _Copy(self.device, kind, encoded)
-            else:
-                copies.append(_Copy(self.device, kind, encoded))
-            self._current[kind] = target
-            self._stale[kind] = False
-        return copies[self._current[kind]]
+        current = copies[self._current[kind]]
+        if current.versions == self._versions:
+            return current
+        # Rebound nodes: patch a copy no replay is reading, then switch to it. Up to
+        # MAX_COPIES copies exist; only when all are in flight does a rebind wait.
+        others = [i for i in range(len(copies)) if i != self._current[kind]]
+        target = next((i for i in others if copies[i].idle()), None)
+        if target is None and len(copies) < MAX_COPIES:
+            copies.append(_Copy(self.device, kind, encoded))
+            target = len(copies) - 1
+        elif target is None:
+            target = min(others, key=lambda i: max((s for _, s in copies[i].in_flight), default=0))
+            self._wait_idle(copies[target])
+        copy = copies[target]
+        stale = [i for i, v in enumerate(self._versions) if copy.versions[i] != v]
+        if all(copy.fits(i, encoded[i]) for i in stale):
+            for i in stale:
+                copy.write(i, encoded[i], self._versions[i])
+        else:  # a node changed shape: lay the whole graph out again
+            copy.destroy()
+            copy = copies[target] = _Copy(self.device, kind, encoded)
+        copy.versions = list(self._versions)
+        self._current[kind] = target
+        return copy
 
     def _wait_idle(self, copy: _Copy) -> None:
         deadline = time.monotonic() + 60
