@@ -13,5 +13,7 @@ def test_amd_doc_example_runs(capsys):
     assert blocks, "docs/amd.md has no Python example"
     for block in blocks:
         exec(compile(block, str(DOC), "exec"), {})
-    out = capsys.readouterr().out.split()
+    text = capsys.readouterr().out
+    out = text.split()
     assert out[0] == "gfx1151" and out[1].startswith("0x") and out[2] == "42"
+    assert "gfx1151 PM4 (user queues)" in text and "[0. 2. 4. 6.]" in text  # the amdgpu engine's example
