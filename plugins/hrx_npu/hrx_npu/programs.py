@@ -31,12 +31,50 @@ if TYPE_CHECKING:
 ENV_C = "HRX_NPU_C"
 
 
+def _host_build(entry: str, sources: Mapping[str, Any]) -> Artifact | None:
+    """The program's host build (C, else numpy), the simulation's reference of an image."""
+    for target in ("npu-host-c", "host"):
+        source = sources.get(target)
+        if source is None or (target == "npu-host-c" and os.environ.get(ENV_C, "1") == "0"):
+            continue
+        try:
+            return hrx.compile(source, target=target, entry=entry)
+        except CompileError:
+            continue
+    return None
+
+
+def _xdna_image(entry: str, sources: Mapping[str, Any], simulated: bool) -> Artifact | None:
+    """An ``xdna`` artifact: ``sources["xdna"]`` (an Artifact, bytes or a path), else
+    ``$HRX_XDNA_IMAGES/<entry>.xdna`` -- images HRX's compiler wrote."""
+    from .xdna.artifact import ENV_IMAGES, image_artifact
+
+    source = sources.get("xdna")
+    if isinstance(source, Artifact):
+        return source
+    if source is None:
+        folder = os.environ.get(ENV_IMAGES, "")
+        path = os.path.join(folder, f"{entry}.xdna") if folder else ""
+        if not path or not os.path.isfile(path):
+            return None
+        source = path
+    return image_artifact(source, entry=entry, reference=_host_build(entry, sources) if simulated else None)
+
+
 def artifact_for(device: NpuDevice, entry: str, sources: Mapping[str, Any]) -> Artifact:
     """Compile the first source in ``sources`` (by target) that ``device`` runs.
 
-    A C build that fails (no compiler) falls back to the next target, if any."""
+    A C build that fails (no compiler) falls back to the next target, if any. For the
+    ``xdna`` target the source is a compiled image: ``sources["xdna"]`` or
+    ``$HRX_XDNA_IMAGES/<entry>.xdna`` (on the simulation its host build is the
+    reference; without an image the simulation loads the host build through a stand-in)."""
     errors = []
     for target in device.info.targets:
+        if target == "xdna":
+            image = _xdna_image(entry, sources, simulated=bool(getattr(device.native, "simulated", False)))
+            if image is not None:
+                return image
+            continue
         source = sources.get(target)
         if source is None or (target == "npu-host-c" and os.environ.get(ENV_C, "1") == "0"):
             continue
@@ -46,7 +84,10 @@ def artifact_for(device: NpuDevice, entry: str, sources: Mapping[str, Any]) -> A
             errors.append(exc)
     if errors:
         raise errors[-1]
-    raise Unsupported(f"program {entry!r} has sources for {', '.join(sources)}; {device.name} runs {', '.join(device.info.targets)}")
+    hint = ""
+    if "xdna" in device.info.targets:
+        hint = f"; put HRX's compiled {entry}.xdna in $HRX_XDNA_IMAGES (or pass sources['xdna'])"
+    raise Unsupported(f"program {entry!r} has sources for {', '.join(sources) or 'no target'}; {device.name} runs {', '.join(device.info.targets)}{hint}")
 
 
 MATMUL8X8_C = r"""

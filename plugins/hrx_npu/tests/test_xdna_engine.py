@@ -4,6 +4,7 @@ cache maintenance, imports of provider memory, faults and teardown."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -15,6 +16,8 @@ import hrx_core as hrx
 from hrx_core.buffer import Allocation, Buffer
 
 hrx_amdf = pytest.importorskip("hrx_amdf")
+if os.environ.get("HRX_AMDF_PROVIDER", "fake") != "fake":
+    pytest.skip("these tests inspect and inject faults into the simulated Strix Halo (hardware: test_xdna_hardware.py)", allow_module_level=True)
 import hrx_npu  # noqa: E402
 from hrx_amdf.constants import AddressKind, EngineKind, HostCacheOperation, MemoryAccess, MemoryFlag, StatusDomain, XdnaSchedulingMode  # noqa: E402
 from hrx_amdf.errors import AmdfDeviceError  # noqa: E402
@@ -26,8 +29,8 @@ from hrx_npu.xdna import image_artifact  # noqa: E402
 
 
 @pytest.fixture
-def npu(monkeypatch):
-    dev = open_npu("xdna", monkeypatch)
+def npu():
+    dev = open_npu("xdna")
     yield dev
     dev.close()
 
@@ -60,7 +63,6 @@ COPY = KernelContract([BufferContract.read(4096), BufferContract.write(4096)])
 
 
 def test_used_only_when_named_on_the_simulation(monkeypatch):
-    monkeypatch.setenv("HRX_AMDF_PROVIDER", "fake")
     monkeypatch.delenv("HRX_NPU_ENGINE", raising=False)
     status = hrx.engine_status()["xdna"]
     assert status.available and not status.default and "not NPU hardware" in status.reason
@@ -74,11 +76,11 @@ def test_used_only_when_named_on_the_simulation(monkeypatch):
     assert not status.available and "libamdf" in status.reason
 
 
-def test_options_are_validated(monkeypatch):
+def test_options_are_validated():
     for options, message in [({"bogus": 1}, "unknown xdna options"), ({"max_pending_invocations": 129}, "at most 128"),
                              ({"npu_queues": 0}, "npu_queues"), ({"provider": 5}, "provider")]:
         with pytest.raises(hrx.InvalidArgument, match=message):
-            open_npu("xdna", monkeypatch, **options)
+            open_npu("xdna", **options)
 
 
 def test_device_facts(npu):
@@ -337,8 +339,8 @@ def test_lost_device_fails_pending_work_with_a_typed_error(npu):
     fake(npu).faults.release_npu(prog.executable.queue)
 
 
-def test_close_releases_every_native_object(monkeypatch):
-    npu = open_npu("xdna", monkeypatch)
+def test_close_releases_every_native_object():
+    npu = open_npu("xdna")
     provider = fake(npu)
     xdna = npu.native.xdna
     progs = [npu.load_artifact(numpy_artifact(add_one), columns=c, contract=rw_contract(64)) for c in (1, 8)]
@@ -353,3 +355,25 @@ def test_close_releases_every_native_object(monkeypatch):
     assert all(not s.live_memories() for s in scopes)
     assert len(provider.npu_programs._programs) == registered - 2
     assert npu.native.live_buffers == 0
+
+
+def test_images_from_the_image_folder_and_their_contract(npu, tmp_path, monkeypatch):
+    """artifact_for takes HRX's compiled <entry>.xdna from HRX_XDNA_IMAGES (on the
+    simulation with the host build as reference); contract_of reads the contract."""
+    from hrx_npu.programs import artifact_for
+    from hrx_npu.xdna import contract_of
+
+    (tmp_path / "copy_i32.xdna").write_bytes(X.build(X.Spec()))
+    monkeypatch.setenv("HRX_XDNA_IMAGES", str(tmp_path))
+    art = artifact_for(npu, "copy_i32", {"host": copy_ref})
+    assert art.target == "xdna" and art.code.reference.target == "host"
+    assert contract_of(art) == KernelContract([BufferContract.read(4096, alignment=64), BufferContract.write(4096, alignment=64)])
+    prog = npu.load_artifact(art, columns=1, contract=contract_of(art))
+    src = npu.stream().allocate_from(np.arange(1024, dtype=np.uint32))
+    dst = npu.allocate(4096)
+    prog.invoke([src, dst]).wait()
+    assert (npu.stream().download(dst).view(np.uint32) == np.arange(1024)).all()
+    # without an image the simulation falls back to the host build (a stand-in image)
+    assert artifact_for(npu, "other", {"host": copy_ref}).target == "host"
+    with pytest.raises(hrx.InvalidArgument):
+        contract_of(numpy_artifact(copy_ref))

@@ -15,7 +15,7 @@
   images (:mod:`.writer`). Nothing here has run on an NPU yet (docs/npu.md).
 """
 
-from .artifact import ENV_IMAGES, TARGET, XdnaCode, image_artifact
+from .artifact import ENV_IMAGES, TARGET, XdnaCode, contract_of, image_artifact
 from .image import XdnaImage, XdnaImageError, read_image
 
-__all__ = ["ENV_IMAGES", "TARGET", "XdnaCode", "XdnaImage", "XdnaImageError", "image_artifact", "read_image"]
+__all__ = ["ENV_IMAGES", "TARGET", "XdnaCode", "XdnaImage", "XdnaImageError", "contract_of", "image_artifact", "read_image"]

@@ -61,6 +61,28 @@ def image_artifact(image: bytes | str | os.PathLike[str], *, entry: str = "", re
     return Artifact(target=TARGET, entry=entry, code=XdnaCode(data, name, reference), key=digest)
 
 
+def contract_of(artifact: Artifact) -> Any:
+    """The ``KernelContract`` an ``xdna`` artifact's entry states: per binding, its
+    minimum length, its access and the stricter of its minimum alignment and its
+    relocations' (a program may be given a stricter contract, never a looser one)."""
+    from ..contract import BufferContract, KernelContract
+    from . import format as F
+
+    if not isinstance(artifact, Artifact) or artifact.target != TARGET:
+        raise InvalidArgument("artifact: expected an xdna Artifact (hrx_npu.xdna.image_artifact)")
+    data, name, _ = image_of(artifact)
+    image = read_image(data, name)
+    entry = image.entry(artifact.entry or None)
+    access = {F.BINDING_READ: "read", F.BINDING_WRITE: "write", F.BINDING_READ | F.BINDING_WRITE: "read_write"}
+    slots = []
+    for i, record in enumerate(image.entry_bindings(entry)):
+        if record.kind != F.BindingKind.BUFFER:
+            raise ArtifactError(f"{name}: BINDINGS: binding {record.ordinal} is a scalar; the NPU launch ABI binds buffers only")
+        align = max([record.minimum_alignment] + [r.alignment for r in image.entry_relocations(entry) if r.binding - entry.first_binding == i])
+        slots.append(BufferContract(record.minimum_length, access[record.access], align))
+    return KernelContract(slots)
+
+
 def image_of(artifact: Artifact) -> tuple[bytes, str, Any]:
     """(image bytes, file name, reference) of an ``xdna`` artifact."""
     code = artifact.code
@@ -71,4 +93,4 @@ def image_of(artifact: Artifact) -> tuple[bytes, str, Any]:
     raise ArtifactError(f"xdna artifact {artifact.entry!r}: code is {type(code).__name__}, not an .xdna image")
 
 
-__all__ = ["ENV_IMAGES", "TARGET", "XdnaCode", "image_artifact", "image_of"]
+__all__ = ["ENV_IMAGES", "TARGET", "XdnaCode", "contract_of", "image_artifact", "image_of"]

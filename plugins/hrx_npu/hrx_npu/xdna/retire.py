@@ -68,6 +68,7 @@ class Retirement:
         from hrx_amdf.errors import AmdfError
 
         with self._cond:
+            idle = not self._busy
             program.watched.append(point)
             self._busy.add(program)
             self._cond.notify_all()
@@ -75,6 +76,14 @@ class Retirement:
             program.queue.request_notification(point, self._efd)
         except AmdfError:
             pass  # status polling still sees it retire
+        if idle:  # the thread may sleep its idle interval: wake it to poll at the busy rate
+            self._nudge()
+
+    def _nudge(self) -> None:
+        try:
+            os.eventfd_write(self._efd, 1)
+        except OSError:
+            pass
 
     def fence(self, timeline: Any, value: int, points: list[tuple[XdnaProgram, int]], error: BaseException | None) -> None:
         """Signal ``timeline`` to ``value`` once ``points`` settled (after earlier fences)."""
@@ -134,6 +143,8 @@ class Retirement:
                 except (BlockingIOError, OSError):
                     pass
             idle_polls = 0 if credit else idle_polls + 1
+            with self._cond:  # work may have arrived while the thread slept
+                busy = bool(self._busy or self._closing)
             if busy:
                 self.scan(native=credit or idle_polls % REFRESH_EVERY == 0)
 
@@ -188,6 +199,7 @@ class Retirement:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
+        self._nudge()
         self._thread.join(timeout)
         try:
             os.close(self._efd)
