@@ -354,3 +354,17 @@ def test_close_releases_everything():
     with pytest.raises(InvalidArgument):
         device.native.allocate(16)
     _ = Timeout
+
+
+def test_prebuilt_code_objects_need_no_clang(dev):
+    from hrx_core.errors import CompileError
+
+    code = hrx.compile(SCALE_CUDA, target="gfx1151", entry="scale_u32").code
+    prebuilt = hrx.Kernel("scale_u32", buffers=("read_write",), scalars=(np.uint32, np.uint32), host=_scale, sources={"gfx1151": code})
+    s = dev.stream()
+    x = s.allocate_from(np.arange(64, dtype=np.uint32))
+    s.dispatch(prebuilt, 1, [x], block=64, scalars=(4, 64))
+    assert np.array_equal(s.download(x).view(np.uint32), np.arange(64) * 4)
+    wrong = hrx.Kernel("other", buffers=("read_write",), scalars=(np.uint32, np.uint32), host=_scale, sources={"gfx1151": code})
+    with pytest.raises(CompileError, match="no kernel 'other'"):
+        s.dispatch(wrong, 1, [x], block=64, scalars=(4, 64))

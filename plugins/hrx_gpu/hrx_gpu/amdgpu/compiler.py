@@ -233,7 +233,7 @@ def _check_entry(code: bytes, entry: str) -> None:
         co = CodeObject(code, target=TARGET)
     except ArtifactError as exc:
         raise CompileError(f"{TARGET}: clang produced an unreadable code object: {exc}") from None
-    if entry not in co.kernels:
+    if entry and entry not in co.kernels:
         raise CompileError(
             f"{TARGET}: the code object has no kernel {entry!r} (kernels: {', '.join(co.kernels) or 'none'}); "
             f'declare it extern "C" __global__'
@@ -241,7 +241,14 @@ def _check_entry(code: bytes, entry: str) -> None:
 
 
 def compile_gfx1151(source: Any, entry: str, options: Sequence[str]) -> tuple[bytes, str]:
-    """CUDA-dialect C++ -> a gfx1151 code object (ELF bytes) and clang's diagnostics."""
+    """CUDA-dialect C++ -> a gfx1151 code object (ELF bytes) and clang's diagnostics.
+
+    A source that already is a code object (ELF bytes, e.g. ``Kernel(sources={"gfx1151":
+    code})``) is checked and passed through: prebuilt kernels need no clang."""
+    if isinstance(source, (bytes, bytearray, memoryview)) and bytes(source[:4]) == b"\x7fELF":
+        code = bytes(source)
+        _check_entry(code, entry or "")
+        return code, "prebuilt code object"
     text = _source_text(source)
     args = translate_options(options)
     clang = find_clang()
