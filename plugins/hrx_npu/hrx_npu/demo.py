@@ -1,6 +1,8 @@
 """``hrx demo``: the GPU+NPU examples on the best engines present, as one table.
 
-cuda + npu-host on a GPU machine, host + npu-host elsewhere. Runs gpu_npu_parallel
+cuda + npu-host on a GPU machine, host + npu-host elsewhere; ``--npu-engine xdna`` (with
+``--gpu-engine amdgpu`` on a Strix Halo, or on the simulated one with
+``HRX_AMDF_PROVIDER=fake``) runs the NPU side on the xdna engine. Runs gpu_npu_parallel
 (writing its Perfetto trace) and gemm_pipeline, prints their timings and checks, and
 exits 1 if any output or replay check failed.
 """
@@ -73,7 +75,8 @@ def render(par: dict[str, Any], gem: dict[str, Any]) -> str:
     ]
     lines = [
         f"GPU side: {par['gpu']}",
-        f"NPU side: {par['npu']}  (npu-host is a host reference of the NPU programming model, not NPU hardware)",
+        f"NPU side: {par['npu']}",
+        f"  ({par['npu_note']})",
         "",
         table(rows, ["example", "ms (median)", "ms (median)", "speedup", "checks"]),
     ]

@@ -15,7 +15,7 @@ from .. import device as npu_device
 
 def engines(gpu_engine: str | None = None, npu_engine: str | None = None) -> tuple[Any, Any]:
     """The best GPU-ish device (cuda on a GPU machine, else the host engine) and the
-    best NPU device (npu-host here)."""
+    best NPU device (npu-host unless another is named or xdna runs on hardware)."""
     gpu = hrx.device(gpu_engine)
     if gpu.info.kind == "npu":
         raise hrx.InvalidArgument(f"gpu_engine: {gpu.name} is an NPU; pass a GPU or host engine")
@@ -25,7 +25,8 @@ def engines(gpu_engine: str | None = None, npu_engine: str | None = None) -> tup
 def engine_arguments(ap: Any, *, columns: bool = True) -> None:
     """The engine options every example (and ``hrx demo``) takes."""
     ap.add_argument("--gpu-engine", default=None, help="GPU-side engine (default: the best: cuda, else host)")
-    ap.add_argument("--npu-engine", default=None, help="NPU engine (default: the best: npu-host)")
+    ap.add_argument("--npu-engine", default=None, help="NPU engine (default: the best: xdna on a Strix Halo with libamdf, "
+                    "else npu-host; xdna runs on the simulated Strix Halo when named with HRX_AMDF_PROVIDER=fake)")
     if columns:
         ap.add_argument("--columns", type=count("--columns", limit=1024), default=1, help="array columns of the NPU programs")
 
