@@ -203,6 +203,8 @@ def test_pack_args_layout() -> None:
     assert ffi.cast("unsigned int *", params[1])[0] == 7
     assert ffi.cast("float *", params[2])[0] == 1.5
     assert ffi.cast("long long *", params[3])[0] == -3
+    # each scalar's storage is exactly its size (the graph rebind fast path compares it)
+    assert [ffi.sizeof(k) for k in keep[1:4]] == [4, 4, 8]
     assert pack_args(ffi, [])[0] == ffi.NULL
     with pytest.raises(InvalidArgument, match=r"args\[0\]"):
         pack_args(ffi, [7])

@@ -52,7 +52,9 @@ def pack_args(ffi: Any, args: Sequence[KernelArg]) -> tuple[Any, list[Any]]:
             keep.append(ffi.new("unsigned long long *", address_of(arg.buffer) + arg.offset))
         elif isinstance(arg, np.generic):
             data = arg.tobytes()
-            keep.append(ffi.new("char[]", data if data else b"\0"))
+            # exactly len(data) bytes: "char[]" from bytes adds a NUL, which made the
+            # graph rebind fast path's size check fail for every kernel with scalars
+            keep.append(ffi.new(f"char[{len(data)}]", data) if data else ffi.new("char[1]"))
         else:
             raise InvalidArgument(f"args[{i}]: expected a BufferArg or a numpy scalar, got {type(arg).__name__}")
     params = ffi.new("void *[]", keep)
