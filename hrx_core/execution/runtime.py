@@ -591,7 +591,10 @@ class Runtime:
             entries = list(self._quarantined.values())
         released: list[Allocation] = []
         for alloc, fences, _ in entries:
-            if all(f.refresh_quiet() for f in fences) and not alloc.busy():
+            # poll the owner's own pending work too: busy() reads only what the
+            # timelines last reported, which a wait on another completion leaves stale
+            if all(f.refresh_quiet() for f in fences) and all(c.refresh_quiet() for c, *_ in alloc.pending_uses()) \
+                    and not alloc.busy():
                 released.append(alloc)
         with self._quarantine_lock:
             released = [a for a in released if self._quarantined.pop(id(a), None) is not None]

@@ -24,6 +24,14 @@ def simulated_amd() -> bool:
     return os.environ.get("HRX_AMDF_PROVIDER", "fake") == "fake"
 
 
+def skip_unless_shared_memory(gpu, npu_engine: str) -> None:
+    """Skips GPU/NPU pairs that cannot share memory: the simulated NPU5 lives in this
+    process and no physical GPU (cuda on an H200) reaches its allocations. On the
+    simulation xdna shares memory with the host engine and with amdgpu (one provider)."""
+    if npu_engine == "xdna" and simulated_amd() and gpu.info.engine not in ("host", "amdgpu"):
+        pytest.skip(f"the simulated NPU5 shares no memory with a physical GPU ({gpu.info.engine})")
+
+
 def open_npu(name: str, **options):
     """A new NPU device of engine ``name``. The suites' programs are host builds, which
     xdna loads only on the simulation (stand-in images); on an NPU they skip, and

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import NPU_ENGINES, simulated_amd
+from conftest import NPU_ENGINES, simulated_amd, skip_unless_shared_memory
 from hrx_npu.examples import gemm_pipeline, gpu_npu_parallel, shared_bench, shared_roundtrip
 
 from hrx_core.execution import validate_trace
@@ -48,12 +48,14 @@ def test_gpu_npu_parallel(gpu, npu_engine, tmp_path):
 
 
 def test_gemm_pipeline(gpu, npu_engine):
+    skip_unless_shared_memory(gpu, npu_engine)
     r = gemm_pipeline.run(24, 3, 2, gpu_engine=gpu.info.engine, npu_engine=npu_engine)
     assert r["ok"], r
     assert r["checks_passed"] == 3 * (1 + 2 * 2)
 
 
 def test_shared_examples(gpu, npu_engine):
+    skip_unless_shared_memory(gpu, npu_engine)
     r = shared_roundtrip.run(8192, 2, gpu_engine=gpu.info.engine, npu_engine=npu_engine)
     assert r["ok"] and r["coherent_ok"] == 2, r
     if gpu.info.host_mappable:

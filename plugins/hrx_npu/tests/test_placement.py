@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import add_one, numpy_artifact, rw_contract
+from conftest import add_one, numpy_artifact, rw_contract, skip_unless_shared_memory
 
 import hrx_core as hrx
 from hrx_core.buffer import Buffer
@@ -21,11 +21,13 @@ from hrx_core.placement import Fabric, MemoryPlacement, prepare_acquire_host, pr
 
 def shared_pair(f, gpu, npu):
     """(owner device, importing device) of the first coherent profile both reach."""
+    skip_unless_shared_memory(gpu, npu.info.engine)
     home = f.allocation_profiles([gpu, npu], coherent=True)[0].owner
     return home, (npu if home is gpu else gpu)
 
 
 def test_profiles_answer_before_allocating(gpu, npu):
+    skip_unless_shared_memory(gpu, npu.info.engine)
     f = Fabric()
     allocations = gpu.stats.allocations, npu.stats.allocations
     coherent = f.allocation_profiles([gpu, npu], coherent=True)
@@ -148,6 +150,7 @@ def test_visibility_describes_reach_actions_and_atomics(gpu, npu):
 def test_runtime_orders_gpu_and_npu_through_aliases(gpu, npu):
     """GPU writes shared memory, the NPU updates it through its alias, the GPU reads
     it back: the hazards see one allocation, so the order holds without explicit edges."""
+    skip_unless_shared_memory(gpu, npu.info.engine)
     f = Fabric()
     prof = f.allocation_profiles([gpu, npu], coherent=True)[0]
     prog = npu.load_artifact(numpy_artifact(add_one), columns=2, contract=rw_contract(1 << 16))
