@@ -72,7 +72,7 @@ def test_load_checks(npu):
     with pytest.raises(BindingListError, match="unused"):
         npu.load_artifact(art, columns=1, contract=KernelContract([BufferContract.read(64), BufferContract.unused(), BufferContract.write(64)]))
     with pytest.raises(AlignmentError):
-        npu.load_artifact(art, columns=1, contract=KernelContract([BufferContract.read(64, alignment=4096)]))
+        npu.load_artifact(art, columns=1, contract=KernelContract([BufferContract.read(64, alignment=2 * npu.info.limits.alignment)]))
     with pytest.raises(ContractViolation, match="scratch_bytes"):
         npu.load_artifact(art, columns=1, contract=rw_contract(64, scratch=npu.column_memory_bytes + 1))
     with pytest.raises(ContractViolation):

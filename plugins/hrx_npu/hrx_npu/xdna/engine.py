@@ -90,7 +90,13 @@ class XdnaDevice(NpuEngineDevice):
                     return p.ordinal
             raise Unsupported(f"{endpoint.info.name}: no host-visible {'coherent' if coherent else 'cacheable'} system memory profile")
 
-        self.cached_profile, self.coherent_profile = pick(False), pick(True)
+        try:
+            self.cached_profile, self.coherent_profile = pick(False), pick(True)
+        except BaseException:
+            self.xdna.destroy()
+            raise
+        # allocations start at the profiles' minimum alignment (a page): what contracts may ask
+        alignment = max(ALIGNMENT, min(profiles[self.cached_profile].minimum_alignment, profiles[self.coherent_profile].minimum_alignment))
         self._lock = threading.Lock()
         self._last_context = [0] * info.column_count
         self.invocations = 0
@@ -111,7 +117,7 @@ class XdnaDevice(NpuEngineDevice):
             name=f"{endpoint.info.name}" + ("" if self.simulated else " via libamdf"),
             kind="npu",
             queue_families=(QueueFamily("npu", npu_queues),),
-            limits=Limits(max_transfer_bytes=MAX_TRANSFER, alignment=ALIGNMENT, max_grid=(1, 1, 1), max_block=(1, 1, 1), max_threads_per_block=1),
+            limits=Limits(max_transfer_bytes=MAX_TRANSFER, alignment=alignment, max_grid=(1, 1, 1), max_block=(1, 1, 1), max_threads_per_block=1),
             targets=(TARGET, *HOST_TARGETS) if self.simulated else (TARGET,),
             memory_bytes=max((p.maximum_bytes for p in profiles), default=0),
             coherent_shared_memory=True,
@@ -260,6 +266,10 @@ class XdnaDevice(NpuEngineDevice):
 
         if self.simulated:
             unregister(self.provider, registration)
+
+    def program_destroyed(self, program: Any) -> None:
+        with self._lock:
+            self.programs.discard(program)
 
     def unload_program(self, executable: NpuExecutable) -> None:
         from .program import XdnaProgram

@@ -251,6 +251,7 @@ class XdnaProgram(NpuExecutable):
         except AmdfBusy:
             return False
         self.destroyed = True
+        self.device.program_destroyed(self)
         self.device.unregister_simulated(self._simulated)
         errors = []
         for obj in (self.ring, self.instructions, self.hw_context):
