@@ -271,6 +271,19 @@ class NativeGraph(abc.ABC):
     def update(self, index: int, node: GraphNode) -> None:
         """Patch node ``index`` with new parameters (same kind and topology)."""
 
+    def patch_args(self, patches: Sequence[tuple[int, int, BufferArg]]) -> bool:
+        """Rebinding fast path: rewrite buffer arguments of dispatch nodes in place.
+
+        ``patches`` holds ``(node index, argument index, new BufferArg)`` triples,
+        grouped by node; the core validated every argument (device, access, size,
+        overlap) and only buffer arguments change -- kernel, geometry, scalars and
+        topology stay as built. An engine writes the changed argument cells and makes
+        one native update per changed node. Return False (having changed nothing) where
+        the engine cannot patch in place: the core then calls :meth:`update` per node.
+        Replays already encoded keep their old arguments either way.
+        """
+        return False
+
     def close(self) -> None:  # noqa: B027
         """Destroy."""
 
