@@ -377,3 +377,40 @@ def test_images_from_the_image_folder_and_their_contract(npu, tmp_path, monkeypa
     assert artifact_for(npu, "other", {"host": copy_ref}).target == "host"
     with pytest.raises(hrx.InvalidArgument):
         contract_of(numpy_artifact(copy_ref))
+
+
+def test_large_streams_get_a_smaller_window(npu):
+    """128 ring slots of a ~600 KiB stream exceed the context's 64 MiB private memory:
+    the program gets as many slots as fit, and its window shrinks to match."""
+    spec = X.Spec()
+    records, sites = spec.control()
+    spec.control_records = [X.block_write32(X.shim_bd(0, 0), [0] * 150_000)] + records
+    spec.relocation_overrides = {i: dict(offset=off + 16 + 4 * 150_000) for i, off in enumerate(sites)}
+    art = image_artifact(X.build(spec), entry="copy_i32", reference=numpy_artifact(copy_ref))
+    prog = npu.load_artifact(art, columns=1, contract=COPY)
+    exe = prog.executable
+    assert exe.slot_count * exe.slot_bytes <= 64 << 20 < 128 * exe.slot_bytes
+    assert prog.max_pending == exe.slot_count < 128
+    src = npu.stream().allocate_from(np.arange(1024, dtype=np.uint32))
+    dst = npu.allocate(4096)
+    for _ in range(exe.slot_count + 5):                             # wraps the ring
+        prog.invoke([src, dst])
+    npu.synchronize()
+    assert (npu.stream().download(dst).view(np.uint32) == np.arange(1024)).all()
+
+
+def test_a_context_that_cannot_be_set_up_fails_typed_and_leaks_nothing(npu, monkeypatch):
+    """The driver refuses the kernel queue: the load fails with the typed error and
+    the context and its instruction memory are released."""
+    from hrx_amdf.errors import AmdfResourceExhausted, error_for, make_status
+    from hrx_amdf.fake.npu import FakeXdnaContext
+
+    def refuse(self, family, *, max_pending=0):
+        raise error_for("xdna.kernel_queue_create", make_status(5), "no hardware queue left")
+
+    monkeypatch.setattr(FakeXdnaContext, "create_kernel_queue", refuse)
+    before = contexts(npu)
+    with pytest.raises(AmdfResourceExhausted, match="no hardware queue left") as info:
+        npu.load_artifact(numpy_artifact(add_one), columns=2, contract=rw_contract(64))
+    assert isinstance(info.value, hrx.DeviceError)
+    assert contexts(npu) == before and npu.columns_free == npu.columns and not npu.programs and not npu.native.programs

@@ -90,10 +90,18 @@ class XdnaProgram(NpuExecutable):
             created.append(self.hw_context)
             self.scheduling = self.hw_context.info.scheduling_mode
             scope = self.hw_context.memory_scopes()[0]
-            profile = next(p.ordinal for p in scope.profiles() if p.roles & ProfileRole.CREATE and p.roles & ProfileRole.HOST_MAP
+            profile = next(p for p in scope.profiles() if p.roles & ProfileRole.CREATE and p.roles & ProfileRole.HOST_MAP
                            and p.guaranteed_flags & MemoryFlag.HOST_VISIBLE)
+            # one ring slot per pending invocation; a stream too large for the window's
+            # ring in the context's private memory gets a smaller window
+            self.slot_count = min(max_pending, profile.maximum_bytes // self.slot_bytes)
+            if self.slot_count < 1:
+                raise DeviceError(f"NPU program {name!r}: its {len(self.template)}-byte instruction stream exceeds the context's "
+                                  f"{profile.maximum_bytes}-byte private memory")
+            if self.slot_count < max_pending:
+                self.pending = PendingLimit(self.slot_count, f"NPU program {name!r}")
             self.instructions = scope.create(
-                self.slot_bytes * self.slot_count, profile=profile, alignment=max(info.instruction_alignment, 1),
+                self.slot_bytes * self.slot_count, profile=profile.ordinal, alignment=max(info.instruction_alignment, 1),
                 accesses=[DeviceAccess(xdna, MemoryAccess.READ | MemoryAccess.EXECUTE, address_kinds=frozenset({AddressKind.XDNA_FIRMWARE}))],
             )
             created.append(self.instructions)
