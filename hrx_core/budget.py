@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-from .errors import BudgetExceeded, InvalidArgument
+from .errors import BudgetExceeded, InvalidArgument, show
 
 
 class MemoryBudget:
@@ -19,7 +19,9 @@ class MemoryBudget:
 
     def __init__(self, limit_bytes: int, *, name: str = "budget") -> None:
         if isinstance(limit_bytes, bool) or not isinstance(limit_bytes, int) or limit_bytes < 0:
-            raise InvalidArgument(f"limit_bytes: expected an int >= 0, got {limit_bytes!r}")
+            raise InvalidArgument(f"limit_bytes: expected an int >= 0, got {show(limit_bytes)}")
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"name: expected a nonempty str, got {show(name)}")
         self.name = name
         self.limit_bytes = limit_bytes
         self._used = 0
@@ -41,7 +43,9 @@ class MemoryBudget:
     def charge(self, nbytes: int, what: str = "allocation") -> Charge:
         """Charge ``nbytes`` or raise BudgetExceeded (nothing is charged then)."""
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
-            raise InvalidArgument(f"nbytes: expected an int >= 0, got {nbytes!r}")
+            raise InvalidArgument(f"nbytes: expected an int >= 0, got {show(nbytes)}")
+        if not isinstance(what, str):
+            raise InvalidArgument(f"what: expected a str, got {show(what)}")
         with self._lock:
             if self._used + nbytes > self.limit_bytes:
                 raise BudgetExceeded(
@@ -97,6 +101,10 @@ class Reservation(MemoryBudget):
     """
 
     def __init__(self, parent: MemoryBudget, nbytes: int, what: str) -> None:
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+            raise InvalidArgument(f"nbytes: expected an int >= 0, got {show(nbytes)}")
+        if not isinstance(what, str):
+            raise InvalidArgument(f"what: expected a str, got {show(what)}")
         super().__init__(nbytes, name=f"{parent.name}/{what}")
         self.parent = parent
         self._parent_charge: Charge | None = parent.charge(nbytes, what)

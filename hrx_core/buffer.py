@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 
 from .engine import Access, CacheOp, NativeBuffer
-from .errors import AccessConflict, InvalidArgument, OutOfBounds, Unsupported
+from .errors import AccessConflict, InvalidArgument, OutOfBounds, Unsupported, show
 
 if TYPE_CHECKING:
     from .budget import Charge
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def check_int(name: str, value: Any, *, minimum: int = 0) -> int:
     """Validate a non-negative (or >= minimum) integer argument."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InvalidArgument(f"{name}: expected an int, got {type(value).__name__} {value!r}")
+        raise InvalidArgument(f"{name}: expected an int, got {type(value).__name__} {show(value)}")
     value = int(value)
     if value < minimum:
         raise InvalidArgument(f"{name}: must be >= {minimum}, got {value}")
@@ -281,7 +281,7 @@ class Buffer:
         try:
             op = CacheOp(op)
         except ValueError:
-            raise InvalidArgument(f"op: expected 'invalidate' or 'flush', got {op!r}") from None
+            raise InvalidArgument(f"op: expected 'invalidate' or 'flush', got {show(op)}") from None
         view = self.slice(offset, self.nbytes - offset if length is None else length)
         alloc = self.allocation
         if alloc.busy(view.start, view.end, host_writes=True):
@@ -451,16 +451,30 @@ Bindable = Union[Buffer, View, Binding]
 _ACCESSES = frozenset((Access.READ, Access.WRITE, Access.READ_WRITE))
 
 
+def check_bool(name: str, value: Any) -> bool:
+    """Validate a bool argument (not 0/1, not a numpy array)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidArgument(f"{name}: expected a bool, got {type(value).__name__} {show(value)}")
+    return bool(value)
+
+
+def check_str(name: str, value: Any, *, empty: bool = False) -> str:
+    """Validate a str argument (nonempty unless ``empty``, without NUL bytes)."""
+    if not isinstance(value, str) or (not empty and not value) or "\x00" in value:
+        raise InvalidArgument(f"{name}: expected a {'' if empty else 'nonempty '}str, got {show(value)}")
+    return value
+
+
 def coerce_access(access: Access | str) -> Access:
     if isinstance(access, Access):
         if access not in (Access.READ, Access.WRITE, Access.READ_WRITE):
-            raise InvalidArgument(f"access: expected read, write or read_write, got {access!r}")
+            raise InvalidArgument(f"access: expected read, write or read_write, got {show(access)}")
         return access
     names = {"read": Access.READ, "r": Access.READ, "write": Access.WRITE, "w": Access.WRITE,
              "read_write": Access.READ_WRITE, "rw": Access.READ_WRITE}
     if isinstance(access, str) and access in names:
         return names[access]
-    raise InvalidArgument(f"access: expected 'read', 'write' or 'read_write', got {access!r}")
+    raise InvalidArgument(f"access: expected 'read', 'write' or 'read_write', got {show(access)}")
 
 
 def as_binding(name: str, value: Any, default: Access = Access.READ_WRITE) -> Binding:

@@ -85,16 +85,16 @@ class CompileCache:
         options: Sequence[str] = (),
     ) -> Artifact:
         if not isinstance(target, str) or not target:
-            raise InvalidArgument(f"target: expected a nonempty str, got {target!r}")
+            raise InvalidArgument(f"target: expected a nonempty str, got {type(target).__name__}")
         compiler = compilers.get(target)
         if compiler is None:
             known = ", ".join(sorted(compilers)) or "none"
             raise Unsupported(f"target {target!r}: no compiler registered (registered: {known})")
         if not isinstance(entry, str):
             raise InvalidArgument(f"entry: expected str, got {type(entry).__name__}")
+        if not isinstance(options, (list, tuple)) or not all(isinstance(o, str) for o in options):
+            raise InvalidArgument(f"options: expected a list of strs, got {type(options).__name__}")
         options = tuple(options)
-        if not all(isinstance(o, str) for o in options):
-            raise InvalidArgument(f"options: expected strings, got {options!r}")
         digest = hashlib.sha256(
             "\0".join([target, _source_digest(source), entry, *options, compiler.salt()]).encode()
         ).hexdigest()

@@ -272,6 +272,8 @@ class Device:
         return self._stream_queue_count
 
     def _family(self, family: str) -> QueueFamily:
+        if not isinstance(family, str):
+            raise InvalidArgument(f"family: expected a queue family name (str), got {type(family).__name__}")
         found = self.info.family(family)
         if found is None:
             names = ", ".join(f.name for f in self.info.queue_families)
@@ -368,16 +370,18 @@ class Device:
             raise InvalidArgument(f"{self.name} is closed")
         wrapped = self.native.wrap_external(obj)
         if wrapped is None:
-            raise Unsupported(f"{self.name} cannot wrap {type(obj).__name__} memory")
+            raise Unsupported(f"obj: {self.name} cannot wrap {type(obj).__name__} memory")
         native, nbytes = wrapped
         if nbytes <= 0:
             raise InvalidArgument("obj: wrapped memory is empty")
         return Buffer(self, Allocation(self, native, nbytes, shared=False, external=obj))
 
-    def buffer_pool(self, **kwargs: Any) -> BufferPool:
+    def buffer_pool(self, *, max_free_bytes: int = 1 << 30, shared: bool = False,
+                    budget: MemoryBudget | None = None) -> BufferPool:
+        """A :class:`BufferPool` of this device."""
         from .pool import BufferPool
 
-        return BufferPool(self, **kwargs)
+        return BufferPool(self, max_free_bytes=max_free_bytes, shared=shared, budget=budget)
 
     # -- synchronization --------------------------------------------------------
 

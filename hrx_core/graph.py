@@ -27,7 +27,7 @@ from . import transfer
 from .buffer import Allocation, Binding, Buffer, View, as_binding, backing_of
 from .completion import Completion
 from .engine import Access, BufferArg, Executable, GraphNode, NativeGraph, NativeQueue
-from .errors import InvalidArgument, OutOfBounds, Overlap
+from .errors import InvalidArgument, OutOfBounds, Overlap, show
 from .hazards import HazardTracker
 from .kernel import Kernel
 from .stream import _dims, _narrower
@@ -241,13 +241,15 @@ class Graph:
         """Declare ``buffer`` as the input ``name``, replaceable at launch; returns it."""
         self._check_open()
         if not isinstance(name, str) or not name:
-            raise InvalidArgument(f"name: expected a nonempty str, got {name!r}")
+            raise InvalidArgument(f"name: expected a nonempty str, got {show(name)}")
         if not isinstance(buffer, Buffer):
             raise InvalidArgument(f"buffer: expected a Buffer, got {type(buffer).__name__}")
         if name in self._inputs:
             raise InvalidArgument(f"name: input {name!r} is already declared")
         if buffer.device is not self.device:
             raise InvalidArgument(f"buffer: belongs to {buffer.device.name}, not {self.device.name}")
+        if buffer.closed:
+            raise InvalidArgument("buffer: is closed")
         self._inputs[name] = buffer
         return buffer
 
@@ -362,6 +364,10 @@ class Graph:
         """Replay the graph on ``stream`` (default: the recording stream)."""
         self._check_open()
         stream = self.stream if stream is None else stream
+        from .stream import Stream
+
+        if not isinstance(stream, Stream):
+            raise InvalidArgument(f"stream: expected a Stream or None, got {type(stream).__name__}")
         if stream.device is not self.device:
             raise InvalidArgument(f"stream: is on {stream.device.name}, the graph on {self.device.name}")
         if not self.nodes:

@@ -12,7 +12,7 @@ import ctypes
 import threading
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidArgument, Unsupported
+from .errors import InvalidArgument, Unsupported, show
 
 if TYPE_CHECKING:
     from .buffer import View
@@ -113,8 +113,17 @@ def _wait_pending(view: View) -> None:
 
 
 def to_dlpack(view: View, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None) -> Any:
+    if copy is not None and not isinstance(copy, bool):
+        raise InvalidArgument(f"copy: expected None or a bool, got {type(copy).__name__}")
     if copy:
         raise InvalidArgument("copy: HRX exports without copying; copy=True is not supported")
+    if stream is not None and (isinstance(stream, bool) or not isinstance(stream, int) or stream < -1):
+        raise InvalidArgument(f"stream: expected None, -1 or a stream handle (an int >= 0), got {show(stream)}")
+    if max_version is not None and not (isinstance(max_version, tuple) and len(max_version) == 2
+                                        and all(type(v) is int for v in max_version)):
+        raise InvalidArgument(f"max_version: expected None or a (major, minor) tuple of ints, got {type(max_version).__name__}")
+    if dl_device is not None and (not isinstance(dl_device, tuple) or dl_device != dlpack_device(view)):
+        raise InvalidArgument(f"dl_device: HRX exports on the buffer's own device {dlpack_device(view)}, got {show(dl_device)}")
     _wait_pending(view)
     alloc = view.buffer.allocation
     managed = DLManagedTensor()

@@ -76,7 +76,10 @@ class Kernel:
                 raise InvalidArgument(f"buffers: expected 0..{MAX_BUFFERS}, got {buffers}")
             accesses: tuple[Access, ...] = (Access.READ_WRITE,) * buffers
         elif isinstance(buffers, (list, tuple)) and len(buffers) <= MAX_BUFFERS:
-            accesses = tuple(coerce_access(a) for a in buffers)
+            try:
+                accesses = tuple(coerce_access(a) for a in buffers)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"buffers: {exc}") from None
         else:
             raise InvalidArgument(f"buffers: expected a count or a list of accesses ('read', 'write', 'read_write'), got {_show(buffers)}")
         self.buffer_access = accesses
@@ -84,6 +87,8 @@ class Kernel:
             raise InvalidArgument(f"scalars: expected a list of up to {MAX_SCALARS} numpy dtypes, got {_show(scalars)}")
         types = []
         for i, t in enumerate(scalars):
+            if t is None:  # numpy would read None as float64
+                raise InvalidArgument(f"scalars[{i}]: expected a dtype, got None")
             try:
                 dt = np.dtype(t)
             except (TypeError, ValueError) as exc:
@@ -104,6 +109,8 @@ class Kernel:
             if not isinstance(target, str) or not target:
                 raise InvalidArgument(f"sources: target names are nonempty strs, got {_show(target)}")
             kinds = _SOURCE_KINDS.get(target)
+            if target == "host" and not (callable(src) or isinstance(src, str)) or target == "host" and src == "":
+                raise InvalidArgument(f"host: expected a callable or Python source (a nonempty str), got {type(src).__name__}")
             if kinds is not None and not isinstance(src, kinds):
                 raise InvalidArgument(f"{target}: expected {' or '.join(k.__name__ for k in kinds)}, got {type(src).__name__}")
             if not (callable(src) or isinstance(src, (str, bytes, bytearray))):

@@ -206,6 +206,8 @@ class Fabric:
         backing reaches them all."""
         if isinstance(devices, (str, bytes)) or not isinstance(devices, Sequence) or not devices:
             raise InvalidArgument("devices: expected a nonempty list of devices")
+        if not isinstance(coherent, bool):
+            raise InvalidArgument(f"coherent: expected a bool, got {type(coherent).__name__}")
         devs = tuple(_device(f"devices[{i}]", d) for i, d in enumerate(devices))
         out = []
         for owner in devs:
@@ -302,8 +304,8 @@ class Visibility:
     unsupported_atomics: tuple[str, ...] = ()
 
 
-def _agent_name(a: Any) -> str:
-    return HOST if a == HOST else _device("agent", a).name
+def _agent_name(a: Any, name: str = "agent") -> str:
+    return HOST if isinstance(a, str) and a == HOST else _device(name, a).name
 
 
 def _same_domain(a: Any, b: Any) -> bool:
@@ -324,7 +326,7 @@ def visibility(buffer: Buffer | View | Binding, producer: Agent, consumer: Agent
     backing from ``producer`` to ``consumer`` (devices or "host")."""
     b = as_binding("buffer", buffer)
     origin = backing_of(b.view.buffer.allocation)
-    p, c = _agent_name(producer), _agent_name(consumer)
+    p, c = _agent_name(producer, "producer"), _agent_name(consumer, "consumer")
     coherent = origin.shared
     missing = [n for n, a in ((p, producer), (c, consumer)) if not _reaches(a, origin)]
     if missing:
@@ -403,6 +405,8 @@ def _merge(name: str, ranges: Iterable[Buffer | View | Binding]) -> list[tuple[A
 
     if isinstance(ranges, (Buffer, View, Binding)):
         ranges = [ranges]
+    if isinstance(ranges, (str, bytes)) or not isinstance(ranges, Iterable):
+        raise InvalidArgument(f"{name}: expected Buffers, Views or Bindings, got {type(ranges).__name__}")
     spans = []
     for i, r in enumerate(ranges):
         v = as_binding(f"{name}[{i}]", r).view

@@ -18,7 +18,7 @@ import pluggy
 from . import hookspecs
 from .compiler import CompileCache, Compiler
 from .engine import Artifact, Engine, EngineStatus
-from .errors import EngineNotFound, InvalidArgument, PluginError
+from .errors import EngineNotFound, InvalidArgument, PluginError, show
 
 ENV_ENGINE = "HRX_ENGINE"
 
@@ -213,7 +213,7 @@ def open_device(engine: str | None = None, index: int = 0, **options: Any) -> An
 
     name, eng = _engine_for(engine)
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise InvalidArgument(f"index: expected an int >= 0, got {index!r}")
+        raise InvalidArgument(f"index: expected an int >= 0, got {show(index)}")
     status = eng.probe()
     if not status.available:
         raise EngineNotFound(f"engine {name!r} is installed but unavailable: {status.reason}")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .completion import Completion
+from .errors import show
 
 if TYPE_CHECKING:
     from .budget import MemoryBudget
@@ -44,7 +45,7 @@ def _threads(cap: int = 8) -> int:
         if not 1 <= value <= 1024:
             from .errors import InvalidArgument
 
-            raise InvalidArgument(f"HRX_STAGING_THREADS: expected an int in 1..1024, got {env!r}")
+            raise InvalidArgument(f"HRX_STAGING_THREADS: expected an int in 1..1024, got {show(env)}")
         return value
     return max(1, min(cap, (os.cpu_count() or 1) - 1))
 

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import transfer
-from .buffer import Allocation, Binding, Buffer, View, as_binding, backing_of, check_int
+from .buffer import Allocation, Binding, Buffer, View, as_binding, backing_of, check_bool, check_int
 from .completion import Completion, Event
 from .engine import Access, BufferArg, CacheOp, KernelArg, NativeQueue
-from .errors import ArtifactError, InvalidArgument, OutOfBounds, Overlap, Unsupported
+from .errors import ArtifactError, InvalidArgument, OutOfBounds, Overlap, Unsupported, show
 from .kernel import Kernel
 from .timeouts import check_timeout
 from .staging import MAX_CHUNK_BYTES, StagingRing, file_read_async, host_copy, host_copy_async, wait_all
@@ -56,7 +56,7 @@ def _check_dims(name: str, value: Any, limit: tuple[int, int, int]) -> tuple[int
     elif isinstance(value, (tuple, list)) and 1 <= len(value) <= 3:
         dims = [check_int(f"{name}[{i}]", v, minimum=1) for i, v in enumerate(value)]
     else:
-        raise InvalidArgument(f"{name}: expected an int or a tuple of 1 to 3 ints, got {value!r}")
+        raise InvalidArgument(f"{name}: expected an int or a tuple of 1 to 3 ints, got {show(value)}")
     dims += [1] * (3 - len(dims))
     for i, (d, m) in enumerate(zip(dims, limit)):
         if not 1 <= d <= m:
@@ -104,7 +104,7 @@ class PreparedLaunch:
         """
         expected = self._kernel.buffer_access
         if type(index) is not int or not 0 <= index < len(expected):
-            raise InvalidArgument(f"index: kernel {self._kernel.name!r} has buffers 0..{len(expected) - 1}, got {index!r}")
+            raise InvalidArgument(f"index: kernel {self._kernel.name!r} has buffers 0..{len(expected) - 1}, got {show(index)}")
         arg, use = self._stream._buffer_arg(self._kernel, index, binding, expected[index])
         self._native.set_arg(index, arg)
         ranges = list(self._ranges)
@@ -546,7 +546,7 @@ class Stream:
             segments = []
             for i, item in enumerate(ranges):
                 if not isinstance(item, (tuple, list)) or len(item) != 3:
-                    raise InvalidArgument(f"ranges[{i}]: expected (dst, offset, nbytes), got {item!r}")
+                    raise InvalidArgument(f"ranges[{i}]: expected (dst, offset, nbytes), got {show(item)}")
                 dst, offset, nbytes = item
                 where = "" if len(ranges) == 1 else f"ranges[{i}]: "
                 d = self._writable(f"{where}dst", dst)
@@ -786,7 +786,7 @@ class Stream:
         buffer, kernel and charge it binds through every replay."""
         from .graph import Graph
 
-        return Graph(self, inferred=inferred, owned=True)
+        return Graph(self, inferred=check_bool("inferred", inferred), owned=True)
 
     def close(self) -> None:
         """Wait for this stream's work and release its staging memory."""

@@ -28,7 +28,7 @@ def check_timeout(name: str, value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise InvalidArgument(f"{name}: expected seconds >= 0 or None, got {type(value).__name__} {value!r}")
+        raise InvalidArgument(f"{name}: expected seconds >= 0 or None, got {type(value).__name__}")
     seconds = float(value)
     if math.isnan(seconds) or seconds < 0:
         raise InvalidArgument(f"{name}: expected seconds >= 0 or None, got {value!r}")

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, show
 
 
 def split(nbytes: int, limit: int, granule: int = 1) -> Iterator[tuple[int, int]]:
@@ -28,7 +28,7 @@ def split(nbytes: int, limit: int, granule: int = 1) -> Iterator[tuple[int, int]
 def fill_pattern(value: object) -> bytes:
     """Normalise a fill value: an int byte, 1/2/4 bytes, or a numpy scalar of that size."""
     if isinstance(value, bool):
-        raise InvalidArgument(f"value: expected a byte value, bytes or a numpy scalar, got {value!r}")
+        raise InvalidArgument(f"value: expected a byte value, bytes or a numpy scalar, got {show(value)}")
     if isinstance(value, (int, np.integer)) and not isinstance(value, np.generic):
         if not 0 <= value <= 255:
             raise InvalidArgument(f"value: an int fill value is one byte (0..255), got {value}")
@@ -47,6 +47,8 @@ def fill_pattern(value: object) -> bytes:
 def host_bytes(name: str, data: object) -> np.ndarray:
     """A flat uint8 view of host data (no copy for contiguous buffers)."""
     if isinstance(data, np.ndarray):
+        if data.dtype.hasobject:
+            raise InvalidArgument(f"{name}: an array of Python objects ({data.dtype}) has no bytes to copy")
         if not data.flags.c_contiguous:
             data = np.ascontiguousarray(data)
         flat = data.reshape(-1).view(np.uint8)

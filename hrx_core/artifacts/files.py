@@ -34,8 +34,8 @@ def fspath(name: str, path: Any) -> str:
     try:
         p = os.fspath(path)
         text = os.fsdecode(p)
-    except (TypeError, ValueError, UnicodeError) as exc:
-        raise InvalidArgument(f"{name}: not a usable path ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - a path-like whose __fspath__ raises
+        raise InvalidArgument(f"{name}: not a usable path ({type(exc).__name__}: {exc})") from None
     if "\x00" in text:
         raise InvalidArgument(f"{name}: path contains a NUL byte: {show(text)}")
     if not text:

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArtifactError, HRXError, InvalidArgument
+from ..errors import ArtifactError, HRXError, InvalidArgument, show
 from .files import open_regular, pread_exact
 
 __all__ = ["MissingFiles", "Resolver"]
@@ -137,13 +137,17 @@ class Resolver:
         progress: bool = True,
     ) -> None:
         if not isinstance(repo_id, str) or not _REPO_ID_RE.fullmatch(repo_id):
-            raise InvalidArgument(f"repo_id: expected 'org/name' or 'name', got {repo_id!r}")
+            raise InvalidArgument(f"repo_id: expected 'org/name' or 'name', got {show(repo_id)}")
         if revision is not None and (not isinstance(revision, str) or not revision.strip()):
-            raise InvalidArgument(f"revision: expected a non-empty str or None, got {revision!r}")
+            raise InvalidArgument(f"revision: expected a non-empty str or None, got {show(revision)}")
+        if not isinstance(pin, bool):
+            raise InvalidArgument(f"pin: expected a bool, got {type(pin).__name__}")
+        if not isinstance(progress, bool):
+            raise InvalidArgument(f"progress: expected a bool, got {type(progress).__name__}")
         if offline is not None and not isinstance(offline, bool):
-            raise InvalidArgument(f"offline: expected a bool or None, got {offline!r}")
+            raise InvalidArgument(f"offline: expected a bool or None, got {show(offline)}")
         if endpoint is not None and (not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://"))):
-            raise InvalidArgument(f"endpoint: expected an http(s) URL, got {endpoint!r}")
+            raise InvalidArgument(f"endpoint: expected an http(s) URL, got {show(endpoint)}")
         if token is not None and not isinstance(token, (str, bool)):
             raise InvalidArgument(f"token: expected a str, bool or None, got {type(token).__name__}")
         rev = revision if revision is not None else _DEFAULT_REVISION
@@ -274,7 +278,7 @@ class Resolver:
             if name not in names:
                 raise InvalidArgument(f"sha256: {name!r} is not one of the files being resolved {names}")
             if not isinstance(digest, str) or not _SHA256_RE.fullmatch(digest.strip().lower()):
-                raise InvalidArgument(f"sha256[{name!r}]: expected 64 hex digits, got {digest!r}")
+                raise InvalidArgument(f"sha256[{name!r}]: expected 64 hex digits, got {show(digest)}")
             out[name] = digest.strip().lower()
         return out
 

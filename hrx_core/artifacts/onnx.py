@@ -167,8 +167,10 @@ def decode_tensor(
     """
     from onnx import TensorProto
 
+    if not isinstance(tensor, TensorProto):
+        raise InvalidArgument(f"tensor: expected an onnx TensorProto, got {type(tensor).__name__}")
     label = _label(tensor, what)
-    if strings not in ("str", "bytes"):
+    if not isinstance(strings, str) or strings not in ("str", "bytes"):
         raise InvalidArgument(f"strings={strings!r}: expected 'str' or 'bytes'")
     if tensor.HasField("segment"):
         raise ArtifactError(f"{label}: segmented tensors are not supported")
@@ -563,9 +565,11 @@ class Model:
         """
         import onnx
 
+        if not isinstance(load_external_data, bool):
+            raise InvalidArgument(f"load_external_data: expected a bool, got {type(load_external_data).__name__}")
         if isinstance(source, (bytes, bytearray, memoryview)):
             path = None
-            bdir = os.fspath(base_dir) if base_dir is not None else None
+            bdir = fspath("base_dir", base_dir) if base_dir is not None else None
             try:
                 proto = onnx.load_model_from_string(bytes(source))
             except Exception as exc:
@@ -598,6 +602,8 @@ class Model:
 
     def node(self, name: str) -> Node:
         """The node called ``name`` (InvalidArgument if there is none)."""
+        if not isinstance(name, str):
+            raise InvalidArgument(f"name: expected a node name (str), got {type(name).__name__}")
         try:
             return self.nodes[name]
         except KeyError:
@@ -614,11 +620,15 @@ class Model:
         return self._consumers.get(value, ())
 
     def _check_value(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise InvalidArgument(f"value: expected a value name (str), got {type(value).__name__}")
         if value not in self._values:
             raise InvalidArgument(f"{self._where}no value named {value!r}")
 
     def initializer(self, name: str, *, strings: Literal["str", "bytes"] = "str") -> np.ndarray:
         """Decode the initializer ``name`` to numpy (see :func:`decode_tensor`)."""
+        if not isinstance(name, str):
+            raise InvalidArgument(f"name: expected an initializer name (str), got {type(name).__name__}")
         try:
             tensor = self.initializers[name]
         except KeyError:
@@ -640,9 +650,13 @@ class Model:
         or one of another type raises ArtifactError naming node, attribute and types.
         """
         node_name = node.name if isinstance(node, Node) else node
+        if not isinstance(node_name, str):
+            raise InvalidArgument(f"node: expected a Node or a node name, got {type(node).__name__}")
+        if not isinstance(name, str):
+            raise InvalidArgument(f"name: expected an attribute name (str), got {type(name).__name__}")
         if node_name not in self.nodes:
             raise InvalidArgument(f"{self._where}no node named {node_name!r}")
-        if kind not in ATTRIBUTE_KINDS:
+        if not isinstance(kind, str) or kind not in ATTRIBUTE_KINDS:
             raise InvalidArgument(f"kind={kind!r}: expected one of {', '.join(ATTRIBUTE_KINDS)}")
         op = self.nodes[node_name].op_type
         a = self._attrs[node_name].get(name)

@@ -232,7 +232,7 @@ class FileView:
         link -- raises ArtifactError before anything is read), and never more bytes
         than ``fstat`` reported. A mapped file must not be truncated while its views
         are in use (see :meth:`numpy`)."""
-        if mode not in ("mapped", "owned"):
+        if not isinstance(mode, str) or mode not in ("mapped", "owned"):
             raise InvalidArgument(f"mode: expected 'mapped' or 'owned', got {show(mode)}")
         fd, st = open_regular(path)
         spath = fspath("path", path)
@@ -310,10 +310,25 @@ class FileView:
 
     def info(self, name: str) -> TensorInfo:
         """dtype, shape and absolute byte range of ``name``."""
+        if not isinstance(name, str):
+            raise InvalidArgument(f"name: expected a tensor name (str), got {type(name).__name__}")
         try:
             return self._tensors[name]
         except KeyError:
             raise InvalidArgument(f"{self.path}: no tensor named {name!r}") from None
+
+    def _names(self, names: Any) -> list[str]:
+        """``names`` (None: all, a str, or an iterable of strs) as checked tensor names."""
+        if names is None:
+            return list(self._tensors)
+        if isinstance(names, str):
+            names = [names]
+        if isinstance(names, (bytes, bytearray)) or not isinstance(names, Iterable):
+            raise InvalidArgument(f"names: expected tensor names or None, got {type(names).__name__}")
+        out = list(names)
+        for n in out:
+            self.info(n)
+        return out
 
     # -- host views ---------------------------------------------------------------
 
@@ -364,11 +379,9 @@ class FileView:
         Returns True when advice was given, False where it is a no-op (owned files,
         platforms without madvise or without that advice).
         """
-        if advice not in _ADVICE:
-            raise InvalidArgument(f"advice: expected one of {sorted(_ADVICE)}, got {advice!r}")
-        if isinstance(names, str):
-            names = [names]
-        infos = [self.info(n) for n in (self._tensors if names is None else names)]
+        if not isinstance(advice, str) or advice not in _ADVICE:
+            raise InvalidArgument(f"advice: expected one of {sorted(_ADVICE)}, got {show(advice)}")
+        infos = [self.info(n) for n in self._names(names)]
         data = self._buf()
         flag = getattr(mmap, _ADVICE[advice], None)
         if isinstance(data, bytearray) or flag is None or not hasattr(data, "madvise"):
@@ -395,9 +408,16 @@ class FileView:
         (devices allocate nothing smaller). On any failure the buffers allocated so far
         are closed. Returns buffers by name; the uploads are queued on ``stream``.
         """
-        if isinstance(names, str):
-            names = [names]
-        infos = [self.info(n) for n in dict.fromkeys(self._tensors if names is None else names)]
+        from ..stream import Stream
+
+        if not isinstance(stream, Stream):
+            raise InvalidArgument(f"stream: expected an hrx Stream, got {type(stream).__name__}")
+        if budget is not None:
+            from ..budget import MemoryBudget
+
+            if not isinstance(budget, MemoryBudget):
+                raise InvalidArgument(f"budget: expected a MemoryBudget or None, got {type(budget).__name__}")
+        infos = [self.info(n) for n in dict.fromkeys(self._names(names))]
         data = self._buf()
         charge_to = budget if budget is not None else stream.memory_budget
         out: dict[str, Buffer] = {}

@@ -13,6 +13,7 @@ import math
 import os
 from collections.abc import Callable
 from typing import Any, NoReturn
+from ..errors import show
 
 
 class Parser(argparse.ArgumentParser):
@@ -29,7 +30,7 @@ def count(name: str, *, minimum: int = 1, limit: int = 1 << 40) -> Callable[[str
         try:
             value = int(text, 0)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} expects an integer, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"{name} expects an integer, got {show(text)}") from None
         if not minimum <= value <= limit:
             raise argparse.ArgumentTypeError(f"{name} must be in {minimum}..{limit}, got {value}")
         return value
@@ -45,11 +46,11 @@ def number(name: str, *, minimum: float = 0.0, maximum: float = math.inf, inclus
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} expects a number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"{name} expects a number, got {show(text)}") from None
         low_ok = value >= minimum if inclusive else value > minimum
         if not math.isfinite(value) or not low_ok or not value < maximum:
             bound = f">= {minimum}" if inclusive else f"> {minimum}"
-            raise argparse.ArgumentTypeError(f"{name} must be a finite number {bound} and < {maximum}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number {bound} and < {maximum}, got {show(text)}")
         return value
 
     parse.__name__ = "number"
@@ -82,7 +83,7 @@ def output_dir(name: str) -> Callable[[str], str]:
 
     def parse(text: str) -> str:
         if not text or "\x00" in text:
-            raise argparse.ArgumentTypeError(f"{name}: expected a directory path, got {text!r}")
+            raise argparse.ArgumentTypeError(f"{name}: expected a directory path, got {show(text)}")
         if os.path.exists(text) and not os.path.isdir(text):
             raise argparse.ArgumentTypeError(f"{name}: {text!r} exists and is not a directory")
         probe = os.path.abspath(text)

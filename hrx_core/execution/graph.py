@@ -23,7 +23,7 @@ import numpy as np
 from .. import transfer
 from ..buffer import Allocation, Binding, Buffer, View, as_binding
 from ..engine import Access
-from ..errors import InvalidArgument, OutOfBounds
+from ..errors import InvalidArgument, OutOfBounds, show
 from ..graph import Graph as DeviceGraph
 from ..hazards import HazardTracker
 from ..placement import backing_of
@@ -254,9 +254,18 @@ class TrackedGraph:
 
     # -- recording --------------------------------------------------------------
 
-    def _check(self) -> None:
+    def _check(self, name: Any = "region", after: Any = ()) -> None:
+        """Refuse a closed graph, a bad region name or ``after`` list before anything
+        is recorded or allocated."""
         if self._closed:
             raise InvalidArgument("graph is closed")
+        if not isinstance(name, str) or not name or "\x00" in name:
+            raise InvalidArgument(f"name: expected a nonempty str, got {show(name)}")
+        if isinstance(after, (Region, str)) or not isinstance(after, Sequence):
+            raise InvalidArgument(f"after: expected a list of regions of this graph, got {type(after).__name__}")
+        for i, r in enumerate(after):
+            if not isinstance(r, Region) or r.graph is not self:
+                raise InvalidArgument(f"after[{i}]: not a region of this graph")
 
     def _add(self, region: Region, after: Sequence[Region]) -> Region:
         explicit = []
@@ -283,6 +292,12 @@ class TrackedGraph:
             self._totals = totals
         return self._totals
 
+    def _check_device(self, name: str, binding: Binding, lane: str) -> None:
+        """Refuse a buffer of another device than ``lane``'s before staging is allocated."""
+        device = self._lane(lane).device
+        if binding.view.buffer.device is not device:
+            raise InvalidArgument(f"{name}: buffer belongs to {binding.view.buffer.device.name}, not {device.name}")
+
     def _lane(self, name: str) -> Lane:
         return self.runtime.lane(name)
 
@@ -305,32 +320,33 @@ class TrackedGraph:
         """A compute region: ``record(g)`` records dispatches, copies and fills on ``g``
         (an access graph); its bindings' declared access orders it with other regions.
         ``lane="npu"`` puts it on the runtime's NPU device instead."""
-        self._check()
+        self._check(name, after)
         if not callable(record):
             raise InvalidArgument(f"record: expected a callable, got {type(record).__name__}")
-        if lane not in ("compute", "npu"):
-            raise InvalidArgument(f"lane: compute regions run on 'compute' or 'npu', got {lane!r}")
+        if not isinstance(lane, str) or lane not in ("compute", "npu"):
+            raise InvalidArgument(f"lane: compute regions run on 'compute' or 'npu', got {show(lane)}")
         return self._add(ComputeRegion(self, name, lane, self._record(lane, record)), after)  # type: ignore[return-value]
 
     def copy(self, src: Buffer | View | Binding, dst: Buffer | View | Binding, *, name: str = "copy", after: Sequence[Region] = ()) -> CopyRegion:
         """A copy-only region: on the copy engine (RuntimeOptions.copy_engine)."""
-        self._check()
+        self._check(name, after)
         lane = self.runtime.copy_lane
         return self._add(CopyRegion(self, name, lane, self._record(lane, lambda g: g.copy(src, dst))), after)  # type: ignore[return-value]
 
     def fill(self, dst: Buffer | View | Binding, value: Any, *, name: str = "fill", after: Sequence[Region] = ()) -> CopyRegion:
         """A fill-only region: on the copy engine (RuntimeOptions.copy_engine)."""
-        self._check()
+        self._check(name, after)
         lane = self.runtime.copy_lane
         return self._add(CopyRegion(self, name, lane, self._record(lane, lambda g: g.fill(dst, value))), after)  # type: ignore[return-value]
 
     def upload(self, dst: Buffer | View | Binding, data: Any, *, name: str = "upload", after: Sequence[Region] = ()) -> UploadRegion:
         """An upload-lane region moving ``data`` (copied now into graph-owned staging;
         refill with ``region.write``) into ``dst``."""
-        self._check()
+        self._check(name, after)
         d = as_binding("dst", dst, Access.WRITE)
         if not d.access & Access.WRITE:
             raise InvalidArgument("dst: binding is declared read-only")
+        self._check_device("dst", d, "upload")
         src = transfer.host_bytes("data", data)
         if src.nbytes != d.view.length:
             raise OutOfBounds(f"upload: {src.nbytes} bytes for a {d.view.length}-byte destination")
@@ -346,10 +362,11 @@ class TrackedGraph:
 
     def download(self, src: Buffer | View | Binding, *, name: str = "download", after: Sequence[Region] = ()) -> DownloadRegion:
         """A download-lane region copying ``src`` into graph-owned staging (``region.read()``)."""
-        self._check()
+        self._check(name, after)
         s = as_binding("src", src, Access.READ)
         if not s.access & Access.READ:
             raise InvalidArgument("src: binding is declared write-only")
+        self._check_device("src", s, "download")
         staging = self.runtime.allocate_staging(s.view.length)
         try:
             device_graph = self._record("download", lambda g: g.copy(s.read(), staging))
@@ -371,7 +388,7 @@ class TrackedGraph:
         work on ``scope.handle`` (the lane's native stream, e.g. for
         ``torch.cuda.ExternalStream``) or ``scope.native``; ``bindings`` declare what
         it reads and writes, so it orders with the other regions by the same hazards."""
-        self._check()
+        self._check(name, after)
         if not callable(fn):
             raise InvalidArgument(f"fn: expected a callable, got {type(fn).__name__}")
         if isinstance(bindings, (Buffer, View, Binding)) or not isinstance(bindings, Sequence):

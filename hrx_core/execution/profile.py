@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, show
 
 __all__ = ["LatencyProfile", "RuntimeStats", "format_bytes", "format_seconds"]
 
@@ -68,7 +68,7 @@ class LatencyProfile:
 
     def __init__(self, max_samples: int = 4096, *, seed: int = 0) -> None:
         if isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < 1:
-            raise InvalidArgument(f"max_samples: expected an int >= 1, got {max_samples!r}")
+            raise InvalidArgument(f"max_samples: expected an int >= 1, got {show(max_samples)}")
         self.max_samples = max_samples
         self._series: dict[str, _Series] = {}
         self._random = random.Random(seed)
@@ -77,9 +77,9 @@ class LatencyProfile:
     def record(self, name: str, seconds: float) -> None:
         """Record one latency of ``seconds`` (>= 0) for region ``name``."""
         if not isinstance(name, str) or not name:
-            raise InvalidArgument(f"name: expected a non-empty str, got {name!r}")
+            raise InvalidArgument(f"name: expected a non-empty str, got {show(name)}")
         if isinstance(seconds, bool) or not isinstance(seconds, Real) or not math.isfinite(seconds) or seconds < 0:
-            raise InvalidArgument(f"seconds: expected a finite number >= 0, got {seconds!r}")
+            raise InvalidArgument(f"seconds: expected a finite number >= 0, got {show(seconds)}")
         seconds = float(seconds)
         with self._lock:
             series = self._series.setdefault(name, _Series())
@@ -188,7 +188,7 @@ class RuntimeStats:
             hint = " (use track_bytes())" if name in self._TRACKED else ""
             raise InvalidArgument(f"name: {name!r} is not an addable counter{hint}; expected one of {allowed}")
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidArgument(f"value: expected an int, got {value!r}")
+            raise InvalidArgument(f"value: expected an int, got {show(value)}")
         with self._lock:
             new = self._counters[name] + value
             if new < 0:
@@ -202,7 +202,7 @@ class RuntimeStats:
             if name not in self.COUNTERS or name in self._TRACKED:
                 raise InvalidArgument(f"name: {name!r} is not an addable counter")
             if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidArgument(f"{name}: expected an int, got {value!r}")
+                raise InvalidArgument(f"{name}: expected an int, got {show(value)}")
         with self._lock:
             counters = self._counters
             for name, value in values.items():
@@ -220,11 +220,11 @@ class RuntimeStats:
     def lane_busy(self, lane: str, seconds: float, *, regions: int = 1) -> None:
         """Add ``seconds`` of busy time and ``regions`` completed regions to ``lane``."""
         if not isinstance(lane, str) or not lane:
-            raise InvalidArgument(f"lane: expected a non-empty str, got {lane!r}")
+            raise InvalidArgument(f"lane: expected a non-empty str, got {show(lane)}")
         if isinstance(seconds, bool) or not isinstance(seconds, Real) or not math.isfinite(seconds) or seconds < 0:
-            raise InvalidArgument(f"seconds: expected a finite number >= 0, got {seconds!r}")
+            raise InvalidArgument(f"seconds: expected a finite number >= 0, got {show(seconds)}")
         if isinstance(regions, bool) or not isinstance(regions, int) or regions < 0:
-            raise InvalidArgument(f"regions: expected an int >= 0, got {regions!r}")
+            raise InvalidArgument(f"regions: expected an int >= 0, got {show(regions)}")
         with self._lock:
             self._lane_busy[lane] = self._lane_busy.get(lane, 0.0) + float(seconds)
             self._lane_regions[lane] = self._lane_regions.get(lane, 0) + regions
@@ -235,7 +235,7 @@ class RuntimeStats:
         Live bytes never go below zero: such a call raises and changes nothing.
         """
         if isinstance(delta, bool) or not isinstance(delta, int):
-            raise InvalidArgument(f"delta: expected an int, got {delta!r}")
+            raise InvalidArgument(f"delta: expected an int, got {show(delta)}")
         with self._lock:
             live = self._counters["live_tracked_bytes"] + delta
             if live < 0:

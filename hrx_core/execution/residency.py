@@ -48,7 +48,7 @@ import attrs
 
 from ..budget import Charge, MemoryBudget
 from ..buffer import check_int
-from ..errors import BudgetExceeded, InvalidArgument
+from ..errors import BudgetExceeded, InvalidArgument, show
 from .plan_cache import check_key, close_quietly
 
 __all__ = ["ResidencyManager", "ResidencyStats", "UnitLease", "Workspace"]
@@ -251,9 +251,9 @@ class ResidencyManager:
     def __init__(self, limit_bytes: int, *, low_water: float = 0.9, name: str = "residency") -> None:
         limit_bytes = check_int("limit_bytes", limit_bytes)
         if isinstance(low_water, bool) or not isinstance(low_water, (int, float)) or not 0 < low_water <= 1:
-            raise InvalidArgument(f"low_water: expected a fraction in (0, 1], got {low_water!r}")
+            raise InvalidArgument(f"low_water: expected a fraction in (0, 1], got {show(low_water)}")
         if not isinstance(name, str) or not name:
-            raise InvalidArgument(f"name: expected a non-empty str, got {name!r}")
+            raise InvalidArgument(f"name: expected a non-empty str, got {show(name)}")
         self.name = name
         self.low_water = float(low_water)
         self._budget = _ResidencyBudget(self, limit_bytes, name)
@@ -294,6 +294,8 @@ class ResidencyManager:
         (BudgetExceeded among them) propagate to every waiter; nothing is cached.
         """
         check_key(key)
+        if not isinstance(pin, bool):
+            raise InvalidArgument(f"pin: expected a bool, got {type(pin).__name__}")
         if not callable(loader):
             raise InvalidArgument(f"loader: expected a callable, got {type(loader).__name__} {loader!r}")
         with self._cond:

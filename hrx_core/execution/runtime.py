@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 
 
 def _family(value: str, name: str) -> str:
-    if value not in ("compute", "copy"):
-        raise InvalidArgument(f"{name}: expected 'compute' or 'copy', got {value!r}")
+    if not isinstance(value, str) or value not in ("compute", "copy"):
+        raise InvalidArgument(f"{name}: expected 'compute' or 'copy', got {show(value)}")
     return value
 
 
@@ -291,11 +291,13 @@ class Runtime:
     # -- lanes and memory ---------------------------------------------------------
 
     def lane(self, name: str) -> Lane:
+        if not isinstance(name, str):
+            raise InvalidArgument(f"lane: expected a lane name ({', '.join(self.lanes)}), got {type(name).__name__}")
         lane = self.lanes.get(name)
         if lane is None:
             if name in LANES:
                 raise Unsupported(f"lane {name!r}: this runtime has no {name} device (pass npu= to Runtime)")
-            raise InvalidArgument(f"lane: expected one of {', '.join(self.lanes)}, got {name!r}")
+            raise InvalidArgument(f"lane: expected one of {', '.join(self.lanes)}, got {show(name)}")
         return lane
 
     @property

@@ -30,7 +30,7 @@ from numbers import Real
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn, overload
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, show
 
 __all__ = ["TraceRecorder", "validate_trace"]
 
@@ -95,19 +95,19 @@ def _us(ns: int) -> int | float:
 
 def _check_int(argument: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{argument}: expected an int, got {value!r}")
+        raise InvalidArgument(f"{argument}: expected an int, got {show(value)}")
     return value
 
 
 def _check_name(argument: str, value: object) -> str:
     if not isinstance(value, str) or not value:
-        raise InvalidArgument(f"{argument}: expected a non-empty str, got {value!r}")
+        raise InvalidArgument(f"{argument}: expected a non-empty str, got {show(value)}")
     return value
 
 
 def _check_number(argument: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
-        raise InvalidArgument(f"{argument}: expected a finite number, got {value!r}")
+        raise InvalidArgument(f"{argument}: expected a finite number, got {show(value)}")
     return value  # type: ignore[return-value]
 
 
@@ -115,7 +115,7 @@ def _check_args(args: object) -> dict[str, Any] | None:
     if args is None:
         return None
     if not isinstance(args, Mapping):
-        raise InvalidArgument(f"args: expected a dict or None, got {args!r}")
+        raise InvalidArgument(f"args: expected a dict or None, got {show(args)}")
     return dict(args)
 
 
@@ -130,9 +130,9 @@ class TraceRecorder:
 
     def __init__(self, max_events: int = 100_000, *, clock: Callable[[], int] = time.perf_counter_ns) -> None:
         if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
-            raise InvalidArgument(f"max_events: expected an int >= 1, got {max_events!r}")
+            raise InvalidArgument(f"max_events: expected an int >= 1, got {show(max_events)}")
         if not callable(clock):
-            raise InvalidArgument(f"clock: expected a callable returning ns, got {clock!r}")
+            raise InvalidArgument(f"clock: expected a callable returning ns, got {show(clock)}")
         self.max_events = max_events
         self.clock = clock
         self.start_ns: int = clock()
@@ -580,13 +580,13 @@ def _check_event(i: int, event: object) -> None:
         if isinstance(flow_id, bool) or not (
             (isinstance(flow_id, int) and flow_id >= 0) or (isinstance(flow_id, str) and _is_hex(flow_id))
         ):
-            _fail(i, f"flow event needs an 'id' (int >= 0 or hex string), got {flow_id!r}")
+            _fail(i, f"flow event needs an 'id' (int >= 0 or hex string), got {show(flow_id)}")
         if not isinstance(event.get("cat"), str):
             _fail(i, f"flow event needs a str 'cat', got {event.get('cat')!r}")
     elif ph == "C":
         args = event.get("args")
         if not isinstance(args, dict) or not args:
-            _fail(i, f"'C' event needs non-empty 'args', got {args!r}")
+            _fail(i, f"'C' event needs non-empty 'args', got {show(args)}")
         for key, value in args.items():  # type: ignore[union-attr]
             if not _is_number(value):
                 _fail(i, f"'C' event series {key!r} has non-numeric value {value!r}")
@@ -611,9 +611,9 @@ def _check_metadata(i: int, event: dict[str, Any]) -> None:
     value = event.get("args", {}).get(_METADATA[name])
     if name.endswith("sort_index"):
         if isinstance(value, bool) or not isinstance(value, int):
-            _fail(i, f"'{name}' needs an int args.sort_index, got {value!r}")
+            _fail(i, f"'{name}' needs an int args.sort_index, got {show(value)}")
     elif name.endswith("_name") and not isinstance(value, str):
-        _fail(i, f"'{name}' needs a str args.name, got {value!r}")
+        _fail(i, f"'{name}' needs a str args.name, got {show(value)}")
 
 
 def _check_nesting(intervals: list[tuple[int, int, int]]) -> None:

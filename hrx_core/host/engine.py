@@ -26,7 +26,7 @@ from ..engine import (
     QueueFamily,
     Timeline,
 )
-from ..errors import DeviceError, InvalidArgument
+from ..errors import DeviceError, InvalidArgument, show
 from .queue import HostExecutable, HostQueue
 from .timeline import HostTimeline
 
@@ -38,6 +38,8 @@ ALIGNMENT = 256
 #: downloads into numpy arrays, and whole-buffer copies, on the fast path.
 PAGE = 4096
 DEFAULT_MAX_TRANSFER = 4 << 30  # the reference hardware's SDMA limit
+#: Most queues of a family (each host queue is a thread).
+MAX_QUEUES = 64
 
 
 class HostFaults:
@@ -136,11 +138,14 @@ class HostDevice(EngineDevice):
         jitter_us: int = 0,
         direct_host_access: bool = True,
     ) -> None:
-        for name, value in (("max_transfer_bytes", max_transfer_bytes), ("compute_queues", compute_queues), ("copy_queues", copy_queues)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgument(f"{name}: expected an int >= 1, got {value!r}")
-        if isinstance(jitter_us, bool) or not isinstance(jitter_us, int) or jitter_us < 0:
-            raise InvalidArgument(f"jitter_us: expected an int >= 0, got {jitter_us!r}")
+        for name, value, limit in (("max_transfer_bytes", max_transfer_bytes, 2**62), ("compute_queues", compute_queues, MAX_QUEUES),
+                                   ("copy_queues", copy_queues, MAX_QUEUES)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+                raise InvalidArgument(f"{name}: expected an int in 1..{limit}, got {show(value)}")
+        if isinstance(jitter_us, bool) or not isinstance(jitter_us, int) or not 0 <= jitter_us <= 1_000_000:
+            raise InvalidArgument(f"jitter_us: expected an int in 0..1000000, got {show(jitter_us)}")
+        if not isinstance(direct_host_access, bool):
+            raise InvalidArgument(f"direct_host_access: expected a bool, got {show(direct_host_access)}")
         self.faults = HostFaults()
         #: Test aid: each command first sleeps a random 0..jitter_us microseconds, which
         #: shuffles the interleaving of queues and graph branches so races surface.

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..buffer import Buffer
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, show
 from ..execution.graph import ComputeRegion, Region, TrackedGraph
 from ..kernel import Kernel
 from .graphs import check_no_writes, tensor_span
@@ -154,9 +154,9 @@ class ModelFragment:
         if not callable(record):
             raise InvalidArgument(f"record: expected a callable, got {type(record).__name__}")
         if not isinstance(reuse_private_scratch, bool):
-            raise InvalidArgument(f"reuse_private_scratch: expected a bool, got {reuse_private_scratch!r}")
-        if lane not in ("compute", "npu"):
-            raise InvalidArgument(f"lane: fragments run on 'compute' or 'npu', got {lane!r}")
+            raise InvalidArgument(f"reuse_private_scratch: expected a bool, got {show(reuse_private_scratch)}")
+        if not isinstance(lane, str) or lane not in ("compute", "npu"):
+            raise InvalidArgument(f"lane: fragments run on 'compute' or 'npu', got {show(lane)}")
         definition.runtime.lane(lane)  # Unsupported if the runtime has no such device
         self.inputs = MappingProxyType(_specs("inputs", inputs))
         self.outputs = MappingProxyType(_specs("outputs", outputs))
@@ -168,11 +168,11 @@ class ModelFragment:
         if dup is not None:
             raise InvalidArgument(f"name: {dup!r} is declared twice among inputs, outputs and scratch")
         if isinstance(kernels, (str, int)) or not isinstance(kernels, Sequence):
-            raise InvalidArgument(f"kernels: expected a list of kernel ids or names, got {kernels!r}")
+            raise InvalidArgument(f"kernels: expected a list of kernel ids or names, got {show(kernels)}")
         for k in kernels:
             definition.kernel(k)
         if isinstance(weights, str) or not isinstance(weights, Sequence):
-            raise InvalidArgument(f"weights: expected a list of weight names, got {weights!r}")
+            raise InvalidArgument(f"weights: expected a list of weight names, got {show(weights)}")
         for w in weights:
             definition.weight(w)
         self.definition = definition

@@ -10,7 +10,7 @@ import attrs
 import numpy as np
 
 from ..buffer import Buffer
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, show
 from ..execution.graph import TrackedGraph
 from ..kernel import Kernel
 from .graphs import ScopedGraph
@@ -27,7 +27,7 @@ def _named_tensors(what: str) -> Any:
             raise InvalidArgument(f"{what}: expected a mapping of names to DeviceTensors, got {type(value).__name__}")
         for key, tensor in value.items():
             if not isinstance(key, str) or not key:
-                raise InvalidArgument(f"{what}: names must be nonempty strings, got {key!r}")
+                raise InvalidArgument(f"{what}: names must be nonempty strings, got {show(key)}")
             if not isinstance(tensor, DeviceTensor):
                 raise InvalidArgument(f"{what}[{key!r}]: expected a DeviceTensor, got {type(tensor).__name__}")
         return MappingProxyType(dict(value))

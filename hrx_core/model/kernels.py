@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, show
 from ..kernel import Kernel
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class KernelBatch:
                 raise InvalidArgument(f"kernel: no kernel named {key!r} (loaded: {', '.join(self._ids) or 'none'})")
             return self._kernels[index]
         if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < len(self._kernels):
-            raise InvalidArgument(f"kernel: expected an id in [0, {len(self._kernels)}) or a name, got {key!r}")
+            raise InvalidArgument(f"kernel: expected an id in [0, {len(self._kernels)}) or a name, got {show(key)}")
         return self._kernels[key]
 
     def names(self) -> tuple[str, ...]:

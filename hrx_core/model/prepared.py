@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..buffer import check_int
-from ..errors import HRXError, InvalidArgument, Timeout
+from ..errors import HRXError, InvalidArgument, Timeout, show
 from ..timeouts import check_timeout
 from ..execution.graph import TrackedGraph
 from .errors import SlotBusy
@@ -114,6 +114,8 @@ class ModelSlot:
         """The slot's own tensor for input or output ``name`` (unleased; for inspecting
         state between steps)."""
         io = self.entry(entry)
+        if not isinstance(name, str):
+            raise InvalidArgument(f"name: expected an input or output name, got {type(name).__name__}")
         tensor = io.tensors_in.get(name) or io.tensors_out.get(name)
         if tensor is None:
             raise InvalidArgument(f"name: {name!r} is neither an input nor an output of {self.name}")
@@ -208,7 +210,7 @@ class ModelSlot:
         if not callable(fill):
             raise InvalidArgument(f"fill: expected a callable, got {type(fill).__name__}")
         if isinstance(inputs, str) or (inputs is not None and not isinstance(inputs, Sequence)):
-            raise InvalidArgument(f"inputs: expected a list of input names, got {inputs!r}")
+            raise InvalidArgument(f"inputs: expected a list of input names, got {show(inputs)}")
         names = io.check_names(list(io.tensors_in) if inputs is None else inputs)
         if not names:
             raise InvalidArgument(f"{self.name} has no inputs to fill")
@@ -361,7 +363,7 @@ class PreparedModel:
     def slot(self, index: int) -> ModelSlot:
         """Slot ``index``."""
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.slots):
-            raise InvalidArgument(f"index: expected 0 <= index < {len(self.slots)}, got {index!r}")
+            raise InvalidArgument(f"index: expected 0 <= index < {len(self.slots)}, got {show(index)}")
         return self.slots[index]
 
     def acquire(self, timeout: float | None = None) -> ModelSlot:

@@ -31,7 +31,7 @@ import numpy as np
 from .. import transfer
 from ..budget import MemoryBudget
 from ..buffer import Buffer, View, check_int
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, show
 from ..execution.graph import DownloadRegion, TrackedGraph, UploadRegion
 from ..execution.plan_cache import PlanCache
 from ..timeouts import check_timeout
@@ -52,7 +52,7 @@ _CONTEXT_BUDGET: Any = object()
 
 def check_name(what: str, name: Any) -> str:
     if not isinstance(name, str) or not name or "/" in name:
-        raise InvalidArgument(f"{what}: expected a nonempty str without '/', got {name!r}")
+        raise InvalidArgument(f"{what}: expected a nonempty str without '/', got {show(name)}")
     return name
 
 
@@ -171,7 +171,12 @@ class ModelSession:
         with self._lock:
             self._check_loadable()
             self._new_name(name)
-            array = np.asarray(data) if dtype is None else np.asarray(data, dtype=as_dtype("dtype", dtype))
+            try:
+                array = np.asarray(data) if dtype is None else np.asarray(data, dtype=as_dtype("dtype", dtype))
+            except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+                raise InvalidArgument(f"data: weight {name!r} is not an array of numbers ({exc})") from None
+            if array.dtype.hasobject or array.dtype.kind not in "biufcV":
+                raise InvalidArgument(f"data: weight {name!r} has dtype {array.dtype}, not numbers")
             array = np.ascontiguousarray(array)
             if array.nbytes == 0:
                 raise InvalidArgument(f"data: weight {name!r} is empty (shape {array.shape})")

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import transfer
 from ..buffer import Buffer
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, show
 from ..execution.graph import DownloadRegion, TrackedGraph, UploadRegion
 from .graphs import ScopedGraph, tensor_span
 from .memory import allocate_tracked
@@ -122,7 +122,7 @@ class SlotIO:
         if read is False or read is None:
             return []
         if isinstance(read, str) or not isinstance(read, Sequence):
-            raise InvalidArgument(f"read: expected a list of output names or a bool, got {read!r}")
+            raise InvalidArgument(f"read: expected a list of output names or a bool, got {show(read)}")
         for name in read:
             if name not in self.tensors_out:
                 raise InvalidArgument(f"read: {name!r} is not an output of {self._label()} ({', '.join(self.tensors_out) or 'none'})")

@@ -38,6 +38,8 @@ def as_dtype(name: str, value: Any) -> np.dtype:
     :data:`DTYPE_NAMES` (object, string and structured dtypes are refused)."""
     if isinstance(value, str) and value in DTYPE_NAMES:
         return DTYPE_NAMES[value]
+    if value is None:  # numpy would read None as float64
+        raise InvalidArgument(f"{name}: expected a dtype, got None")
     try:
         dt = np.dtype(value)
     except (TypeError, ValueError, SyntaxError, RecursionError):
@@ -47,8 +49,9 @@ def as_dtype(name: str, value: Any) -> np.dtype:
     return dt
 
 
-#: Most dimensions a tensor may have (numpy's limit).
+#: Most dimensions a tensor may have (numpy's limit), and the largest extent or stride.
 MAX_DIMS = 32
+MAX_EXTENT = 2**62
 
 
 def as_shape(name: str, value: Any) -> tuple[int, ...]:
@@ -69,6 +72,8 @@ def _int_tuple(name: str, value: Any, *, minimum: int | None) -> tuple[int, ...]
     out = tuple(int(s) for s in items)
     if minimum is not None and any(s < minimum for s in out):
         raise InvalidArgument(f"{name}: {list(out)} has an entry below {minimum}")
+    if any(abs(s) > MAX_EXTENT for s in out):
+        raise InvalidArgument(f"{name}: an entry of {show(list(out))} exceeds {MAX_EXTENT}")
     return out
 
 
@@ -134,7 +139,7 @@ class TensorSpec:
                 return cls(value[0], value[1])
             except InvalidArgument as exc:
                 raise InvalidArgument(f"{name}: {exc}") from None
-        raise InvalidArgument(f"{name}: expected a TensorSpec or a (shape, dtype) pair, got {value!r}")
+        raise InvalidArgument(f"{name}: expected a TensorSpec or a (shape, dtype) pair, got {show(value)}")
 
     def matches(self, tensor: DeviceTensor) -> bool:
         return tensor.shape == self.shape and tensor.dtype == self.dtype

@@ -22,7 +22,7 @@ from hrx_tensor.plans import OpFamily, Plan, Slot
 from hrx_tensor.tensor import SharedHold
 
 from hrx_core.buffer import Buffer
-from hrx_core.errors import InvalidArgument
+from hrx_core.errors import InvalidArgument, show
 from hrx_core.execution.plan_cache import PlanCache
 from hrx_core.stream import Stream
 
@@ -212,7 +212,7 @@ class ImageOps(OpFamily):
         cout = len(order)
         m, s = v.mean_std(mean, std, cout)
         if isinstance(max_value, bool) or not isinstance(max_value, (int, float)) or not 0 < max_value < float("inf"):
-            raise InvalidArgument(f"max_value: expected a positive finite number, got {max_value!r}")
+            raise InvalidArgument(f"max_value: expected a positive finite number, got {show(max_value)}")
         if patch_size is None:
             if pad is not None:
                 raise InvalidArgument(f"pad: {pad!r} needs a patch_size")
@@ -262,10 +262,10 @@ class ImageOps(OpFamily):
     def _resize_spec(self, image: Any, size: Any, mode: Any, antialias: Any) -> tuple[Any, ...]:
         image, n, h, w, c = v.hwc(self.device, "image", image, (U8, F32), (1, 2, 3, 4))
         ho, wo = v.size("size", size)
-        if mode not in ("bilinear", "nearest"):
+        if not isinstance(mode, str) or mode not in ("bilinear", "nearest"):
             raise InvalidArgument(f"mode: {mode!r} is neither 'bilinear' nor 'nearest'")
         if not isinstance(antialias, bool):
-            raise InvalidArgument(f"antialias: expected a bool, got {antialias!r}")
+            raise InvalidArgument(f"antialias: expected a bool, got {show(antialias)}")
         if antialias and mode == "nearest":
             raise InvalidArgument("antialias: applies to mode='bilinear' only")
         shape = (ho, wo, c) if len(image.shape) == 3 else (n, ho, wo, c)
@@ -318,7 +318,7 @@ class ImageOps(OpFamily):
             raise InvalidArgument(f"layer: shape {list(layer.shape)} is empty or exceeds {v.MAX_EXTENT - 1}")
         ox, oy = v.offset(offset)
         if not isinstance(premultiplied, bool):
-            raise InvalidArgument(f"premultiplied: expected a bool, got {premultiplied!r}")
+            raise InvalidArgument(f"premultiplied: expected a bool, got {show(premultiplied)}")
         lh, lw = layer.shape[:2]
         key = ("composite", n, h, w, c, lh, lw, bool(premultiplied))
         nbytes = n * h * w * c

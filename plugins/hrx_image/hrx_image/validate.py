@@ -12,7 +12,7 @@ import numpy as np
 from hrx_tensor import DeviceTensor
 from ml_dtypes import bfloat16
 
-from hrx_core.errors import InvalidArgument, Unsupported
+from hrx_core.errors import InvalidArgument, Unsupported, show
 
 from .tables import PRESETS
 
@@ -108,11 +108,11 @@ def size(name: str, value: Any) -> tuple[int, int]:
     elif isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2:
         pair = value
     else:
-        raise InvalidArgument(f"{name}: expected an int or (height, width), got {value!r}")
+        raise InvalidArgument(f"{name}: expected an int or (height, width), got {show(value)}")
     out = []
     for i, v in enumerate(pair):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise InvalidArgument(f"{name}[{i}]: expected an int, got {v!r}")
+            raise InvalidArgument(f"{name}[{i}]: expected an int, got {show(v)}")
         if not 1 <= int(v) < MAX_EXTENT:
             raise InvalidArgument(f"{name}[{i}]: {int(v)} is outside 1..{MAX_EXTENT - 1}")
         out.append(int(v))
@@ -122,11 +122,11 @@ def size(name: str, value: Any) -> tuple[int, int]:
 def patch(name: str, value: Any, h: int, w: int, pad: Any) -> tuple[int, int, int]:
     """(p, padded H, padded W); without ``pad`` p must divide H and W."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InvalidArgument(f"{name}: expected an int, got {value!r}")
+        raise InvalidArgument(f"{name}: expected an int, got {show(value)}")
     p = int(value)
     if not 1 <= p <= MAX_PATCH:
         raise InvalidArgument(f"{name}: {p} is outside 1..{MAX_PATCH}")
-    if pad not in (None, "zero"):
+    if pad is not None and (not isinstance(pad, str) or pad != "zero"):
         raise InvalidArgument(f"pad: {pad!r} is neither None nor 'zero'")
     if pad is None and (h % p or w % p):
         raise InvalidArgument(f"{name}: {p} does not divide the image {h}x{w} (pass pad='zero' to pad bottom/right)")
@@ -163,7 +163,7 @@ def _mean_std(mean: Any, std: Any, cout: int) -> tuple[tuple[float, ...], tuple[
         try:
             a = np.asarray(v, dtype=np.float64).reshape(-1)
         except (TypeError, ValueError):
-            raise InvalidArgument(f"{name}: expected numbers, got {v!r}") from None
+            raise InvalidArgument(f"{name}: expected numbers, got {show(v)}") from None
         if a.size == 1:
             a = np.repeat(a, cout)
         if a.size != cout:
@@ -181,7 +181,7 @@ def channels(value: Any, c: int) -> tuple[int, ...]:
     if value is None:
         return tuple(range(min(c, 3)))
     if isinstance(value, str) or not isinstance(value, Sequence) or not 1 <= len(value) <= 4:
-        raise InvalidArgument(f"channels: expected 1 to 4 input channel indices, got {value!r}")
+        raise InvalidArgument(f"channels: expected 1 to 4 input channel indices, got {show(value)}")
     out = []
     for i, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) < c:
@@ -229,7 +229,7 @@ _MATRICES: dict[tuple[Any, ...], np.ndarray] = {}
 
 def offset(value: Any) -> tuple[int, int]:
     if isinstance(value, str) or not isinstance(value, Sequence) or len(value) != 2:
-        raise InvalidArgument(f"offset: expected (x, y), got {value!r}")
+        raise InvalidArgument(f"offset: expected (x, y), got {show(value)}")
     out = []
     for i, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not -(1 << 31) <= int(v) < (1 << 31):

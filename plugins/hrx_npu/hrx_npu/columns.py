@@ -27,7 +27,7 @@ class ColumnMap:
 
     def check(self, count: object) -> int:
         if isinstance(count, bool) or not isinstance(count, int):
-            raise ColumnError(f"columns: expected an int, got {type(count).__name__} {count!r}")
+            raise ColumnError(f"columns: expected an int, got {type(count).__name__}")
         if not 1 <= count <= self.columns:
             raise ColumnError(f"columns: a program occupies 1..{self.columns} columns on this device, asked for {count}")
         return count

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hrx_core.compiler import Compiler, cache_dir
-from hrx_core.errors import CompileError
+from hrx_core.errors import CompileError, show
 
 TARGET = "npu-host-c"
 MAGIC = b"HRXNPU2\0"
@@ -87,7 +87,7 @@ def compile_c(source: Any, entry: str, options: tuple[str, ...]) -> tuple[bytes,
     if not isinstance(source, str):
         raise CompileError(f"{TARGET}: expected C source text, got {type(source).__name__}")
     if not _IDENT.match(entry or ""):
-        raise CompileError(f"{TARGET}: entry must be a C identifier, got {entry!r}")
+        raise CompileError(f"{TARGET}: entry must be a C identifier, got {show(entry)}")
     if c_compiler() is None:
         raise CompileError(f"{TARGET}: no C compiler ({_cc()[0]!r} is not on PATH; set CC)")
     flags = list(options) or list(DEFAULT_FLAGS)

@@ -24,6 +24,7 @@ from hrx_core.buffer import Binding, Buffer, View, as_binding, coerce_access
 from hrx_core.engine import Access, BufferArg
 
 from .errors import AccessModeError, AlignmentError, BindingLengthError, BindingListError, ContractViolation
+from hrx_core.errors import show
 
 _NAMES = {Access.READ: "read", Access.WRITE: "write", Access.READ_WRITE: "read_write"}
 
@@ -35,14 +36,14 @@ def _access(value: Any) -> Access | None:
 def _positive(name: str) -> Any:
     def check(_: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ContractViolation(f"{name}: expected an int >= 1, got {value!r}")
+            raise ContractViolation(f"{name}: expected an int >= 1, got {show(value)}")
 
     return check
 
 
 def _power_of_two(_: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
     if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value & (value - 1):
-        raise ContractViolation(f"alignment: expected a power of two, got {value!r}")
+        raise ContractViolation(f"alignment: expected a power of two, got {show(value)}")
 
 
 @attrs.frozen
@@ -94,7 +95,7 @@ def _buffers(value: Any) -> tuple[BufferContract, ...]:
 
 def _scratch(_: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ContractViolation(f"scratch_bytes: expected an int >= 0, got {value!r}")
+        raise ContractViolation(f"scratch_bytes: expected an int >= 0, got {show(value)}")
 
 
 @attrs.frozen

@@ -13,7 +13,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 
-from hrx_core.errors import InvalidArgument, QueueFull, Timeout
+from hrx_core.errors import InvalidArgument, QueueFull, Timeout, show
 from hrx_core.timeouts import check_timeout
 
 DEFAULT_LIMIT = 128
@@ -40,7 +40,7 @@ class PendingLimit:
         """How launches on this thread take a slot: ``block=False`` raises QueueFull
         when none is free; ``timeout`` bounds the wait (then Timeout)."""
         if not isinstance(block, bool):
-            raise InvalidArgument(f"block: expected a bool, got {block!r}")
+            raise InvalidArgument(f"block: expected a bool, got {show(block)}")
         timeout = check_timeout("timeout", timeout)
         old = getattr(self._tls, "mode", None)
         self._tls.mode = (block, timeout)

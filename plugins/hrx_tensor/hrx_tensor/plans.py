@@ -16,6 +16,7 @@ from typing import Any
 
 from hrx_core.buffer import Buffer
 from hrx_core.completion import Event
+from hrx_core.errors import show
 
 #: Idle output slots a plan keeps for reuse; more are freed when released.
 MAX_IDLE_SLOTS = 2
@@ -158,7 +159,7 @@ class OpFamily:
         if plan_cache is not None and not isinstance(plan_cache, PlanCache):
             raise InvalidArgument(f"plan_cache: expected a PlanCache or None, got {type(plan_cache).__name__}")
         if stream is not None and (not isinstance(stream, Stream) or stream.device is not device):
-            raise InvalidArgument(f"stream: expected a Stream of {device.name}, got {stream!r}")
+            raise InvalidArgument(f"stream: expected a Stream of {device.name}, got {show(stream)}")
         self.device = device
         self.engine = engine
         self.plan_cache = plan_cache if plan_cache is not None else PlanCache(max_plans=64)

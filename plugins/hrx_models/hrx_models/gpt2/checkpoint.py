@@ -85,16 +85,24 @@ def write_random_checkpoint(
     Returns the directory.
     """
     config.validate()
-    if dtype not in DTYPES:
+    if not isinstance(dtype, str) or dtype not in DTYPES:
         raise InvalidArgument(f"dtype: {dtype!r} is not one of {', '.join(DTYPES)}")
-    if prefix not in ("", "transformer."):
+    if not isinstance(prefix, str) or prefix not in ("", "transformer."):
         raise InvalidArgument(f"prefix: {prefix!r} is neither '' nor 'transformer.'")
     if not (isinstance(std, (int, float)) and 0 < std < 10):
         raise InvalidArgument(f"std: {std!r} is not in (0, 10)")
     from safetensors.numpy import save_file
 
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
+    from hrx_core.artifacts.files import fspath
+    from hrx_core.errors import ArtifactError
+
+    out = Path(fspath("directory", directory))
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise InvalidArgument(f"seed: expected an int >= 0, got {type(seed).__name__}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArtifactError(f"directory: cannot create {str(out)!r}: {exc.strerror or exc}") from None
     tensors: dict[str, Any] = {}
     for name, a in random_tensors(config, seed=seed, std=std).items():
         tensors[prefix + name] = a.astype(DTYPES[dtype]) if dtype != "f32" else a

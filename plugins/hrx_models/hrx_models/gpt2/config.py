@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from hrx_core.artifacts.files import fspath, read_regular
-from hrx_core.errors import ArtifactError, Unsupported
+from hrx_core.errors import ArtifactError, Unsupported, strict_init
 
 from .errors import ConfigError
 
@@ -28,6 +28,7 @@ MAX_POSITIONS = 8192      # attention keeps one head's scores in 32 KiB of share
 MAX_CONFIG_BYTES = 1 << 20
 
 
+@strict_init
 @attrs.frozen
 class Gpt2Config:
     """The GPT-2 hyperparameters (Hugging Face names)."""

@@ -42,7 +42,7 @@ from hrx_tensor.kernels import GATHER_THREADS
 from ml_dtypes import bfloat16
 
 from hrx_core.budget import MemoryBudget
-from hrx_core.errors import HRXError, InvalidArgument, Timeout, Unsupported
+from hrx_core.errors import HRXError, InvalidArgument, Timeout, Unsupported, show
 from hrx_core.timeouts import check_timeout
 
 from . import kernels as K
@@ -196,7 +196,7 @@ def check_request(config: Gpt2Config, context: int, prompt: Sequence[int], max_n
     """Validate a request (prompt and max_new_tokens); the prompt as int32."""
     ids = check_prompt(config, context, prompt)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
-        raise InvalidArgument(f"max_new_tokens: expected an int >= 1, got {max_new_tokens!r}")
+        raise InvalidArgument(f"max_new_tokens: expected an int >= 1, got {show(max_new_tokens)}")
     if ids.size + int(max_new_tokens) > context:
         raise InvalidArgument(
             f"max_new_tokens: prompt ({ids.size}) + max_new_tokens ({max_new_tokens}) = {ids.size + int(max_new_tokens)} "
@@ -386,9 +386,9 @@ class Gpt2Decoder:
         cfg = weights.config
         context = cfg.n_positions if context is None else context
         if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= cfg.n_positions:
-            raise InvalidArgument(f"context: expected an int in 1..{cfg.n_positions} (n_positions), got {context!r}")
+            raise InvalidArgument(f"context: expected an int in 1..{cfg.n_positions} (n_positions), got {show(context)}")
         if isinstance(max_slots, bool) or not isinstance(max_slots, int) or max_slots < 1:
-            raise InvalidArgument(f"max_slots: expected an int >= 1, got {max_slots!r}")
+            raise InvalidArgument(f"max_slots: expected an int >= 1, got {show(max_slots)}")
         self.kernels = StepKernels.for_engine(device.info.engine)
         self.weights = weights
         self.config = cfg
@@ -446,7 +446,7 @@ class Gpt2Decoder:
         Timeout at once with ``block=False`` when all are leased."""
         timeout = check_timeout("timeout", timeout)
         if not isinstance(block, bool):
-            raise InvalidArgument(f"block: expected a bool, got {block!r}")
+            raise InvalidArgument(f"block: expected a bool, got {show(block)}")
         if self._closed:
             raise InvalidArgument("decoder is closed")
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -502,10 +502,12 @@ class Gpt2Decoder:
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int, **options: Any) -> Generation:
         """Greedy decoding on a pooled slot (see :meth:`DecoderSlot.generate`)."""
+        check_request(self.config, self.context, prompt, max_new_tokens)  # before a slot is made
         with self.slot() as s:
             return s.generate(prompt, max_new_tokens, **options)
 
     async def generate_async(self, prompt: Sequence[int], max_new_tokens: int) -> Generation:
+        check_request(self.config, self.context, prompt, max_new_tokens)  # before a slot is made
         async with self.slot_async() as s:
             return await s.generate_async(prompt, max_new_tokens)
 

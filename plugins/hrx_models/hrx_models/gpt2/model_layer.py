@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from hrx_core.errors import InvalidArgument
+from hrx_core.errors import InvalidArgument, show
 
 from .config import Gpt2Config
 from .decoder import StepKernels, check_request, head_words, record_step, slot_layout
@@ -117,7 +117,7 @@ class Gpt2Definition:
         """A PreparedModel of ``slots`` slots, each with a KV cache of ``context`` positions."""
         context = self.config.n_positions if context is None else context
         if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= self.config.n_positions:
-            raise InvalidArgument(f"context: expected an int in 1..{self.config.n_positions}, got {context!r}")
+            raise InvalidArgument(f"context: expected an int in 1..{self.config.n_positions}, got {show(context)}")
         model = self.definition.prepare(self.slot_factory(context), slots=slots)
         model.gpt2_context = context
         return model

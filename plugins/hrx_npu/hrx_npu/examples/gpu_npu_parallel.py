@@ -29,6 +29,7 @@ from hrx_core.execution import Runtime, RuntimeOptions, validate_trace
 from ..programs import load_matmul8x8, matmul8x8_reference
 from .common import engine_arguments, engines, median_ms, new_native_objects, timed
 from .kernels import BLOCK, INT_TRANSFORM, grid_for, int_transform_reference
+from hrx_core.errors import show
 
 DEFAULTS = (16_777_216, 1024, 21)
 MODES = ("sequential", "parallel", "gpu", "npu")
@@ -49,7 +50,7 @@ def run(
     """Run the example; returns timings (ms), speedups and checks."""
     for name, value in (("n", n), ("m", m), ("samples", samples)):
         if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+            raise ValueError(f"{name}: expected an int >= 1, got {show(value)}")
     gpu, npu = engines(gpu_engine, npu_engine)
     rng = np.random.default_rng(seed)
     rt = Runtime(gpu, RuntimeOptions(max_submissions=4), npu=npu)

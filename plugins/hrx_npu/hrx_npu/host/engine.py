@@ -16,7 +16,7 @@ from hrx_core.engine import (
     NativeQueue,
     QueueFamily,
 )
-from hrx_core.errors import InvalidArgument
+from hrx_core.errors import InvalidArgument, show
 from hrx_core.host.engine import DEFAULT_MAX_TRANSFER, HostDevice
 
 from ..compiler import TARGET as C_TARGET
@@ -34,10 +34,15 @@ ALIGNMENT = 256
 REFERENCE_NOTE = "host reference of the NPU programming model on CPU threads -- not NPU hardware"
 
 
-def _positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgument(f"{name}: expected an int >= 1, got {value!r}")
+def _positive(name: str, value: Any, limit: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+        raise InvalidArgument(f"{name}: expected an int in 1..{limit}, got {show(value)}")
     return value
+
+
+#: Bounds of the simulated array (far above the reference hardware's 8 columns).
+MAX_COLUMNS = 64
+MAX_COLUMN_MEMORY = 64 << 20
 
 
 class NpuHostDevice(HostDevice, NpuEngineDevice):
@@ -55,11 +60,11 @@ class NpuHostDevice(HostDevice, NpuEngineDevice):
         max_transfer_bytes: int = DEFAULT_MAX_TRANSFER,
         jitter_us: int = 0,
     ) -> None:
+        _positive("columns", columns, MAX_COLUMNS)
+        _positive("column_memory_bytes", column_memory_bytes, MAX_COLUMN_MEMORY)
+        _positive("max_pending_invocations", max_pending_invocations, 1 << 16)
+        _positive("npu_queues", npu_queues, 64)
         super().__init__(index, max_transfer_bytes=max_transfer_bytes, jitter_us=jitter_us)
-        _positive("columns", columns)
-        _positive("column_memory_bytes", column_memory_bytes)
-        _positive("max_pending_invocations", max_pending_invocations)
-        _positive("npu_queues", npu_queues)
         self.array = HostArray(columns, column_memory_bytes)
         self._imports_lock = threading.Lock()
         self.imports = 0
