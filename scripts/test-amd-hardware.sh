@@ -30,11 +30,11 @@ PY
   echo "== conformance and engine suites on amdgpu (libamdf)"
   python3 -m pytest -p no:cacheprovider -q -k "amdgpu" tests plugins/hrx_tensor plugins/hrx_image plugins/hrx_models plugins/hrx_gpu/tests
   rc=$?
-  echo "== NPU suites on xdna (libamdf)"
-  python3 -m pytest -p no:cacheprovider -q -k "xdna" plugins/hrx_npu
+  echo "== the NPU on xdna (libamdf): scripts/test-npu-hardware.sh (compiled .xdna images from HRX_XDNA_IMAGES)"
+  HRX_HARDWARE_LOG=/dev/null bash scripts/test-npu-hardware.sh
   rc2=$?
   echo "== hrx demo with amdgpu + xdna"
-  HRX_ENGINE=amdgpu hrx demo --trace /tmp/hrx-amd-trace.json
+  hrx demo --gpu-engine amdgpu --npu-engine xdna --trace /tmp/hrx-amd-trace.json
   rc3=$?
   echo "exit codes: amdgpu suites $rc, xdna suites $rc2, demo $rc3"
   [ "$rc" -eq 0 ] && [ "$rc2" -eq 0 ] && [ "$rc3" -eq 0 ]
