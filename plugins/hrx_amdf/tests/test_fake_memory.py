@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fakekit import Producer, memory, sdma_copy
-from hrx_amdf.constants import AddressKind, AtomicScope, HostCacheOperation, MapFlag, MemoryAccess, MemoryClass, MemoryFlag, ScopeKind
+from hrx_amdf.constants import AddressKind, AtomicScope, ExternalMemoryType, HostCacheOperation, MapFlag, MemoryAccess, MemoryClass, MemoryFlag, ScopeKind
 from hrx_amdf.errors import AmdfBusy, AmdfInvalidArgument, AmdfOutOfRange, AmdfResourceExhausted, AmdfUnsupported
 from hrx_amdf.fake import SYSTEM_CACHED, SYSTEM_COHERENT
 from hrx_amdf.provider import DeviceAccess, DeviceSite, HostSite
@@ -175,3 +175,126 @@ def test_pair_info_describes_release_and_acquire(provider, gpu, npu):
     assert back.acquire.host_operation == HostCacheOperation.INVALIDATE and back.atomic_scope_64 == AtomicScope.SYSTEM
     coherent = memory(provider, gpu)
     assert not coherent.pair_info(HostSite(coherent.map()), DeviceSite(coherent)).release.needed
+
+
+def test_create_checks_alignment_and_access_flags(provider, gpu):
+    scope = provider.system_scopes()[0]
+    for alignment in (3 << 12, 1 << 31):  # not a power of two; beyond the profile's maximum (1 GiB)
+        with pytest.raises(AmdfInvalidArgument, match=f"alignment {alignment}"):
+            scope.create(4096, profile=SYSTEM_COHERENT, accesses=[DeviceAccess(gpu)], alignment=alignment)
+    assert scope.create(4096, profile=SYSTEM_COHERENT, accesses=[DeviceAccess(gpu)], alignment=1 << 30).address() % (1 << 30) == 0
+    with pytest.raises(AmdfUnsupported, match="beyond the profile"):
+        scope.create(4096, profile=SYSTEM_CACHED, accesses=[DeviceAccess(gpu, flags=MemoryFlag.DEVICE_LOCAL)])
+    (local,) = gpu.memory_scopes()
+    with pytest.raises(AmdfUnsupported, match="coherent access needs system memory"):
+        local.create(4096, profile=0, accesses=[DeviceAccess(gpu, flags=MemoryFlag.HOST_COHERENT)])
+
+
+UNDEFINED_BITS_BUG = "fake bug: on Python 3.11 '~' of an IntFlag keeps only its defined members, so 'x & ~ALLOWED' never sees undefined bits"
+
+
+@pytest.mark.xfail(strict=True, reason=UNDEFINED_BITS_BUG)
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda scope, gpu: scope.create(4096, profile=SYSTEM_COHERENT, accesses=[DeviceAccess(gpu, MemoryAccess.READ | MemoryAccess(1 << 3))]),
+        lambda scope, gpu: scope.create(4096, profile=SYSTEM_COHERENT, accesses=[DeviceAccess(gpu)], flags=MemoryFlag(1 << 20)),
+        lambda scope, gpu: scope.create(4096, profile=SYSTEM_COHERENT, accesses=[DeviceAccess(gpu, flags=MemoryFlag(1 << 20))]),
+    ],
+    ids=["access-bit", "memory-flag-bit", "access-flag-bit"],
+)
+def test_undefined_flag_bits_are_refused(provider, gpu, make):
+    with pytest.raises((AmdfInvalidArgument, AmdfUnsupported)):
+        make(provider.system_scopes()[0], gpu)
+
+
+def test_private_context_memory_belongs_to_the_contexts_device(provider, npu):
+    other = provider.endpoint(npu.endpoint.info.engine_kind).create_xdna_device()
+    scope = npu.create_context(1).memory_scopes()[0]
+    firmware = frozenset({AddressKind.XDNA_FIRMWARE})
+    with pytest.raises(AmdfUnsupported, match="only the context's device"):
+        scope.create(4096, profile=0, accesses=[DeviceAccess(other, MemoryAccess.READ | MemoryAccess.EXECUTE, address_kinds=firmware)])
+    scope.create(4096, profile=0, accesses=[DeviceAccess(npu, MemoryAccess.READ | MemoryAccess.EXECUTE, address_kinds=firmware)]).destroy()
+
+
+def test_import_is_checked(provider, gpu, npu):
+    system = provider.system_scopes()[0]
+    source = system.create(8192, profile=SYSTEM_COHERENT, accesses=[DeviceAccess(gpu)], flags=MemoryFlag.SHAREABLE)
+    (local,) = gpu.memory_scopes()
+    with pytest.raises(AmdfInvalidArgument, match="not an external memory"):
+        local.import_memory(object(), profile=0, accesses=[DeviceAccess(gpu)])
+    # a coherent access needs system memory: the VRAM scope refuses it on import too
+    with pytest.raises(AmdfUnsupported, match="coherent access needs system memory"):
+        local.import_memory(source.export(), profile=0, accesses=[DeviceAccess(gpu, flags=MemoryFlag.HOST_COHERENT)])
+    # private context memory is created, never imported
+    private = npu.create_context(1).memory_scopes()[0]
+    firmware = DeviceAccess(npu, MemoryAccess.READ | MemoryAccess.EXECUTE, address_kinds=frozenset({AddressKind.XDNA_FIRMWARE}))
+    with pytest.raises(AmdfUnsupported, match="profile 0 cannot import"):
+        private.import_memory(source.export(), profile=0, accesses=[firmware])
+    imported = local.import_memory(source.export(), profile=0, accesses=[DeviceAccess(gpu)])
+    assert imported.info.nbytes == 8192
+
+
+def test_address_kind_must_be_known(provider, gpu):
+    m = memory(provider, gpu)
+    with pytest.raises(AmdfInvalidArgument, match="unknown address kind"):
+        m.address(0, 99)  # type: ignore[arg-type]
+    with pytest.raises(AmdfInvalidArgument, match="unknown address kind"):
+        m.address(0, "GPU")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "offset, nbytes, flags, cls, match",
+    [
+        (4000, 200, MapFlag.READ, AmdfOutOfRange, "outside 4096 bytes"),
+        (-64, 64, MapFlag.READ, AmdfOutOfRange, "outside 4096 bytes"),
+        (0, 0, MapFlag.READ, AmdfOutOfRange, "outside 4096 bytes"),
+        (4096, None, MapFlag.READ, AmdfOutOfRange, "outside 4096 bytes"),
+        (0, 64, MapFlag(0), AmdfInvalidArgument, "map flags"),
+        pytest.param(0, 64, MapFlag(4) | MapFlag.READ, AmdfInvalidArgument, "map flags", marks=pytest.mark.xfail(strict=True, reason=UNDEFINED_BITS_BUG)),
+    ],
+    ids=["past-end", "negative-offset", "empty", "offset-at-end", "no-flags", "undefined-flag"],
+)
+def test_map_checks_its_range_and_flags(provider, gpu, offset, nbytes, flags, cls, match):
+    m = memory(provider, gpu)
+    with pytest.raises(cls, match=match):
+        m.map(offset, nbytes, flags)
+    assert not m._mappings
+    m.destroy()
+
+
+def test_destroyed_or_write_only_mappings_refuse_maintenance(provider, gpu):
+    m = memory(provider, gpu, coherent=False)
+    write_only = m.map(flags=MapFlag.WRITE)
+    with pytest.raises(DeviceError, match="invalidate needs a readable mapping"):
+        write_only.cache_control(HostCacheOperation.INVALIDATE, 0, 64)
+    write_only.cache_control(HostCacheOperation.FLUSH, 0, 64)
+    write_only.destroy()
+    with pytest.raises(AmdfInvalidArgument, match="mapping destroyed"):
+        write_only.cache_control(HostCacheOperation.FLUSH, 0, 64)
+    with pytest.raises(AmdfInvalidArgument, match="mapping already destroyed"):
+        write_only.destroy()
+    m.destroy()
+
+
+def test_exports_are_dma_bufs(provider, gpu):
+    m = memory(provider, gpu, flags=MemoryFlag.SHAREABLE)
+    for kind in (ExternalMemoryType.OPAQUE_FD, ExternalMemoryType.HOST_POINTER):
+        with pytest.raises(AmdfUnsupported, match=f"{kind.name} exports are not supported"):
+            m.export(kind)
+    m.export(ExternalMemoryType.DMA_BUF_FD).release()
+
+
+def test_pair_info_sites_must_be_of_this_memory(provider, gpu):
+    m, other = memory(provider, gpu), memory(provider, gpu)
+    other_mapping = other.map()
+    with pytest.raises(DeviceError, match="host site maps another backing"):
+        m.pair_info(HostSite(other_mapping), DeviceSite(m))
+    with pytest.raises(DeviceError, match="device site on another backing"):
+        m.pair_info(DeviceSite(m), DeviceSite(other))
+    with pytest.raises(AmdfOutOfRange, match="access ordinal 1"):
+        m.pair_info(DeviceSite(m), DeviceSite(m, access_ordinal=1))
+    with pytest.raises(AmdfInvalidArgument, match="site"):
+        m.pair_info(DeviceSite(m), object())  # type: ignore[arg-type]
+    info = m.pair_info(DeviceSite(m), DeviceSite(m))
+    assert info.reachable and info.atomic_scope_32 == AtomicScope.DEVICE

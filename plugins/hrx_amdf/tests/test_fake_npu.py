@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import select
+import struct
 import threading
 
 import numpy as np
@@ -256,3 +258,110 @@ def test_concurrent_submitters(h):
     for t in threads:
         t.join(30)
     assert not errors and h.calls == 60
+
+
+def _header(count, size, *, rows=6, columns=1):
+    # AIE transaction 0.1: major, minor, generation 4, rows, columns, memory-tile rows, 2 pad, count, size
+    return struct.pack("<BBBBBBxxII", 0, 1, 4, rows, columns, 1, count, size)
+
+
+def _op(code, col, row, size, payload):
+    return struct.pack("<BBBBI", code, col, row, 0, size) + payload
+
+
+@pytest.mark.parametrize(
+    "stream, message",
+    [
+        (bytes(12), "12 bytes has no transaction header"),
+        (_header(1, 32, rows=5) + _op(0, 0, 0, 16, bytes(8)), "describes 5 rows, the array has 6"),
+        (_header(2, 32) + _op(0, 0, 0, 16, bytes(8)), "operation 1 header runs past the stream"),
+        (_header(2, 36) + _op(0, 0, 0, 10, bytes(2)) + _op(0, 0, 0, 10, bytes(2)), "operation 0 at byte 16: size 10 is not a dword multiple"),
+        (_header(1, 24) + _op(0, 0, 0, 4, bytes(0)), "operation 0 at byte 16: size 4 "),
+        (_header(1, 24) + _op(0, 0, 0, 16, bytes(0)), "operation 0 at byte 16: size 16"),
+        (_header(1, 32) + _op(0, 1, 0, 16, bytes(8)), "addresses tile (1, 0) outside 1x6"),
+        (_header(1, 32) + _op(0, 0, 6, 16, bytes(8)), "addresses tile (0, 6) outside 1x6"),
+        (_header(1, 48) + _op(0, 0, 0, 16, bytes(8)) + _op(5, 0, 0, 16, bytes(8)), "1 operations end at byte 32, the stream has 48"),
+    ],
+    ids=["no-header", "rows", "op-header-past-end", "op-size-unaligned", "op-size-below-header", "op-past-end", "op-column", "op-row", "trailing-bytes"],
+)
+def test_malformed_transactions_are_refused(h, stream, message):
+    # the malformed stream is a registered program's template: only the structure check refuses it
+    h.provider.register_npu_program("malformed", stream, [], [], lambda views: None)
+    h.instructions.device_view(0, len(stream))[:] = np.frombuffer(stream, np.uint8)
+    with pytest.raises(AmdfInvalidArgument, match=re.escape(message)):
+        h.queue.submit([KernelCommand(h.instructions, 0, len(stream))])
+    assert h.queue.status().state == QueueState.ACTIVE and h.queue._next_point == 1
+
+
+def test_command_length_and_memory_are_checked(h):
+    stream = h.stream
+    h.instructions.device_view(0, len(stream))[:] = np.frombuffer(stream, np.uint8)
+    with pytest.raises(AmdfInvalidArgument, match="instruction length 66"):
+        h.queue.submit([KernelCommand(h.instructions, 0, 66)])
+    with pytest.raises(AmdfOutOfRange, match="access ordinal 1"):
+        h.queue.submit([KernelCommand(h.instructions, 0, len(stream), access_ordinal=1)])
+    freed = h.context.memory_scopes()[0].create(4096, profile=0, accesses=[DeviceAccess(h.npu, MemoryAccess.READ | MemoryAccess.EXECUTE, address_kinds=FIRMWARE)])
+    freed.device_view(0, len(stream))[:] = np.frombuffer(h.command().memory.device_view(0, len(stream)).tobytes(), np.uint8)
+    freed.destroy()
+    with pytest.raises(AmdfInvalidArgument, match="not live memory"):
+        h.queue.submit([KernelCommand(freed, 0, len(stream))])
+    assert h.queue._next_point == 1 and h.calls == 0
+
+
+def test_program_columns_must_fit_the_context(provider, npu):
+    h = Harness(provider, npu, columns=2)
+    stream, patches = patched_program(2)
+    stream = stream[:-1] + b"\x13"  # a program of its own (the last payload byte differs)
+    provider.register_npu_program("wide", stream, patches, [NpuBinding(256, MemoryAccess.READ), NpuBinding(256, RW)], lambda views: None, columns=4)
+    with pytest.raises(AmdfInvalidArgument, match="'wide' needs 4 columns, the context has 2"):
+        h.queue.submit([h.command(stream=stream)])
+    assert h.queue._next_point == 1
+
+
+def test_kernel_queue_lifetime(h):
+    fd = os.eventfd(0, os.EFD_NONBLOCK)
+    try:
+        with pytest.raises(AmdfInvalidArgument, match="point zero"):
+            h.queue.request_notification(0, fd)
+        with pytest.raises(AmdfOutOfRange, match="submission 1 not accepted"):
+            h.queue.request_notification(1, fd)
+        assert select.select([fd], [], [], 0)[0] == []
+    finally:
+        os.close(fd)
+    for point in (0, 1):
+        with pytest.raises(AmdfOutOfRange, match=f"submission {point} was not accepted"):
+            h.queue.wait(point, 10**7)
+    h.provider.faults.hang_npu(h.queue)
+    point = h.queue.submit([h.command()])
+    with pytest.raises(AmdfBusy, match="1 submission"):
+        h.queue.destroy()
+    h.provider.faults.release_npu(h.queue)
+    h.queue.wait(point, 5 * 10**9)
+    h.queue.destroy()
+    assert not h.context._queues
+    with pytest.raises(AmdfInvalidArgument, match="queue already destroyed"):
+        h.queue.destroy()
+    for call in (lambda: h.queue.submit([h.command()]), h.queue.refresh, lambda: h.queue.wait(point, 10**7)):
+        with pytest.raises(AmdfInvalidArgument, match="queue destroyed"):
+            call()
+
+
+def test_context_lifetime(npu):
+    context = npu.create_context(1)
+    with pytest.raises(AmdfOutOfRange, match="queue family 1 of 1"):
+        context.create_kernel_queue(1)
+    with pytest.raises(AmdfInvalidArgument, match="max_pending -1"):
+        context.create_kernel_queue(0, max_pending=-1)
+    with pytest.raises(AmdfOutOfRange, match="max_pending 129 over the device's 128"):
+        context.create_kernel_queue(0, max_pending=129)
+    assert not context._queues
+    queue = context.create_kernel_queue(0, max_pending=4)
+    assert queue.info.maximum_pending == 4
+    with pytest.raises(AmdfBusy, match="1 queue"):  # no private memory: only the queue keeps it
+        context.destroy()
+    queue.destroy()
+    context.destroy()
+    with pytest.raises(AmdfInvalidArgument, match="context already destroyed"):
+        context.destroy()
+    with pytest.raises(AmdfInvalidArgument, match="context destroyed"):
+        context.create_kernel_queue(0)

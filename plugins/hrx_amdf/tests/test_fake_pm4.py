@@ -306,3 +306,126 @@ def test_concurrent_queues_make_progress(provider, gpu):
     for t in threads:
         t.join(30)
     assert [u64(m, 8 * i) for i in range(4)] == [50] * 4
+
+
+IB_OFFSET = 4096  # where refused_packet's memory holds two 4-dword NOPs (a valid indirect buffer)
+
+
+def _ib(address, size, flags=1 << 23, high=None):
+    return pm4(0x3F, [lo(address), hi(address) if high is None else high, size | flags])
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        # header bits 2-7 are reserved (a NOP that would otherwise run)
+        (lambda a: [(3 << 30) | (6 << 16) | (0x10 << 8) | (1 << 2)] + [0] * 7, "reserved bits 2-7"),
+        (lambda a: [(3 << 30) | (6 << 16) | (0x10 << 8) | (1 << 7)] + [0] * 7, "reserved bits 2-7"),
+        (lambda a: pm4(0x76, [0x207], compute=True), "SET_SH_REG: no register values"),
+        (lambda a: pm4(0x37, [(0 << 8) | (1 << 20), lo(a), hi(a), 1]), "WRITE_DATA: DST_SEL 0"),
+        (lambda a: pm4(0x37, [(5 << 8) | (1 << 16) | (1 << 20), lo(a), hi(a), 1]), "ADDR_INCR=1"),
+        (lambda a: pm4(0x37, [(5 << 8) | (1 << 20), lo(a), hi(a)]), "WRITE_DATA: no data"),
+        (lambda a: wait_mem32(a, 0, function=0), "WAIT_REG_MEM: compare function 0"),
+        (lambda a: wait_mem32(a, 0, function=7), "WAIT_REG_MEM: compare function 7"),
+        (lambda a: wait_mem64(a, 0, function=0), "WAIT_REG_MEM64: compare function 0"),
+        (lambda a: pm4(0x93, [3, lo(a), hi(a), 0, 0, 0xFFFFFFFF, 0xFFFFFFFF, 4]), "WAIT_REG_MEM64: MEM_SPACE=0"),
+        (lambda a: pm4(0x93, [3 | (1 << 4) | (1 << 6), lo(a), hi(a), 0, 0, 0xFFFFFFFF, 0xFFFFFFFF, 4]), "OPERATION=1"),
+        (lambda a: _ib(a + IB_OFFSET, 4, flags=0), "VALID is clear"),
+        (lambda a: _ib(a + IB_OFFSET, 4, flags=(1 << 23) | (1 << 20)), "CHAIN is not supported"),
+        (lambda a: _ib(a + IB_OFFSET, 4, flags=(1 << 23) | (1 << 21)), "OFFLOAD_POLLING is not supported"),
+        (lambda a: _ib(a + IB_OFFSET, 4, flags=(1 << 23) | (1 << 24)), "VMID is not supported"),
+        (lambda a: _ib(a + IB_OFFSET, 4, flags=(1 << 23) | (1 << 31)), "PRIV is not supported"),
+        (lambda a: _ib(a + IB_OFFSET + 2, 4), "not dword aligned"),
+        (lambda a: _ib(a + IB_OFFSET, 4, high=hi(a) | (1 << 16)), "beyond 48 bits"),
+        (lambda a: _ib(a + IB_OFFSET, 0), "IB_SIZE is zero"),
+        (lambda a: pm4(0x49, [0x14 | (4 << 8), (2 << 29) | (1 << 16), lo(a), hi(a), 1, 0, 0]), "not an end-of-pipe event"),
+        (lambda a: pm4(0x49, [0x07 | (4 << 8), (2 << 29) | (1 << 16), lo(a), hi(a), 1, 0, 0]), "not an end-of-pipe event"),
+        (lambda a: pm4(0x49, [0x28 | (5 << 8), (2 << 29) | (2 << 16), lo(a), hi(a), 1, 0, 0]), "RELEASE_MEM: DST_SEL 2"),
+        (lambda a: pm4(0x49, [0x28 | (5 << 8), (2 << 29) | (4 << 24), lo(a), hi(a), 1, 0, 0]), "RELEASE_MEM: INT_SEL 4"),
+        (lambda a: pm4(0x49, [0x28 | (5 << 8), (0 << 29), lo(a), hi(a), 0, 0, 0]), "DATA_SEL=0"),
+        (lambda a: pm4(0x49, [0x28 | (5 << 8), (5 << 29), lo(a), hi(a), 1, 0, 0]), "RELEASE_MEM: DATA_SEL 5"),
+        (lambda a: pm4(0x50, [0, 0, 0, lo(a), hi(a), 0]), "drain form"),
+        (lambda a: pm4(0x50, [(3 << 29) | (1 << 20), lo(a), hi(a), lo(a + 256), hi(a + 256), 64 | (1 << 30)]), "DMA_DATA: DST_SEL 1"),
+        (lambda a: pm4(0x50, [(3 << 29) | (2 << 20), lo(a), hi(a), lo(a + 256), hi(a + 256), 64 | (1 << 30)]), "DMA_DATA: DST_SEL 2"),
+        (lambda a: pm4(0x50, [(2 << 29) | (3 << 20), 7, 1, lo(a), hi(a), 64 | (1 << 30)]), "dword 3 must be zero"),
+        (lambda a: pm4(0x50, [(2 << 29) | (3 << 20), 7, 0, lo(a), hi(a), 62 | (1 << 30)]), "dword granular"),
+        (lambda a: pm4(0x50, [(2 << 29) | (3 << 20), 7, 0, lo(a + 2), hi(a), 64 | (1 << 30)]), "dword granular"),
+        (lambda a: pm4(0x50, [(1 << 29) | (3 << 20), lo(a), hi(a), lo(a + 256), hi(a + 256), 64 | (1 << 30)]), "DMA_DATA: SRC_SEL 1"),
+        # DISPATCH_DIRECT checks that come before any kernel is looked up
+        (lambda a: pm4(0x15, [1, 1, 1, 0x8025], compute=True), "COMPUTE_NUM_THREAD_X was never set"),
+        (lambda a: pm4(0x15, [0, 1, 1, 0x8025], compute=True), "empty dimensions (0, 1, 1)"),
+        (lambda a: pm4(0x15, [4, 4, 0, 0x8025], compute=True), "empty dimensions (4, 4, 0)"),
+        (lambda a: set_sh_reg(0x2E07, [2048, 1, 1]) + pm4(0x15, [1, 1, 1, 0x8025], compute=True), r"(2048, 1, 1) outside 1..1024"),
+        (lambda a: set_sh_reg(0x2E07, [64, 0, 1]) + pm4(0x15, [1, 1, 1, 0x8025], compute=True), r"(64, 0, 1) outside 1..1024"),
+        (lambda a: set_sh_reg(0x2E04, [0, 3, 0, 64, 1, 1]) + pm4(0x15, [1, 1, 1, 0x8025], compute=True), "COMPUTE_START_Y is not zero"),
+    ],
+    ids=[
+        "header-bit2", "header-bit7", "set-sh-reg-empty", "write-data-dst-sel", "write-data-addr-incr", "write-data-empty",
+        "wait-function-0", "wait-function-7", "wait64-function-0", "wait64-mem-space", "wait64-operation",
+        "ib-valid", "ib-chain", "ib-offload-polling", "ib-vmid", "ib-priv", "ib-alignment", "ib-48-bit", "ib-size-zero",
+        "release-event-index", "release-event", "release-dst-sel", "release-int-sel", "release-no-data", "release-data-sel",
+        "dma-drain", "dma-dst-sel-1", "dma-dst-sel-2", "dma-fill-high-dword", "dma-fill-length", "dma-fill-alignment", "dma-src-sel",
+        "dispatch-unset-block", "dispatch-empty-x", "dispatch-empty-z", "dispatch-block-too-large", "dispatch-block-zero", "dispatch-start",
+    ],
+)
+def test_refused_packets(provider, gpu, pm4q, make, message):
+    """Each packet is one the interpreter must refuse as a packet fault (firmware status),
+    before it writes anything; without its check most would run (or fault differently)."""
+    m = memory(provider, gpu, 8192)
+    m.device_view(IB_OFFSET, 32).view(np.uint32)[:] = nop(4) + nop(4)
+    pm4q.pm4(make(m.address()), wait=False)
+    status = wait_failed(pm4q.queue)
+    assert message in status.detail, status.detail
+    assert status.terminal >> 32 == StatusDomain.FIRMWARE and status.terminal & 0xFFFFFFFF == 1
+    assert not m.device_view(0, IB_OFFSET).any(), "the refused packet wrote memory"
+    assert pm4q.queue.interrupts == []
+
+
+def test_indirect_buffer_packets_stay_inside_it(provider, gpu, pm4q):
+    m = memory(provider, gpu)
+    ib = memory(provider, gpu)
+    # an 8-dword NOP header in a 4-dword indirect buffer; the bytes after it are NOPs
+    ib.device_view(0, 48).view(np.uint32)[:] = nop(8) + nop(4)
+    pm4q.pm4(indirect_buffer(ib.address(), 4) + release_mem(m.address(), 1), wait=False)
+    assert "runs past its 4 dwords" in wait_failed(pm4q.queue).detail
+    assert u64(m) == 0
+
+
+def test_a_packet_may_not_run_past_the_published_write_index(gpu):
+    q = gpu.create_user_queue(0)
+    p = Producer(q)
+    ring = p.mapping.ring.view(np.uint32)
+    ring[:16] = nop(16)  # one 16-dword NOP, of which only 8 dwords are published
+    p.mapping.write_index[0] = 8
+    p.mapping.doorbell.write(8)
+    status = wait_failed(q)
+    assert "runs past the published write index 8" in status.detail and status.consumed_index == 0
+
+
+def test_queue_and_mapping_lifetime(gpu):
+    from hrx_amdf.errors import AmdfInvalidArgument
+
+    q = gpu.create_user_queue(0)
+    mapping = q.map()
+    with pytest.raises(AmdfBusy, match="1 mapping"):
+        q.destroy()
+    mapping.destroy()
+    with pytest.raises(AmdfInvalidArgument, match="mapping already destroyed"):
+        mapping.destroy()
+    q.destroy()
+    assert not gpu._queues
+    for call in (q.map, q.status, lambda: q.wait_consumed(0, 10**6)):
+        with pytest.raises(AmdfInvalidArgument, match="queue destroyed"):
+            call()
+    with pytest.raises(AmdfInvalidArgument, match="queue already destroyed"):
+        q.destroy()
+
+
+def test_write_index_may_not_go_backwards(provider, gpu, pm4q):
+    m = memory(provider, gpu)
+    pm4q.pm4(release_mem(m.address(), 1))
+    assert pm4q.write == 8
+    pm4q.mapping.write_index[0] = 0  # index and doorbell agree, but behind what was published
+    pm4q.mapping.doorbell.write(0)
+    status = wait_failed(pm4q.queue)
+    assert "doorbell 0: went backwards from 8" in status.detail and status.terminal >> 32 == StatusDomain.FIRMWARE

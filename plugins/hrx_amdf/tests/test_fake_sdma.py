@@ -121,3 +121,68 @@ def test_write_index_rules(gpu):
     p2.mapping.doorbell.write(6)
     status = wait_failed(q2)
     assert "dword" in status.detail and status.terminal >> 32 == StatusDomain.FIRMWARE
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        # bit 17 of COPY_LINEAR's header and bit 20 of its parameter dword are reserved
+        (lambda a: [1 | (1 << 17)] + sdma_copy(a, a + 4096, 8)[1:], "reserved bits 0x00020000 set in dword 0"),
+        (lambda a: sdma_copy(a, a + 4096, 8)[:2] + [1 << 22] + sdma_copy(a, a + 4096, 8)[3:], "reserved bits 0x00400000 set in dword 2"),
+        (lambda a: [1 | (1 << 30)] + sdma_copy(a, a + 4096, 8)[1:], "reserved bits 0x40000000 set in dword 0"),
+        (lambda a: [(1 << 30)], "SDMA NOP: reserved bits 0x40000000"),
+        (lambda a: sdma_write(a, [1])[:3] + [(1 << 24)] + [1], "SDMA WRITE: SW is not supported"),
+        (lambda a: sdma_write(a, [1])[:3] + [(1 << 26)] + [1], "SDMA WRITE: CACHE_POLICY is not supported"),
+        (lambda a: [2 | (1 << 16)] + sdma_write(a, [1])[1:], "SDMA WRITE: ENCRYPT is not supported"),
+        (lambda a: [2 | (1 << 28)] + sdma_write(a, [1])[1:], "SDMA WRITE: CPV is not supported"),
+        (lambda a: [sdma_poll(a, 0)[0] | (1 << 26)] + sdma_poll(a, 0)[1:], "HDP_FLUSH/CACHE_POLICY/CPV must be zero"),
+        (lambda a: [sdma_poll(a, 0)[0] | (1 << 20)] + sdma_poll(a, 0)[1:], "HDP_FLUSH/CACHE_POLICY/CPV must be zero"),
+        (lambda a: [sdma_poll(a, 0)[0] | (1 << 24)] + sdma_poll(a, 0)[1:], "HDP_FLUSH/CACHE_POLICY/CPV must be zero"),
+        (lambda a: sdma_poll(a, 0, function=0), "POLL_REGMEM: compare function 0"),
+        (lambda a: sdma_poll(a, 0, function=7), "POLL_REGMEM: compare function 7"),
+        (lambda a: [sdma_fill(a, 0, 64)[0] | (1 << 16)] + sdma_fill(a, 0, 64)[1:], "SW/CACHE_POLICY/CPV must be zero"),
+        (lambda a: [sdma_fill(a, 0, 64)[0] | (1 << 24)] + sdma_fill(a, 0, 64)[1:], "SW/CACHE_POLICY/CPV must be zero"),
+        (lambda a: [sdma_fill(a, 0, 64)[0] | (1 << 28)] + sdma_fill(a, 0, 64)[1:], "SW/CACHE_POLICY/CPV must be zero"),
+        (lambda a: sdma_fill(a, 0, 62), "dword fills need a 4-byte aligned destination and length"),
+        (lambda a: sdma_fill(a + 2, 0, 64), "dword fills need a 4-byte aligned destination and length"),
+        (lambda a: [sdma_timestamp(a)[0] | (1 << 24)] + sdma_timestamp(a)[1:], "TIMESTAMP: cache policy bits"),
+        (lambda a: [sdma_timestamp(a)[0] | (1 << 26)] + sdma_timestamp(a)[1:], "TIMESTAMP: cache policy bits"),
+        (lambda a: [sdma_timestamp(a)[0] | (1 << 28)] + sdma_timestamp(a)[1:], "TIMESTAMP: cache policy bits"),
+        (lambda a: sdma_gcr(0x8040)[:4] + [1 << 24], "GCR: VMID must be zero"),
+    ],
+    ids=[
+        "copy-header-bit17", "copy-parameter-bit22", "copy-header-bit30", "nop-count-bits", "write-sw", "write-cache-policy",
+        "write-encrypt", "write-cpv", "poll-hdp-flush", "poll-cache-policy", "poll-cpv", "poll-function-0", "poll-function-7",
+        "fill-sw", "fill-cache-policy", "fill-cpv", "fill-length", "fill-destination", "timestamp-l2", "timestamp-llc",
+        "timestamp-cpv", "gcr-vmid",
+    ],
+)
+def test_refused_packets(provider, gpu, sdma, make, message):
+    """Packets the engine must refuse as packet faults (firmware status) before they
+    write anything; without its check each would run, or fault for another reason."""
+    m = memory(provider, gpu, 8192)
+    sdma.sdma(make(m.address()), wait=False)
+    status = wait_failed(sdma.queue)
+    assert message in status.detail, status.detail
+    assert status.terminal >> 32 == StatusDomain.FIRMWARE and status.terminal & 0xFFFFFFFF == 1
+    assert not m.device_view(0, 8192).any(), "the refused packet wrote memory"
+    assert sdma.queue.cache_operations == [] and sdma.queue.interrupts == []
+
+
+def test_write_header_must_be_published_whole(provider, gpu, sdma):
+    m = memory(provider, gpu)
+    ring = sdma.mapping.ring.view(np.uint32)
+    ring[:5] = sdma_write(m.address(), [9])
+    sdma.mapping.write_index[0] = 8  # two dwords of a five-dword WRITE published
+    sdma.mapping.doorbell.write(8)
+    status = wait_failed(sdma.queue)
+    assert "SDMA WRITE: truncated header" in status.detail and status.consumed_index == 0
+
+
+def test_write_index_may_not_go_backwards(provider, gpu, sdma):
+    m = memory(provider, gpu)
+    sdma.sdma(sdma_fence(m.address(), 1))
+    sdma.mapping.write_index[0] = 0
+    sdma.mapping.doorbell.write(0)
+    status = wait_failed(sdma.queue)
+    assert "doorbell 0: went backwards from 16" in status.detail and status.terminal >> 32 == StatusDomain.FIRMWARE
