@@ -1,11 +1,15 @@
 """The cuda engine against raw CUDA, cuda-bindings, CuPy and PyTorch, in one run.
 
-    python bench/gpu.py [--reps 9] [--only launch|graph|transfer|d2d]
+    python bench/gpu.py [--reps 9] [--only launch|graph|graph_allocs|transfer|d2d|memops]
 
 Writes ids cuda.* into bench/results/h200.json (or --out). Every HRX figure is
 measured alternately with its peer in the same process; values are medians of
 ``--reps`` rounds. Host costs are timed with host clocks around the issuing loop
 (work drained between rounds); bandwidths with host clocks around blocking calls.
+
+The launch and graph figures depend on the cuda engine's compiled hot path
+(hrx_gpu.cuda.hot; ``HRX_HOT_PATH=0`` measures the Python fallback): their entries
+carry ``hot_path`` (``{"compiled", "reason", "path"}``) and a ``note`` saying which ran.
 """
 
 from __future__ import annotations
@@ -40,6 +44,30 @@ def rounds(fns, reps):
         for i, fn in enumerate(fns):
             samples[i].append(fn())
     return [statistics.median(x) for x in samples]
+
+
+def hot_path_status() -> dict:
+    """Whether the cuda engine's compiled hot path is in use (built on first use)."""
+    try:
+        from hrx_core import hotpath
+        from hrx_gpu.cuda import hot
+
+        state = dict(hot.status())
+        if not hotpath.enabled():
+            state["compiled"] = False
+        return state
+    except Exception as exc:  # noqa: BLE001 - the figure is still worth writing
+        return {"compiled": False, "reason": f"{type(exc).__name__}: {exc}", "path": None}
+
+
+def with_hot_path(entries: list[dict]) -> list[dict]:
+    """Mark launch/graph entries with the hot path that produced them."""
+    state = hot_path_status()
+    note = "compiled hot path" if state["compiled"] else f"Python fallback (hot path: {state['reason']})"
+    for e in entries:
+        e["hot_path"] = state
+        e["note"] = note if not e.get("note") else f"{e['note']}; {note}"
+    return entries
 
 
 class Ctx:
@@ -152,7 +180,24 @@ def bench_launch(c: Ctx, reps: int, n: int = 4000) -> list[dict]:
         out.append(entry("cuda.launch.prepared_vs_cuda_bindings", "prepared launch of an empty kernel vs cuda-bindings cuLaunchKernel", "us",
                          med["prepared"], peer="cuda.bindings.driver.cuLaunchKernel", peer_value=med["cuda-bindings"], command=CMD))
     print("launch medians (us):", {k: round(v, 3) for k, v in med.items()})
-    return out
+    return with_hot_path(out)
+
+
+def idle_launch_cost(c: Ctx, fn, n: int):
+    """A round of ``n`` calls ``fn(i)``, each timed on its own with the GPU idle
+    (synchronized before it), so that a queue full of earlier work never throttles
+    the issuing thread; returns the mean host cost in us."""
+    def run():
+        total = 0.0
+        for i in range(n):
+            c.sync_raw()
+            t = time.perf_counter()
+            fn(i)
+            total += time.perf_counter() - t
+        c.sync_raw()
+        c.s.synchronize()
+        return total / n * 1e6
+    return run
 
 
 def bench_graph(c: Ctx, reps: int, nodes: int = 100, n: int = 200) -> list[dict]:
@@ -176,30 +221,22 @@ def bench_graph(c: Ctx, reps: int, nodes: int = 100, n: int = 200) -> list[dict]
     launch, stream = lib.cuGraphLaunch, c.cu_stream
     sets = [{n_: b for n_, b in zip("abc", inputs[k])} for k in range(2)]
     # raw peer with rebinding: prebuilt CUDA_KERNEL_NODE_PARAMS, 3 cuGraphExecKernelNodeSetParams + launch
-    limit = dev.info.limits.max_transfer_bytes
+    # (native node i is recorded node i here: a dispatch is one kernel node)
     raw_params = []
     for k in range(2):
-        resolved = g._resolve(sets[k])
         per = []
         for i in range(3):
-            ((kind, params),) = g._expand(g.nodes[i], resolved, limit)
-            per.append(native._kernel_node_params("kernel", GraphNode(kind, native.nodes[i].deps, params).params))
+            params = dict(native.nodes[i].params)
+            first, *rest = params["args"]
+            assert first.buffer is inputs[0][i].allocation.native, "native node order"
+            params["args"] = [first._replace(buffer=inputs[k][i].allocation.native), *rest]
+            per.append(native._kernel_node_params("kernel", GraphNode("dispatch", native.nodes[i].deps, params).params))
         raw_params.append(per)
     handles = [native._handles[i] for i in range(3)]
     set_params = lib.cuGraphExecKernelNodeSetParams_v2
 
     def per_launch(fn):
-        def run():
-            total = 0.0
-            for i in range(n):
-                c.sync_raw()
-                t = time.perf_counter()
-                fn(i)
-                total += time.perf_counter() - t
-            c.sync_raw()
-            s.synchronize()
-            return total / n * 1e6
-        return run
+        return idle_launch_cost(c, fn, n)
 
     def raw(i):
         launch(exec_, stream)
@@ -221,14 +258,59 @@ def bench_graph(c: Ctx, reps: int, nodes: int = 100, n: int = 200) -> list[dict]
     r, plain, rr, rebind = rounds(fns, reps)
     assert native is g._native and native.rebuilds == 0, "graph was rebuilt"
     print(f"graph medians (us): raw {r:.2f} hrx {plain:.2f} raw+3 updates {rr:.2f} hrx rebind3 {rebind:.2f}")
-    return [
+    return with_hot_path([
         entry("cuda.graph.replay100", f"replay of a {nodes}-node recorded graph (one CUDA graph), host cost per launch, GPU idle", "us",
               plain, peer="raw cffi cuGraphLaunch of the same CUDA graph", peer_value=r, goal="<= 1.1", command=CMD),
         entry("cuda.graph.replay100_rebind3", f"replay of the {nodes}-node graph with 3 inputs rebound on every replay (patched, not re-instantiated)", "us",
               rebind, peer="raw cffi cuGraphLaunch of the same CUDA graph", peer_value=r, goal="<= 1.3", command=CMD),
         entry("cuda.graph.replay100_rebind3_vs_raw_update", "the same rebinding replay against the driver's own cost of it", "us",
               rebind, peer="raw cffi 3x cuGraphExecKernelNodeSetParams (prebuilt params) + cuGraphLaunch", peer_value=rr, command=CMD),
+        entry("cuda.graph.replay100_rebind3_vs_raw_rebind", f"replay of the {nodes}-node graph with 3 inputs rebound on every replay, against the raw rebind", "us",
+              rebind, peer="raw cffi 3x cuGraphExecKernelNodeSetParams (prebuilt params) + cuGraphLaunch", peer_value=rr, goal="<= 1.2", command=CMD),
+    ])
+
+
+ALLOC_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def bench_graph_allocs(c: Ctx, reps: int, nodes: int = 100, n: int = 200) -> list[dict]:
+    """Host cost of replaying a 100-node graph whose kernel nodes bind 1..64 distinct
+    allocations (node i binds allocation i mod N): the same CUDA graph shape every
+    time, so only per-allocation bookkeeping can make the cost grow with N."""
+    s, dev, lib = c.s, c.dev, c.lib
+    launch, stream = lib.cuGraphLaunch, c.cu_stream
+    graphs = []
+    for count in ALLOC_COUNTS:
+        bufs = [dev.allocate(256) for _ in range(count)]
+        g = s.graph()
+        prev = []
+        for i in range(nodes):
+            prev = [g.dispatch(TOUCH, 1, [bufs[i % count]], block=32, scalars=(i,), deps=prev)]
+        g.launch().wait()
+        graphs.append((count, g, bufs, g._native._exec))
+
+    fns = []
+    for _count, g, _bufs, exec_ in graphs:
+        fns.append(idle_launch_cost(c, lambda i, g=g: g.launch(), n))
+        fns.append(idle_launch_cost(c, lambda i, exec_=exec_: launch(exec_, stream), n))
+    for fn in fns:
+        fn()
+    med = rounds(fns, reps)
+    hrx_us = {count: med[2 * k] for k, (count, *_rest) in enumerate(graphs)}
+    raw_us = {count: med[2 * k + 1] for k, (count, *_rest) in enumerate(graphs)}
+    print("graph replay by bound allocations (us):", {k: (round(hrx_us[k], 2), round(raw_us[k], 2)) for k in ALLOC_COUNTS})
+    out = [
+        entry(f"cuda.graph.replay_allocs.{count}", f"replay of a {nodes}-node graph binding {count} distinct allocation(s), host cost per launch, GPU idle", "us",
+              hrx_us[count], peer="raw cffi cuGraphLaunch of the same CUDA graph", peer_value=raw_us[count], command=CMD)
+        for count in ALLOC_COUNTS
     ]
+    worst = max(ALLOC_COUNTS, key=lambda k: hrx_us[k])
+    best = min(ALLOC_COUNTS, key=lambda k: hrx_us[k])
+    summary = entry("cuda.graph.replay_allocs.max_over_min", f"flatness of the sweep: the costliest replay ({worst} allocations) over the cheapest ({best})", "us",
+                    hrx_us[worst], peer=f"the same sweep's cheapest point ({best} allocation(s))", peer_value=hrx_us[best], goal="<= 1.2", command=CMD)
+    for _count, g, bufs, _exec in graphs:
+        g.close()
+    return with_hot_path([*out, summary])
 
 
 def _mt_copy(pool: ThreadPoolExecutor, threads: int, dst: np.ndarray, src: np.ndarray) -> None:
@@ -376,13 +458,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--out", default="h200.json")
-    ap.add_argument("--only", choices=["launch", "graph", "transfer", "d2d", "memops"], default=None)
+    ap.add_argument("--only", choices=["launch", "graph", "graph_allocs", "transfer", "d2d", "memops"], default=None)
     args = ap.parse_args()
     c = Ctx()
     results: list[dict] = []
     failed = False
-    for name, fn in (("launch", bench_launch), ("graph", bench_graph), ("transfer", bench_transfer),
-                     ("d2d", bench_d2d), ("memops", bench_memops)):
+    for name, fn in (("launch", bench_launch), ("graph", bench_graph), ("graph_allocs", bench_graph_allocs),
+                     ("transfer", bench_transfer), ("d2d", bench_d2d), ("memops", bench_memops)):
         if args.only not in (None, name):
             continue
         try:

@@ -31,4 +31,19 @@ def hrx_doctor() -> Sequence[tuple[str, str, str]]:
     from .amdgpu.compiler import doctor_rows as amdgpu_rows
     from .cuda.doctor import rows
 
-    return [*rows(), *amdgpu_rows()]
+    return [*rows(), _hot_path_row(), *amdgpu_rows()]
+
+
+def _hot_path_row() -> tuple[str, str, str]:
+    """The cuda engine's compiled hot path: compiled (where) or the Python fallback (why).
+
+    Builds the extension on first use (a second or so with a C compiler), as a launch would."""
+    try:
+        from .cuda.hot import status
+
+        state = status()
+    except Exception as exc:  # noqa: BLE001 - doctor never raises
+        return ("cuda", "hot path", f"fallback (Python): {type(exc).__name__}: {exc}")
+    if state["compiled"]:
+        return ("cuda", "hot path", f"compiled, {state['reason']} ({state['path']})")
+    return ("cuda", "hot path", f"fallback (Python): {state['reason']}")

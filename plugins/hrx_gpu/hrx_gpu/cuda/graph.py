@@ -18,10 +18,21 @@ executable graph in place (``cuGraphExec*NodeSetParams``). If the new parameters
 another kind of CUDA node (a copy that now runs between two pinned buffers) or the
 driver refuses the patch, the graph is rebuilt from the current node list and
 re-instantiated; replays already encoded are unaffected either way.
+
+Rebinding fast path (:meth:`CudaGraph.patch_args`): the ``CUDA_KERNEL_NODE_PARAMS`` of
+every kernel node are packed at build time and kept, with one 8-byte cell per buffer
+argument that ``kernelParams`` points at. A patch stages ``(cell, new address)`` and
+flags its node; the next :meth:`CudaGraph.launch` writes the staged cells, calls
+``cuGraphExecKernelNodeSetParams`` once per flagged node (in node order) and then
+``cuGraphLaunch`` -- one call of the compiled hot path (:mod:`hrx_gpu.cuda.hot`) where
+it was built, the same driver calls from Python otherwise. A node update the driver
+refuses at that point is handled as :meth:`CudaGraph.update` handles it: a sticky
+error is raised, anything else rebuilds the graph from the current nodes.
 """
 
 from __future__ import annotations
 
+import array
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +40,8 @@ from hrx_core.engine import BufferArg, GraphNode, NativeGraph, NativeQueue
 from hrx_core.errors import InvalidArgument
 
 from ._driver import CU_MEMORYTYPE_UNIFIED, CURRENT, EXIT
-from .errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CudaError
+from .errors import CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CudaError
+from .hot import STEP_LAUNCH, for_driver, py_graph_replay
 from .kernel import CudaExecutable, address_of, pack_args
 from .mapped import BLOCK as MAPPED_BLOCK
 
@@ -38,6 +50,7 @@ if TYPE_CHECKING:
     from .queue import CudaQueue
 
 KINDS = ("copy", "fill", "dispatch", "empty")
+_Q_IS_64_BITS = array.array("Q").itemsize == 8
 
 # How a node is encoded: which CUDA node type, hence which exec-update call.
 KERNEL, MEMCPY, MEMSET, COPY_KERNEL, FILL_KERNEL, EMPTY = (
@@ -51,12 +64,19 @@ KERNEL, MEMCPY, MEMSET, COPY_KERNEL, FILL_KERNEL, EMPTY = (
 
 
 class CudaGraph(NativeGraph):
-    """An instantiated CUDA graph."""
+    """An instantiated CUDA graph.
+
+    Not thread-safe on its own: like every native graph, the core calls one graph's
+    :meth:`launch`, :meth:`update` and :meth:`patch_args` from one thread at a time."""
+
+    #: Patches remembered before they are folded into :attr:`nodes` (bounds memory
+    #: when a graph is rebound on every replay and its nodes are never read).
+    LOG_LIMIT = 4096
 
     def __init__(self, device: CudaDevice, nodes: Sequence[GraphNode]) -> None:
         self.device = device
-        self.nodes = list(nodes)
-        for i, node in enumerate(self.nodes):
+        self._nodes = list(nodes)
+        for i, node in enumerate(self._nodes):
             _validate(i, node)
         self._graph: Any = None
         self._exec: Any = None
@@ -64,11 +84,27 @@ class CudaGraph(NativeGraph):
         #: The CUDA node type each node was built as.
         self.modes: list[str] = []
         self.closed = False
-        # index -> (CUDA_KERNEL_NODE_PARAMS, storage, per-argument slots) for in-place rebinding
+        # index -> (CUDA_KERNEL_NODE_PARAMS, storage, per-argument cells) of KERNEL nodes,
+        # packed at build time: patches write the cells, then update the node
         self._packed: dict[int, tuple[Any, list[Any], list[Any]]] = {}
         #: How many times the graph was rebuilt because an in-place patch was impossible.
         self.rebuilds = 0
+        #: The compiled hot path, or None for the Python replay (decided once, here).
+        self._hot = for_driver(device.driver)
+        # patches accepted by patch_args but not folded into self._nodes yet
+        self._log: list[tuple[int, int, BufferArg]] = []
         self._build()
+
+    @property
+    def nodes(self) -> list[GraphNode]:
+        """The current node list (buffer arguments as last patched)."""
+        self._materialize()
+        return self._nodes
+
+    @property
+    def hot_path(self) -> bool:
+        """Whether replays go through the compiled hot path."""
+        return self._hot is not None
 
     # -- building ---------------------------------------------------------------------
 
@@ -91,8 +127,9 @@ class CudaGraph(NativeGraph):
         driver.check(lib.cuGraphCreate(graph, 0), "cuGraphCreate")
         handles: list[Any] = []
         modes: list[str] = []
+        packed: dict[int, tuple[Any, list[Any], list[Any]]] = {}
         try:
-            for i, node in enumerate(self.nodes):
+            for i, node in enumerate(self._nodes):
                 unique = list(dict.fromkeys(node.deps))  # the driver rejects repeated edges
                 deps = ffi.new("CUgraphNode[]", [handles[d] for d in unique]) if unique else ffi.NULL
                 ndeps = len(unique)
@@ -111,9 +148,12 @@ class CudaGraph(NativeGraph):
                         if on_host:
                             device.memset_node_on_host = True
                 if mode in (KERNEL, COPY_KERNEL, FILL_KERNEL):
-                    params, _keep = self._kernel_node_params(mode, node.params)
+                    params, keep = self._kernel_node_params(mode, node.params)
                     code = lib.cuGraphAddKernelNode_v2(out, graph[0], deps, ndeps, params)
                     driver.check(code, "cuGraphAddKernelNode", context)
+                    if mode == KERNEL:
+                        # pack_args keeps one storage object per argument first, in order
+                        packed[i] = (params, keep, keep[: len(node.params.get("args", ()))])
                 elif mode == MEMCPY:
                     params = self._memcpy_params(node.params)
                     code = lib.cuGraphAddMemcpyNode(out, graph[0], deps, ndeps, params, device.ctx)
@@ -132,6 +172,163 @@ class CudaGraph(NativeGraph):
         self._exec = exec_[0]
         self._handles = handles
         self.modes = modes
+        self._packed = packed
+        self._index()
+
+    def _rebuild(self) -> None:
+        """Build and instantiate again from the current nodes; drop the old executable."""
+        self._materialize()
+        lib = self.device.driver.lib
+        old_graph, old_exec = self._graph, self._exec
+        self._build()
+        self.rebuilds += 1
+        # In-flight replays of the old executable finish; the driver frees it after.
+        lib.cuGraphExecDestroy(old_exec)
+        lib.cuGraphDestroy(old_graph)
+
+    # -- rebinding tables ---------------------------------------------------------------
+
+    def _index(self) -> None:
+        """Per-node argument cells and update records for patch_args (after each build)."""
+        count = len(self._nodes)
+        self._cell_refs: list[list[Any] | None] = [None] * count
+        self._cell_addrs: list[list[int] | None] = [None] * count
+        self._node_params: list[tuple[Any, Any] | None] = [None] * count
+        self._py_dirty: dict[int, None] = {}
+        hot = self._hot
+        if hot is not None:
+            hffi = hot.ffi
+            cells = sum(
+                sum(isinstance(a, BufferArg) for a in self._nodes[i].params.get("args", ())) for i in self._packed
+            )
+            self._hot_nodes = hffi.new("hrx_node_update[]", max(count, 1))
+            self._dirty = hffi.new("unsigned char[]", max(count, 1))  # written by hrx_graph_replay
+            record = hffi.new("hrx_graph_record *")
+            record.set_params = hot.set_params
+            record.graph_launch = hot.graph_launch
+            record.exec = int(self.device.driver.ffi.cast("uintptr_t", self._exec))
+            record.dirty = self._dirty
+            record.nodes = self._hot_nodes
+            record.nnodes = count
+            self._record = record
+            self._result = hffi.new("hrx_replay_result *")
+            self._hot_replay = hot.replay
+            self._grow(max(16, 2 * cells))
+        for i in range(count):
+            self._index_node(i)
+
+    def _grow(self, capacity: int) -> None:
+        """(Re)allocate the staged-cell array (nothing may be staged)."""
+        hffi = self._hot.ffi  # type: ignore[union-attr]
+        if _Q_IS_64_BITS:
+            # cell, value, node, cell, ...: an array.array takes item writes faster than a cdata
+            self._flat: Any = array.array("Q", bytes(24 * capacity))
+            self._cellbuf = hffi.from_buffer("hrx_cell_patch[]", self._flat)
+        else:
+            self._cellbuf = hffi.new("hrx_cell_patch[]", capacity)
+            self._flat = hffi.cast("uint64_t *", self._cellbuf)
+        self._cap = capacity
+        self._ncells = 0
+        self._record.cells = self._cellbuf
+
+    def _index_node(self, index: int) -> None:
+        """Refresh the tables of node ``index`` from its packing (None: not patchable)."""
+        packed = self._packed.get(index) if self.modes[index] == KERNEL else None
+        if packed is None:
+            self._cell_refs[index] = self._cell_addrs[index] = self._node_params[index] = None
+            if self._hot is not None:
+                self._hot_nodes[index].node = 0
+                self._hot_nodes[index].params = 0
+            return
+        ffi = self.device.driver.ffi
+        params, _keep, cells = packed
+        args = self._nodes[index].params.get("args", ())
+        refs = [cell if isinstance(arg, BufferArg) else None for cell, arg in zip(cells, args)]
+        self._cell_refs[index] = refs
+        self._cell_addrs[index] = [0 if c is None else int(ffi.cast("uintptr_t", c)) for c in refs]
+        handle = self._handles[index]
+        self._node_params[index] = (handle, params)
+        if self._hot is not None:
+            self._hot_nodes[index].node = int(ffi.cast("uintptr_t", handle))
+            self._hot_nodes[index].params = int(ffi.cast("uintptr_t", params))
+
+    def _materialize(self) -> None:
+        """Fold the patch log into ``self._nodes`` (GraphNodes with the current args)."""
+        log = self._log
+        if not log:
+            return
+        self._log = []
+        changed: dict[int, list[Any]] = {}
+        for index, arg_index, arg in log:
+            args = changed.get(index)
+            if args is None:
+                args = changed[index] = list(self._nodes[index].params.get("args", ()))
+            args[arg_index] = arg
+        for index, args in changed.items():
+            node = self._nodes[index]
+            self._nodes[index] = GraphNode(node.kind, node.deps, {**node.params, "args": args})
+
+    def _pending(self) -> bool:
+        if self._hot is not None:
+            return bool(self._ncells or self._record.pending)
+        return bool(self._py_dirty)
+
+    def _settle(self) -> None:
+        """Apply staged patches now (without a launch) and fold them into the nodes."""
+        if self._pending():
+            self._replay(None, launch=False)
+        self._materialize()
+
+    def _run(self, queue: CudaQueue | None, launch: bool) -> tuple[int, int, int]:
+        """One replay step: staged cells, dirty nodes, then (if ``launch``) the launch."""
+        if self._hot is not None:
+            stream = queue.stream_address if queue is not None else 0
+            ncells, self._ncells = self._ncells, 0
+            code = self._hot_replay(self._record, ncells, stream, 1 if launch else 0, self._result)
+            if code:
+                return int(code), int(self._result.step), int(self._result.node)
+            return 0, 0, -1
+        lib = self.device.driver.lib
+        return py_graph_replay(
+            lib.cuGraphExecKernelNodeSetParams_v2,
+            lib.cuGraphLaunch,
+            self._exec,
+            (),
+            self._py_dirty,
+            self._node_params,
+            queue.stream if queue is not None else self.device.driver.NULL,
+            launch,
+        )
+
+    def _replay(self, queue: CudaQueue | None, launch: bool) -> None:
+        """Apply staged patches (and launch on ``queue``), turning failures into HRX errors."""
+        device = self.device
+        if CURRENT.ctx is not device.ctx:
+            device._activate()
+        code, step, node = self._run(queue, launch)
+        if code:
+            self._failed(queue, launch, code, step, node)
+
+    def _failed(self, queue: CudaQueue | None, launch: bool, code: int, step: int, node: int) -> None:
+        """A replay step failed: what the Python paths do with the same failure."""
+        device = self.device
+        driver = device.driver
+        if code == CUDA_ERROR_INVALID_CONTEXT:
+            # another library changed this thread's context: once more, from where it stopped
+            driver.force_current(device.ctx)
+            code, step, node = self._run(queue, launch)
+            if not code:
+                return
+        if step == STEP_LAUNCH:
+            name = queue.name if queue is not None else repr(self)
+            raise driver.error(code, "cuGraphLaunch", name)
+        error = driver.error(code, "cuGraphExecKernelNodeSetParams", f"node {node}")
+        if isinstance(error, CudaError) and error.sticky:
+            raise error
+        # Refused: as update() does, rebuild from the current nodes (the patches included).
+        self._rebuild()
+        if launch and queue is not None:
+            queue.launch_graph(self._exec)
 
     def _patch_kernel(self, index: int, old: GraphNode, node: GraphNode) -> bool:
         """Rebinding fast path: same kernel, geometry and argument layout. The packed
@@ -167,8 +364,10 @@ class CudaGraph(NativeGraph):
         code = self.device.driver.lib.cuGraphExecKernelNodeSetParams_v2(self._exec, self._handles[index], cached[0])
         if code:
             self._packed.pop(index, None)
+            self._index_node(index)
             return False  # the slow path reports the error or rebuilds
-        self.nodes[index] = node
+        self._nodes[index] = node
+        self._index_node(index)
         return True
 
     def _kernel_node_params(self, mode: str, params: Mapping[str, Any]) -> tuple[Any, list[Any]]:
@@ -234,17 +433,103 @@ class CudaGraph(NativeGraph):
     # -- NativeGraph ----------------------------------------------------------------------
 
     def launch(self, queue: NativeQueue) -> None:
+        """One replay on ``queue``: staged patches first (see :meth:`patch_args`), then
+        ``cuGraphLaunch`` -- a single call of the compiled hot path where it was built."""
         if self.closed:
             raise InvalidArgument("graph: closed")
         q: CudaQueue = queue  # type: ignore[assignment]
+        if self._hot is not None:
+            if CURRENT.ctx is not self.device.ctx:
+                self.device._activate()
+            ncells, self._ncells = self._ncells, 0  # written by the call, whatever it returns
+            code = self._hot_replay(self._record, ncells, q.stream_address, 1, self._result)
+            if code:
+                self._failed(q, True, int(code), int(self._result.step), int(self._result.node))
+            return
+        if self._py_dirty:
+            self._replay(q, launch=True)
+            return
         q.launch_graph(self._exec)
+
+    def patch_args(self, patches: Sequence[tuple[int, int, BufferArg]]) -> bool:
+        """Point buffer arguments of kernel nodes at new ranges (the core validated them).
+
+        ``patches`` holds ``(node index, argument index, BufferArg)``. Every patch must
+        name a buffer argument of a node built as a CUDA kernel node with its packing
+        kept; otherwise nothing changes and the answer is False (the core then calls
+        :meth:`update` per node: pinned-memory copies and fills, empty nodes). Accepted
+        patches are staged and take effect at the next :meth:`launch` (or :meth:`update`),
+        which writes the argument cells and makes one ``cuGraphExecKernelNodeSetParams``
+        per changed node before ``cuGraphLaunch``; replays already encoded keep their
+        old arguments. A node update the driver refuses then is treated as
+        :meth:`update` treats it (sticky: raised; otherwise the graph is rebuilt)."""
+        if self.closed:
+            raise InvalidArgument("graph: closed")
+        if not isinstance(patches, (list, tuple)):
+            patches = list(patches)
+        if not patches:
+            return True
+        if self._hot is not None:
+            n = self._ncells
+            if n + len(patches) > self._cap:
+                if n or self._record.pending:
+                    self._replay(None, launch=False)  # apply what is staged; n becomes 0
+                n = 0
+                if len(patches) > self._cap:
+                    self._grow(2 * len(patches))
+            addrs, flat = self._cell_addrs, self._flat
+            k = 3 * n
+            try:
+                for index, arg_index, arg in patches:
+                    if index < 0 or arg_index < 0:
+                        return False
+                    cell = addrs[index][arg_index]  # type: ignore[index]
+                    if not cell:
+                        return False  # a scalar argument
+                    try:
+                        value = arg.buffer.dptr + arg.offset  # type: ignore[union-attr]
+                    except AttributeError:
+                        value = address_of(arg.buffer) + arg.offset
+                    flat[k] = cell
+                    flat[k + 1] = value
+                    flat[k + 2] = index
+                    k += 3
+            except (IndexError, TypeError, AttributeError):
+                return False  # not a patchable node or argument: staged entries stay uncommitted
+            self._ncells = k // 3
+        else:
+            refs = self._cell_refs
+            staged: list[tuple[Any, int]] = []
+            touched: list[int] = []
+            try:
+                for index, arg_index, arg in patches:
+                    if index < 0 or arg_index < 0:
+                        return False
+                    cell = refs[index][arg_index]  # type: ignore[index]
+                    if cell is None:
+                        return False
+                    staged.append((cell, address_of(arg.buffer) + arg.offset))
+                    touched.append(index)
+            except (IndexError, TypeError, AttributeError):
+                return False
+            for cell, value in staged:
+                cell[0] = value
+            dirty_ = self._py_dirty
+            for index in touched:
+                dirty_[index] = None
+        log = self._log
+        log.extend(patches)
+        if len(log) > self.LOG_LIMIT:
+            self._materialize()
+        return True
 
     def update(self, index: int, node: GraphNode) -> None:
         if self.closed:
             raise InvalidArgument("graph: closed")
-        if not isinstance(index, int) or not 0 <= index < len(self.nodes):
-            raise InvalidArgument(f"index: expected 0 <= index < {len(self.nodes)}, got {index!r}")
-        old = self.nodes[index]
+        if not isinstance(index, int) or not 0 <= index < len(self._nodes):
+            raise InvalidArgument(f"index: expected 0 <= index < {len(self._nodes)}, got {index!r}")
+        self._settle()  # staged patch_args first: they were accepted before this update
+        old = self._nodes[index]
         if node.kind == "dispatch" and old.kind == "dispatch" and self.modes[index] == KERNEL and self._patch_kernel(index, old, node):
             return
         if node.kind != old.kind:
@@ -262,12 +547,15 @@ class CudaGraph(NativeGraph):
             mode = FILL_KERNEL  # this driver refused a memset node on host memory
         device._activate()
         code, call = -1, ""  # -1: another CUDA node type is needed, rebuild
+        packed: tuple[Any, list[Any], list[Any]] | None = None
         if mode != built:
             pass
         elif mode in (KERNEL, COPY_KERNEL, FILL_KERNEL):
-            params, _keep = self._kernel_node_params(mode, node.params)
+            params, keep = self._kernel_node_params(mode, node.params)
             code = lib.cuGraphExecKernelNodeSetParams_v2(self._exec, handle, params)
             call = "cuGraphExecKernelNodeSetParams"
+            if mode == KERNEL:
+                packed = (params, keep, keep[: len(node.params.get("args", ()))])
         elif mode == MEMCPY:
             params = self._memcpy_params(node.params)
             code = lib.cuGraphExecMemcpyNodeSetParams(self._exec, handle, params, device.ctx)
@@ -279,30 +567,31 @@ class CudaGraph(NativeGraph):
         else:
             code = 0
         if code == 0:
-            self.nodes[index] = node
+            self._nodes[index] = node
+            if packed is not None:
+                # later patches must start from what the node now holds (another kernel,
+                # geometry or layout), not from the packing it was built with
+                self._packed[index] = packed
+                self._index_node(index)
             return
         if code > 0:
             error = driver.error(code, call, f"node {index}")
             if isinstance(error, CudaError) and error.sticky:
                 raise error
         # Patch impossible or refused: rebuild with the new node.
-        previous = self.nodes[index]
-        self.nodes[index] = node
-        old_graph, old_exec = self._graph, self._exec
+        previous = self._nodes[index]
+        self._nodes[index] = node
         try:
-            self._build()
+            self._rebuild()
         except BaseException:
-            self.nodes[index] = previous
+            self._nodes[index] = previous
             raise
-        self.rebuilds += 1
-        # In-flight replays of the old executable finish; the driver frees it after.
-        lib.cuGraphExecDestroy(old_exec)
-        lib.cuGraphDestroy(old_graph)
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
+        self._log = []
         device = self.device
         device._forget_graph(self)
         if device.closed or EXIT.exiting or self._exec is None:
@@ -322,7 +611,7 @@ class CudaGraph(NativeGraph):
             pass
 
     def __repr__(self) -> str:
-        return f"<CudaGraph {len(self.nodes)} nodes{' closed' if self.closed else ''}>"
+        return f"<CudaGraph {len(self._nodes)} nodes{' closed' if self.closed else ''}>"
 
 
 def _pattern(params: Mapping[str, Any]) -> bytes:

@@ -5,8 +5,11 @@ to a copy of its value. A :class:`~hrx_core.engine.BufferArg` becomes the 64-bit
 address of its buffer plus offset; a numpy scalar becomes its bytes. The driver copies
 the values at launch, so the packed array may be reused or dropped afterwards.
 
-:class:`CudaPreparedDispatch` packs once and binds the function and geometry with
-``functools.partial``: a repeated launch is one cffi call plus an attribute check.
+:class:`CudaPreparedDispatch` packs once. :meth:`CudaPreparedDispatch.bind` hands out a
+launcher that is one call of the compiled hot path (:mod:`hrx_gpu.cuda.hot`: a launch
+record holding every argument of ``cuLaunchKernel``) where it could be built, else
+one cffi call with the function and geometry bound by ``functools.partial``; both
+read the same packed argument cells, so ``set_arg`` reaches either.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from hrx_core.engine import Artifact, BufferArg, Executable, KernelArg, NativeBuffer, PreparedDispatch
 from hrx_core.errors import InvalidArgument, Unsupported
 
 from ._driver import CURRENT, EXIT
 from .errors import CUDA_ERROR_NOT_FOUND
+from .hot import for_driver
 from .image import loadable, untag
 
 if TYPE_CHECKING:
@@ -147,25 +152,61 @@ class CudaPreparedDispatch(PreparedDispatch):
         self._params, self._keep = pack_args(driver.ffi, args)
         self._null = driver.NULL
         self._call = functools.partial(driver.lib.cuLaunchKernel, executable.function, *grid, *block, 0)
+        self._driver = driver
+        self._function = executable.function
 
     def set_arg(self, index: int, arg: BufferArg) -> None:
-        """Patch the packed address of buffer argument ``index`` in place (bound launchers see it)."""
+        """Patch the packed address of buffer argument ``index`` in place (bound launchers see it).
+
+        The cell written is the one ``kernelParams[index]`` points at, shared by the
+        Python launcher and every compiled launch record, so all of them launch with
+        the new address from their next call on."""
+        cell = self._keep[index] if 0 <= index < len(self.args) and isinstance(self.args[index], BufferArg) else None
+        if cell is None:
+            raise InvalidArgument(f"index: argument {index!r} of {self.executable.name!r} is not a buffer argument")
+        address = address_of(arg.buffer) + arg.offset
         super().set_arg(index, arg)
-        self._keep[index][0] = address_of(arg.buffer) + arg.offset
+        cell[0] = address
 
     def bind(self, queue: CudaQueue) -> Callable[[], None]:  # type: ignore[override]
-        """A zero-argument launcher with every argument of cuLaunchKernel bound."""
+        """A zero-argument launcher with every argument of cuLaunchKernel bound.
+
+        With the compiled hot path the launcher makes one C call on a launch record
+        (``hrx_launch``); without it one cffi call of ``cuLaunchKernel``. A failure
+        raises the same typed error either way (a foreign context switch is retried
+        once first)."""
         if not queue._dispatch_ok:
             raise Unsupported(f"{queue.name}: the {queue.family} family cannot dispatch kernels")
-        call, args = self._call, (queue.stream, self._params, self._null)
         ctx, device, current = queue._ctx, queue.device, CURRENT
+        fail = queue._fail
+        hot = for_driver(self._driver)
+        if hot is not None:
+            ffi = self._driver.ffi
+            params = 0 if self._params == ffi.NULL else int(ffi.cast("uintptr_t", self._params))
+            record = hot.launch_record(
+                int(ffi.cast("uintptr_t", self._function)), self.grid, self.block, queue.stream_address, params
+            )
+            hot_launch = hot.launch
+            keep = self._keep  # the record points into this storage
+
+            def launch_compiled() -> None:
+                if current.ctx is not ctx:
+                    device._activate()
+                code = hot_launch(record)
+                if code:
+                    fail(code, "cuLaunchKernel", hot_launch, record)
+
+            launch_compiled.record = record  # type: ignore[attr-defined]
+            launch_compiled.keep = keep  # type: ignore[attr-defined]
+            return launch_compiled
+        call, args = self._call, (queue.stream, self._params, self._null)
 
         def launch() -> None:
             if current.ctx is not ctx:
                 device._activate()
             code = call(*args)
             if code:
-                queue._fail(code, "cuLaunchKernel", call, *args)
+                fail(code, "cuLaunchKernel", call, *args)
 
         return launch
 

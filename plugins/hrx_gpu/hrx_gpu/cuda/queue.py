@@ -56,6 +56,8 @@ class CudaQueue(NativeQueue):
         device._activate()
         driver.check(self._lib.cuStreamCreate(out, CU_STREAM_NON_BLOCKING), "cuStreamCreate", self.name)
         self.stream = out[0]
+        #: The stream's address as an int (what compiled hot-path calls take).
+        self.stream_address = int(driver.ffi.cast("uintptr_t", self.stream))
         self._ctx = device.ctx
         self._signaled_timelines: weakref.WeakSet[CudaTimeline] = weakref.WeakSet()
         self._host_fn_keep: dict[int, Any] = {}
@@ -143,6 +145,8 @@ class CudaQueue(NativeQueue):
             self._fail(code, "cuLaunchKernel", fn, *call_args)
 
     def launch_graph(self, graph_exec: Any) -> None:
+        """``cuGraphLaunch`` of an instantiated graph (the Python path; :class:`CudaGraph`
+        replays through the compiled hot path where it was built)."""
         if CURRENT.ctx is not self._ctx:
             self.device._activate()
         fn = self._lib.cuGraphLaunch

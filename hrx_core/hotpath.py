@@ -1,0 +1,307 @@
+"""Small compiled hot paths: cffi API-mode extensions built on first use.
+
+An engine whose per-call Python cost matters (a prepared launch, a graph replay with
+rebinding) hands :func:`load` a few lines of C and their cffi declarations. The first
+use compiles them with the system C compiler into the compile cache,
+``hrx_core.compiler.cache_dir()/hot/<digest>/``, and imports the result; later uses in
+the process answer from memory, later processes from the cache. The extension is
+engine-neutral C: native entry points reach it as function pointers (an engine that
+loads its driver in cffi ABI mode passes ``ffi.cast("uintptr_t", lib.fn)``), so nothing
+links against a driver.
+
+Where no extension can be had the caller keeps its pure-Python path, and
+:attr:`HotModule.status` says why: ``HRX_HOT_PATH=0`` (forces the fallback), cffi not
+installed, no C compiler (``CC``, else the interpreter's compiler, else ``cc``), no
+Python headers, a compiler error, an unwritable cache. :func:`load` never raises for
+any of those; results must be identical either way, only the cost differs.
+
+Builds are thread- and process-safe: each builder compiles into a private temporary
+directory and renames it into place; a builder that loses the race discards its copy
+and loads the winner's. The digest covers the name, declarations, source, the cffi
+version and the interpreter's ABI, so a change of any of them builds anew.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .errors import InvalidArgument
+
+#: Environment variable: "0" (or "off", "false", "no") forces the pure-Python fallback.
+ENV = "HRX_HOT_PATH"
+#: Bumped when the way extensions are built changes (part of the digest).
+BUILDER_VERSION = "1"
+#: Longest a compiler run may take (seconds) before the fallback is used.
+COMPILE_TIMEOUT = 300.0
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_OFF = frozenset({"0", "off", "false", "no"})
+
+
+class HotModule:
+    """A compiled extension (``ffi``, ``lib``) or the reason there is none.
+
+    ``compiled`` says which; ``status`` is ``{"compiled": bool, "reason": str, "path":
+    str | None}`` (``path``: the extension file when compiled).
+    """
+
+    __slots__ = ("compiled", "ffi", "lib", "name", "path", "reason")
+
+    def __init__(self, name: str, ffi: Any, lib: Any, reason: str, path: str | None) -> None:
+        self.name = name
+        self.ffi = ffi
+        self.lib = lib
+        self.compiled = lib is not None
+        self.reason = reason
+        self.path = path
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """``{"compiled": bool, "reason": str, "path": str | None}``."""
+        return {"compiled": self.compiled, "reason": self.reason, "path": self.path}
+
+    def __repr__(self) -> str:
+        state = "compiled" if self.compiled else "fallback"
+        return f"<HotModule {self.name} {state}: {self.reason}>"
+
+
+def enabled() -> bool:
+    """False when ``HRX_HOT_PATH`` asks for the pure-Python fallback (read on every call)."""
+    return os.environ.get(ENV, "").strip().lower() not in _OFF
+
+
+def cache_root() -> Path:
+    """Where hot-path extensions live: ``hrx_core.compiler.cache_dir()/hot``."""
+    from .compiler import cache_dir
+
+    return cache_dir() / "hot"
+
+
+def digest(name: str, cdef: str, source: str) -> str:
+    """The cache key of an extension: its text, the cffi version and the interpreter ABI."""
+    try:
+        import cffi
+
+        cffi_version = cffi.__version__
+    except ImportError:
+        cffi_version = "none"
+    parts = (
+        BUILDER_VERSION,
+        name,
+        cdef,
+        source,
+        cffi_version,
+        sys.implementation.cache_tag or "",
+        str(sysconfig.get_config_var("EXT_SUFFIX")),
+        platform.machine(),
+    )
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def compiler_command() -> list[str]:
+    """The C compiler to run: ``CC``, else the interpreter's ``CC``, else ``cc``."""
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    try:
+        argv = shlex.split(cc)
+    except ValueError:
+        argv = [cc]
+    return argv or ["cc"]
+
+
+def _python_include() -> list[str]:
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys(p for p in (paths.get("include"), paths.get("platinclude")) if p))
+
+
+# key -> HotModule (successes by (root, digest); failures also by the compiler asked)
+_modules: dict[tuple[str, ...], HotModule] = {}
+_locks: dict[tuple[str, ...], threading.Lock] = {}
+_locks_guard = threading.Lock()
+#: Compiler runs in this process (tests check that a cached extension is not rebuilt).
+builds = 0
+
+
+def forget() -> None:
+    """Drop what this process remembers (tests; extensions already imported stay loaded)."""
+    with _locks_guard:
+        _modules.clear()
+
+
+def load(name: str, cdef: str, source: str) -> HotModule:
+    """The extension ``name`` built from ``cdef`` (cffi declarations) and ``source`` (C).
+
+    Built on first use into the cache and imported; never raises for a missing
+    compiler, headers or cffi, a failed build or ``HRX_HOT_PATH=0``: the result then
+    has ``compiled == False`` and the reason. Raises :class:`InvalidArgument` only for
+    arguments of the wrong type or a ``name`` that is not a short identifier.
+    """
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise InvalidArgument(f"name: expected an identifier of at most 64 characters, got {name!r}")
+    for label, text in (("cdef", cdef), ("source", source)):
+        if not isinstance(text, str):
+            raise InvalidArgument(f"{label}: expected C text (str), got {type(text).__name__}")
+    if not enabled():
+        return HotModule(name, None, None, f"disabled by {ENV}={os.environ.get(ENV)}", None)
+    try:
+        root = cache_root()
+    except Exception as exc:  # noqa: BLE001 - no home directory, odd HRX_CACHE_DIR
+        return HotModule(name, None, None, f"no compile cache: {exc}", None)
+    key_digest = digest(name, cdef, source)
+    key = (str(root), key_digest)
+    module = _modules.get(key)
+    if module is not None:
+        return module
+    failure_key = (*key, " ".join(compiler_command()))
+    module = _modules.get(failure_key)
+    if module is not None:
+        return module
+    with _locks_guard:
+        lock = _locks.setdefault(key, threading.Lock())
+    with lock:
+        module = _modules.get(key) or _modules.get(failure_key)
+        if module is None:
+            try:
+                module = _load_or_build(name, cdef, source, root, key_digest)
+            except Exception as exc:  # noqa: BLE001 - a hot path must never break its caller
+                module = HotModule(name, None, None, f"unexpected {type(exc).__name__}: {exc}", None)
+            _modules[key if module.compiled else failure_key] = module
+    return module
+
+
+def _module_name(name: str, key_digest: str) -> str:
+    return f"_hrx_hot_{name}_{key_digest[:16]}"
+
+
+def _load_or_build(name: str, cdef: str, source: str, root: Path, key_digest: str) -> HotModule:
+    try:
+        import cffi
+    except ImportError:
+        return HotModule(name, None, None, "cffi is not installed", None)
+    modname = _module_name(name, key_digest)
+    final = root / key_digest
+    library = final / f"{modname}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+    stale = ""
+    if library.is_file():
+        try:
+            return _import(name, modname, library, "loaded from the cache")
+        except Exception as exc:  # noqa: BLE001 - a damaged cache entry: build it again
+            stale = f"{type(exc).__name__}: {exc}"
+    built = _build(cffi, name, modname, cdef, source, root, library.name)
+    if isinstance(built, HotModule):
+        return built
+    try:
+        _publish(built, final, replace=bool(stale))
+        return _import(name, modname, library, f"built with {compiler_command()[0]}")
+    except Exception as exc:  # noqa: BLE001
+        why = f"{type(exc).__name__}: {exc}"
+        return HotModule(name, None, None, f"cannot load the built extension: {why}", None)
+    finally:
+        shutil.rmtree(built, ignore_errors=True)
+
+
+def _build(cffi: Any, name: str, modname: str, cdef: str, source: str, root: Path, filename: str) -> Path | HotModule:
+    """Compile into a private temporary directory; its path, or a fallback HotModule."""
+    global builds
+    argv = compiler_command()
+    if shutil.which(argv[0]) is None:
+        return HotModule(name, None, None, f"no C compiler: {argv[0]!r} not found (set CC)", None)
+    includes = _python_include()
+    if not any((Path(p) / "Python.h").is_file() for p in includes):
+        where = ", ".join(includes) or "nowhere"
+        return HotModule(name, None, None, f"no Python headers (Python.h not in {where})", None)
+    tmp = root / f".tmp-{modname}-{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as exc:
+        return HotModule(name, None, None, f"cache not writable: {exc}", None)
+    try:
+        ffi = cffi.FFI()
+        ffi.cdef(cdef)
+        c_file = tmp / f"{modname}.c"
+        _emit_c(ffi, modname, source, c_file)
+        command = [
+            *argv,
+            "-shared",
+            "-fPIC",
+            "-O2",
+            *(f"-I{p}" for p in includes),
+            str(c_file),
+            "-o",
+            str(tmp / filename),
+        ]
+        builds += 1
+        started = time.monotonic()
+        out = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT, check=False)
+        if out.returncode != 0 or not (tmp / filename).is_file():
+            log = (out.stderr or out.stdout).strip().splitlines()
+            detail = " | ".join(log[:4]) or f"exit status {out.returncode}"
+            raise _BuildFailed(f"{argv[0]} failed after {time.monotonic() - started:.1f} s: {detail}")
+    except _BuildFailed as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return HotModule(name, None, None, str(exc), None)
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return HotModule(name, None, None, f"{argv[0]} ran past {COMPILE_TIMEOUT:.0f} s", None)
+    except Exception as exc:  # noqa: BLE001 - cffi parse errors, OSError running the compiler
+        shutil.rmtree(tmp, ignore_errors=True)
+        return HotModule(name, None, None, f"build failed: {type(exc).__name__}: {exc}", None)
+    return tmp
+
+
+class _BuildFailed(Exception):
+    pass
+
+
+def _emit_c(ffi: Any, modname: str, source: str, c_file: Path) -> None:
+    """Write the extension's C file (quietly: emit_c_code prints a line)."""
+    try:
+        from cffi.recompiler import make_c_source
+    except ImportError:
+        ffi.set_source(modname, source)
+        ffi.emit_c_code(str(c_file))
+        return
+    make_c_source(ffi, modname, source, str(c_file), verbose=False)
+
+
+def _publish(built: Path, final: Path, *, replace: bool) -> None:
+    """Rename the built directory into place; a concurrent builder may have won."""
+    if replace and final.exists():
+        trash = final.with_name(f".stale-{final.name}-{uuid.uuid4().hex[:8]}")
+        try:
+            os.rename(final, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+        except OSError:
+            pass
+    try:
+        os.rename(built, final)
+    except OSError:
+        if not final.is_dir():
+            raise  # not a lost race: the cache directory is unusable
+
+
+def _import(name: str, modname: str, library: Path, reason: str) -> HotModule:
+    loader = importlib.machinery.ExtensionFileLoader(modname, str(library))
+    spec = importlib.util.spec_from_file_location(modname, str(library), loader=loader)
+    if spec is None:
+        raise ImportError(f"no module spec for {library}")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return HotModule(name, module.ffi, module.lib, reason, str(library))
+
+
+__all__ = ["ENV", "HotModule", "cache_root", "compiler_command", "digest", "enabled", "forget", "load"]

@@ -1,0 +1,296 @@
+"""The cuda engine's compiled hot path (cffi API mode, built by :mod:`hrx_core.hotpath`).
+
+Two C entry points take the place of several cffi ABI-mode calls each:
+
+* :c:func:`hrx_launch` -- one pre-packed launch record (the ``cuLaunchKernel``
+  function pointer, ``CUfunction``, grid, block, shared memory, stream,
+  ``kernelParams``, ``extra``) launched through a single pointer argument. The record's
+  ``kernelParams`` point at the same per-argument cells as the prepared dispatch's
+  packing, so ``set_arg`` reaches both the compiled and the Python launcher.
+* :c:func:`hrx_graph_replay` -- a graph's staged argument-cell writes (an array of
+  ``(cell pointer, 64-bit value, node)``; each flags its node dirty), then
+  ``cuGraphExecKernelNodeSetParams`` for every dirty node (in node order), then
+  ``cuGraphLaunch`` (unless ``launch`` is 0). It stops at the first failing call and
+  reports its ``CUresult``, the step (:data:`STEP_SET_PARAMS` or :data:`STEP_LAUNCH`)
+  and the node; nodes already updated are no longer dirty, so a retry resumes where
+  it stopped.
+
+The driver's functions reach the C code as addresses taken from the ABI-mode
+``libcuda`` the engine loaded (``ffi.cast("uintptr_t", lib.cuLaunchKernel)``): the
+extension links no CUDA library and builds without CUDA headers. The ``CUDA_*`` types
+the C code needs are only passed through as pointers; the signatures of the three
+driver functions are declared here as in ``cuda.h``.
+
+Where the extension cannot be built (no C compiler, no Python headers, no cffi,
+``HRX_HOT_PATH=0``) the engine keeps its Python paths; :func:`py_graph_replay` is the
+Python twin of :c:func:`hrx_graph_replay` and makes exactly the same driver calls.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+from hrx_core import hotpath
+
+#: ``hrx_replay_result.step``: nothing failed, a node update failed, the launch failed.
+STEP_NONE, STEP_SET_PARAMS, STEP_LAUNCH = 0, 1, 2
+
+CDEF = r"""
+typedef struct {
+    uintptr_t launch;          /* cuLaunchKernel */
+    uintptr_t function;        /* CUfunction */
+    unsigned int grid_x, grid_y, grid_z;
+    unsigned int block_x, block_y, block_z;
+    unsigned int shared_bytes;
+    uintptr_t stream;          /* CUstream */
+    uintptr_t params;          /* void **kernelParams (cells shared with the Python packing) */
+    uintptr_t extra;           /* void **extra */
+} hrx_launch_record;
+
+typedef struct {
+    uint64_t cell;             /* address of an 8-byte argument cell */
+    uint64_t value;            /* its new value (a device address) */
+    uint64_t node;             /* the node it feeds: flagged dirty */
+} hrx_cell_patch;
+
+typedef struct {
+    uintptr_t node;            /* CUgraphNode */
+    uintptr_t params;          /* const CUDA_KERNEL_NODE_PARAMS * (kernelParams -> the cells) */
+} hrx_node_update;
+
+typedef struct {
+    uintptr_t set_params;      /* cuGraphExecKernelNodeSetParams_v2 */
+    uintptr_t graph_launch;    /* cuGraphLaunch */
+    uintptr_t exec;            /* CUgraphExec */
+    const hrx_cell_patch *cells; /* staged cell writes (how many: an argument of each call) */
+    unsigned char *dirty;      /* per node: 1 = update before the next launch */
+    const hrx_node_update *nodes;
+    size_t nnodes;
+    int pending;               /* any node dirty (cleared once all are updated) */
+} hrx_graph_record;
+
+typedef struct {
+    int code;                  /* the first CUresult that failed, else 0 */
+    int step;                  /* 0 none, 1 cuGraphExecKernelNodeSetParams, 2 cuGraphLaunch */
+    long long node;            /* the node whose update failed, else -1 */
+} hrx_replay_result;
+
+int hrx_launch(const hrx_launch_record *record);
+int hrx_graph_replay(hrx_graph_record *graph, size_t ncells, uintptr_t stream, int launch, hrx_replay_result *result);
+"""
+
+SOURCE = r"""
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int hrx_CUresult;
+typedef hrx_CUresult (*hrx_launch_fn)(void *f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                      unsigned int bx, unsigned int by, unsigned int bz,
+                                      unsigned int shared, void *stream, void **params, void **extra);
+typedef hrx_CUresult (*hrx_set_params_fn)(void *exec, void *node, const void *params);
+typedef hrx_CUresult (*hrx_graph_launch_fn)(void *exec, void *stream);
+
+typedef struct {
+    uintptr_t launch;
+    uintptr_t function;
+    unsigned int grid_x, grid_y, grid_z;
+    unsigned int block_x, block_y, block_z;
+    unsigned int shared_bytes;
+    uintptr_t stream;
+    uintptr_t params;
+    uintptr_t extra;
+} hrx_launch_record;
+
+typedef struct {
+    uint64_t cell;
+    uint64_t value;
+    uint64_t node;
+} hrx_cell_patch;
+
+typedef struct {
+    uintptr_t node;
+    uintptr_t params;
+} hrx_node_update;
+
+typedef struct {
+    uintptr_t set_params;
+    uintptr_t graph_launch;
+    uintptr_t exec;
+    const hrx_cell_patch *cells;
+    unsigned char *dirty;
+    const hrx_node_update *nodes;
+    size_t nnodes;
+    int pending;
+} hrx_graph_record;
+
+typedef struct {
+    int code;
+    int step;
+    long long node;
+} hrx_replay_result;
+
+int hrx_launch(const hrx_launch_record *r)
+{
+    hrx_launch_fn fn = (hrx_launch_fn)r->launch;
+    return fn((void *)r->function, r->grid_x, r->grid_y, r->grid_z, r->block_x, r->block_y, r->block_z,
+              r->shared_bytes, (void *)r->stream, (void **)r->params, (void **)r->extra);
+}
+
+int hrx_graph_replay(hrx_graph_record *g, size_t ncells, uintptr_t stream, int launch, hrx_replay_result *out)
+{
+    size_t i;
+    out->code = 0;
+    out->step = 0;
+    out->node = -1;
+    for (i = 0; i < ncells; i++) {
+        const hrx_cell_patch *p = &g->cells[i];
+        *(uint64_t *)(uintptr_t)p->cell = p->value;
+        if (p->node < g->nnodes) {
+            g->dirty[p->node] = 1;
+            g->pending = 1;
+        }
+    }
+    if (g->pending) {
+        hrx_set_params_fn set = (hrx_set_params_fn)g->set_params;
+        for (i = 0; i < g->nnodes; i++) {
+            if (!g->dirty[i])
+                continue;
+            hrx_CUresult code = set((void *)g->exec, (void *)g->nodes[i].node, (const void *)g->nodes[i].params);
+            if (code) {
+                out->code = code;
+                out->step = 1;
+                out->node = (long long)i;
+                return code;
+            }
+            g->dirty[i] = 0;
+        }
+        g->pending = 0;
+    }
+    if (launch) {
+        hrx_CUresult code = ((hrx_graph_launch_fn)g->graph_launch)((void *)g->exec, (void *)stream);
+        if (code) {
+            out->code = code;
+            out->step = 2;
+            return code;
+        }
+    }
+    return 0;
+}
+"""
+
+NAME = "cuda_hot"
+
+
+def module() -> hotpath.HotModule:
+    """The compiled extension, or the reason there is none (built on first use)."""
+    return hotpath.load(NAME, CDEF, SOURCE)
+
+
+def status() -> dict[str, Any]:
+    """``{"compiled": bool, "reason": str, "path": str | None}`` (builds on first use)."""
+    return module().status
+
+
+class CudaHot:
+    """The compiled entry points plus one driver's function addresses."""
+
+    def __init__(self, mod: hotpath.HotModule, driver: Any) -> None:
+        self.module = mod
+        self.ffi = mod.ffi
+        self.lib = mod.lib
+        #: ``hrx_launch(record)`` and ``hrx_graph_replay(record, ncells, stream, launch, result)``.
+        self.launch = mod.lib.hrx_launch
+        self.replay = mod.lib.hrx_graph_replay
+        dffi, dlib = driver.ffi, driver.lib
+        self.launch_kernel = int(dffi.cast("uintptr_t", dlib.cuLaunchKernel))
+        self.set_params = int(dffi.cast("uintptr_t", dlib.cuGraphExecKernelNodeSetParams_v2))
+        self.graph_launch = int(dffi.cast("uintptr_t", dlib.cuGraphLaunch))
+
+    def launch_record(
+        self,
+        function: int,
+        grid: Iterable[int],
+        block: Iterable[int],
+        stream: int,
+        params: int,
+        *,
+        shared_bytes: int = 0,
+        extra: int = 0,
+    ) -> Any:
+        """A ``hrx_launch_record *`` (addresses as ints; ``params`` 0 for NULL)."""
+        r = self.ffi.new("hrx_launch_record *")
+        r.launch = self.launch_kernel
+        r.function = function
+        r.grid_x, r.grid_y, r.grid_z = grid
+        r.block_x, r.block_y, r.block_z = block
+        r.shared_bytes = shared_bytes
+        r.stream = stream
+        r.params = params
+        r.extra = extra
+        return r
+
+
+_bound: weakref.WeakKeyDictionary[Any, CudaHot] = weakref.WeakKeyDictionary()
+
+
+def for_driver(driver: Any) -> CudaHot | None:
+    """The compiled hot path bound to ``driver``, or None for the Python paths.
+
+    ``HRX_HOT_PATH`` is read on every call (a graph or prepared launch decides when it
+    is built or bound); the extension itself is built once per process at most."""
+    if not hotpath.enabled():
+        return None
+    mod = module()
+    if not mod.compiled:
+        return None
+    hot = _bound.get(driver)
+    if hot is None or hot.module is not mod:
+        hot = _bound[driver] = CudaHot(mod, driver)
+    return hot
+
+
+def py_graph_replay(
+    set_params: Any,
+    graph_launch: Any,
+    exec_: Any,
+    cells: Iterable[tuple[Any, int]],
+    dirty: dict[int, None],
+    nodes: Any,
+    stream: Any,
+    launch: bool,
+) -> tuple[int, int, int]:
+    """The Python twin of ``hrx_graph_replay``: ``(code, step, node)``.
+
+    Writes ``cell[0] = value`` for each staged cell, calls ``set_params(exec_, handle,
+    params)`` for each dirty node in node order (``nodes[i] == (handle, params)``),
+    removing it from ``dirty`` once updated, then ``graph_launch(exec_, stream)``."""
+    for cell, value in cells:
+        cell[0] = value
+    if dirty:
+        for index in sorted(dirty):
+            handle, params = nodes[index]
+            code = set_params(exec_, handle, params)
+            if code:
+                return int(code), STEP_SET_PARAMS, index
+            del dirty[index]
+    if launch:
+        code = graph_launch(exec_, stream)
+        if code:
+            return int(code), STEP_LAUNCH, -1
+    return 0, STEP_NONE, -1
+
+
+__all__ = [
+    "CDEF",
+    "SOURCE",
+    "STEP_LAUNCH",
+    "STEP_NONE",
+    "STEP_SET_PARAMS",
+    "CudaHot",
+    "for_driver",
+    "module",
+    "py_graph_replay",
+    "status",
+]
