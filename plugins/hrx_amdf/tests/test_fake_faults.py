@@ -82,3 +82,18 @@ def test_clear_removes_pending_injections(provider, gpu):
     provider.faults.clear()
     q.pm4(release_mem(m.address(), 5))
     assert int(m.device_view(0, 8).view(np.uint64)[0]) == 5
+
+
+def test_a_lost_device_executes_nothing_more(provider, gpu):
+    m = memory(provider, gpu)
+    q = Producer(gpu.create_user_queue(0))
+    q.pm4(wait_mem32(m.address(), 1) + release_mem(m.address() + 8, 5), wait=False)
+    time.sleep(0.02)
+    provider.faults.device_lost(gpu)
+    m.device_view(0, 4).view(np.uint32)[0] = 1  # the wait would now pass...
+    late = Producer(gpu.create_user_queue(0))  # ...and a queue made after the loss gets work too
+    late.pm4(release_mem(m.address() + 16, 6), wait=False)
+    assert wait_failed(late.queue).state == QueueState.DEVICE_LOST
+    time.sleep(0.05)
+    assert q.queue.status().state == QueueState.DEVICE_LOST
+    assert list(m.device_view(8, 16).view(np.uint64)) == [0, 0], "a lost device ran packets"

@@ -120,7 +120,7 @@ def test_write_index_rules(gpu):
     p2.mapping.write_index[0] = 6
     p2.mapping.doorbell.write(6)
     status = wait_failed(q2)
-    assert "dword" in status.detail and status.terminal >> 32 == StatusDomain.FIRMWARE
+    assert "doorbell 6: SDMA publications are dword granular" in status.detail and status.terminal >> 32 == StatusDomain.FIRMWARE
 
 
 @pytest.mark.parametrize(
