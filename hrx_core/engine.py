@@ -250,11 +250,14 @@ class Executable(abc.ABC):
     """Loaded native code for one device.
 
     ``unloaded`` is set when the code's owner released it (an NPU program closed):
-    the core then refuses every launch of it, recorded graphs included."""
+    the core then refuses every launch of it, recorded graphs included.
+    ``private_bytes`` is the private workspace (scratch) the code needs beside its
+    image; memory budgets charge both when code loads inside them."""
 
     name: str
     target: str
     unloaded: bool = False
+    private_bytes: int = 0
 
     def close(self) -> None:  # noqa: B027
         """Unload."""

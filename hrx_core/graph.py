@@ -99,6 +99,8 @@ class Graph:
         self._hold_lock = threading.Lock()
         # (allocations, uses, encode) for the default bindings, rebuilt when stale
         self._plan: tuple[list[Allocation], list[tuple[Allocation, int, int, bool]], Any] | None = None
+        # owned graphs: each node's native commands, prepared when it was recorded
+        self._prepared: list[list[tuple[str, dict[str, Any]]]] = []
         self._closed = False
         self.launches = 0
 
@@ -160,10 +162,26 @@ class Graph:
                 span[0], span[1], span[2] = min(span[0], off), max(span[1], off + n), span[2] or access.writes
             self._nodes_of.setdefault(key, []).append(index)
         node = Node(self, index, kind, tuple(sorted(found)), refs, params)
+        if self.owned:
+            # owned graphs prepare each node's native commands as it is recorded (their
+            # bindings are retained, so the recorded addresses stay valid)
+            self._prepared.append(self._expand(node, self._recorded_bindings(refs), self.device.info.limits.max_transfer_bytes))
         self.nodes.append(node)
-        self._native = None  # topology changed: rebuild on next launch
+        self._native = None  # topology changed: rebuild on next launch (or prepare())
         self._plan = None
         return node
+
+    def _recorded_bindings(self, refs: list[tuple[Buffer, int, int, Access]]) -> _Resolved:
+        return {id(b): (b._alloc, b._base) for b, *_ in refs}
+
+    def prepare(self) -> None:
+        """Prepare the replay now: build the native graph (engines with native graphs)
+        or the command list, so the first launch costs what every launch costs. Owned
+        graphs also prepare each node's commands while recording. Runtime regions are
+        prepared when recorded."""
+        self._check_open()
+        if self.nodes and self._plan is None:
+            self._make_plan(self._resolve(None), cache=True)
 
     def copy(self, src: Buffer | View | Binding, dst: Buffer | View | Binding, *, deps: Sequence[Node] | None = None) -> Node:
         """Record a copy (equal lengths, no overlap; large ranges are split)."""
@@ -318,6 +336,13 @@ class Graph:
                     raise Overlap(f"inputs[{name!r}]: overlaps other memory bound in the graph")
         return resolved
 
+    def _commands(self, node: Node, resolved: _Resolved, limit: int) -> list[tuple[str, dict[str, Any]]]:
+        """``node``'s native commands: prepared at recording (owned graphs bound as
+        recorded), else expanded now."""
+        if self._prepared and all(resolved.get(id(b)) == (b._alloc, b._base) for b, *_ in node.refs):
+            return self._prepared[node.index]
+        return self._expand(node, resolved, limit)
+
     def _native_nodes(self, resolved: _Resolved) -> tuple[list[GraphNode], list[list[int]]]:
         limit = self.device.info.limits.max_transfer_bytes
         out: list[GraphNode] = []
@@ -325,7 +350,7 @@ class Graph:
         for node in self.nodes:
             deps = tuple(i for d in node.deps for i in mapping[d])
             mine: list[int] = []
-            for kind, params in self._expand(node, resolved, limit):
+            for kind, params in self._commands(node, resolved, limit):
                 mine.append(len(out))
                 out.append(GraphNode(kind, deps, params))
             mapping.append(mine)
@@ -420,7 +445,7 @@ class Graph:
             encode = self._native_launch(resolved)
         else:
             limit = self.device.info.limits.max_transfer_bytes
-            commands = [c for node in self.nodes for c in self._expand(node, resolved, limit)]
+            commands = [c for node in self.nodes for c in self._commands(node, resolved, limit)]
 
             def encode(q: NativeQueue) -> None:
                 for kind, p in commands:
@@ -489,6 +514,7 @@ class Graph:
         # a closed graph cannot launch: drop what it bound so buffers can go
         self._buffers.clear()
         self.nodes = []
+        self._prepared = []
         self._plan = None
 
     def __enter__(self) -> Graph:

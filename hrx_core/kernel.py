@@ -46,6 +46,20 @@ def _forget_executable(kernel_ref: weakref.ref[Kernel], key: int) -> None:
     kernel = kernel_ref()
     if kernel is not None:
         kernel._executables.pop(key, None)
+        kernel._image_bytes.pop(key, None)
+
+
+def code_bytes(code: Any, source: Any = None) -> int:
+    """Size of an executable image: the compiled payload (PTX, cubin, a shared library)
+    when it is bytes, else the source text it came from (Python callables count 0:
+    their code lives in the interpreter, outside device memory)."""
+    if isinstance(code, (bytes, bytearray, memoryview)):
+        return len(code)
+    if isinstance(code, str):
+        return len(code.encode())
+    if isinstance(source, str):
+        return len(source.encode())
+    return 0
 
 
 class Kernel:
@@ -126,6 +140,7 @@ class Kernel:
             opts[target] = tuple(values)
         self.options = opts
         self._executables: dict[int, Executable] = {}
+        self._image_bytes: dict[int, int] = {}
         self._lock = threading.Lock()
 
     @property
@@ -168,6 +183,7 @@ class Kernel:
             if target != "host" and getattr(device.native, "wants_host_reference", False):
                 artifact = attrs.evolve(artifact, reference=self._host_reference())
             exe = device.native.load_executable(artifact)
+            self._image_bytes[key] = code_bytes(artifact.code, self.sources[source])
             self._executables[key] = exe
             # keyed by id: forget the entry when the device goes, so a later device that
             # reuses the id never gets a dead device's executable
@@ -176,6 +192,12 @@ class Kernel:
             except TypeError:
                 pass  # a stand-in device without weak references (tests)
             return exe
+
+    def code_bytes(self, device: Device) -> int:
+        """Bytes a budget is charged for this kernel's code on ``device`` (loaded if it
+        was not): its executable image and the private workspace the engine reports."""
+        exe = self.executable(device)
+        return self._image_bytes.get(id(device), 0) + int(getattr(exe, "private_bytes", 0) or 0)
 
     def _host_reference(self) -> HostReference | None:
         """The host implementation with this kernel's parameter list (None without one)."""

@@ -326,7 +326,7 @@ def test_prepare_validation(ctx, dev):
 def test_slot_memory_is_charged_to_the_definition_budget(ctx, budget, dev):
     definition = make_definition(ctx)
     weights = budget.used_bytes
-    assert weights == N
+    assert weights == N + ctx.kernel(ADD_BYTES).code_bytes(dev)  # the weights and the loaded code
     tracked = ctx.runtime.live_tracked_bytes()
     model = definition.prepare(adder, slots=2)
     assert budget.used_bytes == weights + 2 * 2 * N  # x and y of each slot
@@ -338,7 +338,7 @@ def test_slot_memory_is_charged_to_the_definition_budget(ctx, budget, dev):
     assert budget.used_bytes == weights
     assert ctx.runtime.live_tracked_bytes() == tracked
     tight = hrx.MemoryBudget(N + 3 * N)  # the weights and one and a half slots
-    s = ctx.session("tight")
+    s = ctx.session("tight")  # its code is charged to the context's budget, not to tight
     s.load_kernel(ADD_BYTES)
     # loaded unbudgeted (engines without direct host access stage the upload, and a
     # staging chunk would not fit this budget), charged to it when frozen into it
@@ -409,17 +409,18 @@ def test_entries_are_checked_across_slots(ctx):
         definition.prepare(lambda b: {"main": b.graph})
 
 
-def test_definition_outlives_its_session(ctx, budget):
+def test_definition_outlives_its_session(ctx, budget, dev):
     session = ctx.session("adder")
     session.load_kernel(ADD_BYTES)
     session.weight("bias", np.full(N, 7, np.uint8))
     definition = session.freeze()
     session.close()
-    assert budget.used_bytes == N  # the definition keeps the weights
+    code = ctx.kernel(ADD_BYTES).code_bytes(dev)
+    assert budget.used_bytes == N + code  # the definition keeps the weights and the code's charge
     model = definition.prepare(adder)
     np.testing.assert_array_equal(model.slot(0).run({"x": np.ones(N, np.uint8)})["y"], np.full(N, 8))
     definition.close()  # deferred: the prepared model still uses the weights
-    assert budget.used_bytes > N and not definition.closed
+    assert budget.used_bytes > N + code and not definition.closed
     model.close()
     ctx.runtime.synchronize()
     assert definition.closed and budget.used_bytes == 0

@@ -312,6 +312,11 @@ class TrackedGraph:
         if not device_graph.nodes:
             device_graph.close()
             raise InvalidArgument("region records no work")
+        try:
+            device_graph.prepare()  # the native graph is built while recording, not at the first submission
+        except BaseException:
+            device_graph.close()
+            raise
         return device_graph
 
     def compute(

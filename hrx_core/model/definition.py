@@ -47,6 +47,7 @@ class ModelDefinition:
         self.budget = budget
         self.kernels = session.kernels.copy()
         self._held = [h.retain() for h in held]
+        self._code: list[Any] = []  # holds on the session's code charges (set by freeze)
         # tensors of its own: closing the session's handles leaves these usable
         self._weights = {n: DeviceTensor(t.view, t.shape, t.dtype, strides=t.strides) for n, t in weights.items()}
         self.weight_spans: list[Span] = [tensor_span(t, False) for t in self._weights.values()]
@@ -160,6 +161,9 @@ class ModelDefinition:
         held, self._held = self._held, []
         for h in held:
             h.release()
+        code, self._code = self._code, []
+        for c in code:
+            c.release()
 
     def __enter__(self) -> ModelDefinition:
         return self

@@ -92,6 +92,11 @@ def scratch_arena(graph: TrackedGraph) -> ScratchArena:
     return arena
 
 
+def scratch_arena_of(graph: TrackedGraph) -> ScratchArena | None:
+    """The scratch arena of ``graph`` if it has one (without creating it)."""
+    return _ARENAS.get(graph)
+
+
 def drop_scratch(graph: TrackedGraph) -> None:
     """Free ``graph``'s scratch handles (recorded work retains what it still uses)."""
     arena = _ARENAS.pop(graph, None)

@@ -24,7 +24,7 @@ from ..errors import HRXError, InvalidArgument, Timeout, show
 from ..timeouts import check_timeout
 from ..execution.graph import TrackedGraph
 from .errors import SlotBusy
-from .fragment import drop_scratch
+from .fragment import drop_scratch, scratch_arena_of
 from .graphs import Span, check_no_writes, check_private, graph_spans, tensor_span
 from .inference import InferenceGraph, SlotBuilder
 from .session import check_name
@@ -37,6 +37,16 @@ if TYPE_CHECKING:
     from .definition import ModelDefinition
 
 __all__ = ["ModelSlot", "PreparedModel", "StagedInputs"]
+
+
+def _executables(graph: TrackedGraph) -> list[Any]:
+    """The executables the regions of ``graph`` launch."""
+    out = []
+    for region in graph.regions:
+        device_graph = getattr(region, "device_graph", None)
+        if device_graph is not None:
+            out.extend(device_graph._executables)
+    return out
 
 
 class ModelSlot:
@@ -306,6 +316,9 @@ class PreparedModel:
                 built.append(ModelSlot(self, i, builder, graphs))
                 spans.append((f"slot {i}", slot_spans))
             check_private(spans)
+            # the model's reservation includes the private workspace its code needs:
+            # every slot may run at once, so each slot's share is charged
+            self._workspace = self._charge_workspace(built)
         except BaseException:
             for s in built:
                 s.close()
@@ -313,6 +326,38 @@ class PreparedModel:
         self.slots: tuple[ModelSlot, ...] = tuple(built)
         definition._prepared_opened()
         self.closed = False
+
+    def _charge_workspace(self, slots: Sequence[ModelSlot]) -> Any:
+        """Charge the definition's budget for the private workspace (scratch) of the
+        code each slot dispatches; None when there is none or no budget."""
+        per_slot = []
+        for slot in slots:
+            exes = {id(e): e for io in slot.entries.values() for e in _executables(io.graph)}
+            per_slot.append(sum(int(getattr(e, "private_bytes", 0) or 0) for e in exes.values()))
+        total = sum(per_slot)
+        self.workspace_bytes = total
+        budget = self.definition.budget
+        if budget is None or not total:
+            return None
+        return budget.charge(total, f"private workspace of {self.name!r}")
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Everything this model holds charged to its budget: every slot's inputs,
+        outputs, state, scratch and host staging, and the private workspace of the
+        code they run."""
+        total = self.workspace_bytes
+        for slot in self.slots:
+            allocs = {id(b._alloc): b._alloc.nbytes for b in slot._builder.buffers}
+            for io in slot.entries.values():
+                for t in [*io.tensors_in.values(), *io.tensors_out.values()]:
+                    allocs[id(t.view.buffer._alloc)] = t.view.buffer._alloc.nbytes
+                arena = scratch_arena_of(io.graph)
+                if arena is not None:
+                    for b in [*arena.reusable, *arena.private]:
+                        allocs[id(b._alloc)] = b._alloc.nbytes
+            total += sum(allocs.values()) + slot.staging_bytes
+        return total
 
     @staticmethod
     def _entries(index: int, result: Any) -> dict[str, InferenceGraph]:
@@ -403,6 +448,9 @@ class PreparedModel:
                 s.close()
             except HRXError as exc:
                 errors.append(exc)
+        charge, self._workspace = self._workspace, None
+        if charge is not None:
+            charge.release()
         self.definition._prepared_closed()
         if errors:
             raise errors[0]

@@ -40,7 +40,7 @@ from .context import ModelContext
 from .graphs import ScopedGraph, check_no_writes, graph_spans, tensor_span
 from .kernels import KernelBatch
 from .memory import HeldMemory, allocate_tracked, whole_allocation
-from .tensor import DeviceTensor, as_dtype, as_shape, check_tensor
+from .tensor import DeviceTensor, SharedHold, as_dtype, as_shape, check_tensor
 
 if TYPE_CHECKING:
     from ..device import Device
@@ -82,6 +82,9 @@ class ModelSession:
         self._held: dict[int, HeldMemory] = {}  # id(allocation) -> the arena's handle
         self._graphs: PlanCache[TrackedGraph] = PlanCache(max_plans=check_int("graph_cache_size", graph_cache_size, minimum=1))
         self._budgets: list[MemoryBudget | None] = []
+        # charges for loaded code (executable images, private workspace), shared with
+        # the definitions frozen from this session
+        self._code: list[SharedHold] = []
         self._lock = threading.RLock()
         self._frozen_spans: list[Any] = []
         self.frozen = False
@@ -123,7 +126,24 @@ class ModelSession:
         if not isinstance(kernel, Kernel):
             raise InvalidArgument(f"kernel: expected an hrx Kernel, got {type(kernel).__name__}")
         with self._lock:
-            return self.kernels.add(self.context.kernel(kernel))
+            shared = self.context.kernel(kernel)
+            if kernel.name in self.kernels and self.kernels.get(kernel.name) is shared:
+                return self.kernels.add(shared)  # loaded (and charged) already
+            budget = self.budget
+            nbytes = shared.code_bytes(self.device)  # compiles and loads: the size is known now
+            hold = None
+            if budget is not None and nbytes:
+                charge = budget.charge(nbytes, f"code of kernel {kernel.name!r}")
+                hold = SharedHold(charge.release)
+            try:
+                kid = self.kernels.add(shared)
+            except BaseException:
+                if hold is not None:
+                    hold.release()
+                raise
+            if hold is not None:
+                self._code.append(hold)
+            return kid
 
     def kernel(self, key: int | str) -> Kernel:
         """The loaded kernel with session id or name ``key``."""
@@ -364,7 +384,9 @@ class ModelSession:
                 raise
             self.frozen = True
             self._frozen_spans = [tensor_span(t, False) for t in self._weights.values()]
-            return ModelDefinition(self, dict(self._weights), held, budget)
+            definition = ModelDefinition(self, dict(self._weights), held, budget)
+            definition._code = [h.retain() for h in self._code]
+            return definition
 
     # -- lifetime --------------------------------------------------------------------------------
 
@@ -381,6 +403,9 @@ class ModelSession:
         held, self._held = list(self._held.values()), {}
         for h in held:
             h.release()
+        code, self._code = self._code, []
+        for c in code:
+            c.release()
 
     def __enter__(self) -> ModelSession:
         return self

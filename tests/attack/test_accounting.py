@@ -116,3 +116,57 @@ def test_fault_loop_returns_accounting_to_its_start():
     snap = rt.stats.snapshot()
     assert snap["quarantined_owners"] == 0 and snap["quarantined_bytes"] == 0
     rt.close()
+
+
+def test_loaded_code_is_charged_to_the_session_budget():
+    # spec: budgets track executable image charges, during native loading in_context
+    from hrx_core.model import ModelContext
+
+    src = "def scale(buf):\n    buf[:] = buf * 2\n"
+    kernel = hrx.Kernel("scale_src", buffers=1, host=src, entry="scale")
+    ctx = ModelContext(hrx.open_device("host"), RuntimeOptions(observe=False))
+    session = ctx.session("code")
+    budget = hrx.MemoryBudget(1 << 20)
+    with session.in_context(budget):
+        session.load_kernel(kernel)
+    code = ctx.kernel(kernel).code_bytes(ctx.device)
+    assert code == len(src) and budget.used_bytes == code
+    session.weight("w", np.zeros(8, np.uint8))
+    definition = session.freeze()
+    session.close()
+    assert budget.used_bytes == code  # the definition keeps the code's charge
+    definition.close()
+    assert budget.used_bytes == 0
+    tiny = hrx.MemoryBudget(code - 1)
+    other = ctx.session("tiny")
+    with other.in_context(tiny), pytest.raises(hrx.BudgetExceeded):
+        other.load_kernel(kernel)
+    assert len(other.kernels) == 0 and tiny.used_bytes == 0  # refused: not loaded into the session
+    ctx.close()
+
+
+def test_a_model_reservation_includes_private_workspace():
+    # spec: include private workspace in model reservations
+    from hrx_core.model import InferenceGraph, ModelContext
+
+    budget = hrx.MemoryBudget(1 << 20)
+    ctx = ModelContext(hrx.open_device("host"), RuntimeOptions(observe=False, memory_budget=budget))
+    kernel = hrx.Kernel("with_scratch", buffers=1, host=lambda b: None)
+    session = ctx.session("ws")
+    session.load_kernel(kernel)
+    session.weight("w", np.zeros(8, np.uint8))
+    definition = session.freeze()
+    ctx.kernel(kernel).executable(ctx.device).private_bytes = 1000  # what an engine reports for its scratch
+
+    def factory(b):
+        x = b.tensor(64, np.uint8)
+        b.graph.compute("k", lambda g: g.dispatch(b.kernel("with_scratch"), 1, [x.read_write()]))
+        return InferenceGraph(inputs={"x": x}, outputs={"x": x}, graph=b.graph)
+
+    before = budget.used_bytes
+    model = definition.prepare(factory, slots=2)
+    assert model.workspace_bytes == 2000  # each slot may run at once
+    assert budget.used_bytes - before == 2 * 64 + 2000 == model.reserved_bytes
+    model.close()
+    assert budget.used_bytes == before
+    ctx.close()

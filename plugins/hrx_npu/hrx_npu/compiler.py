@@ -61,7 +61,14 @@ _loaded: dict[str, Any] = {}
 
 
 def _cc() -> list[str]:
-    return shlex.split(os.environ.get("CC", "cc")) or ["cc"]
+    value = os.environ.get("CC", "cc")
+    try:
+        words = shlex.split(value)
+    except ValueError as exc:
+        raise CompileError(f"CC: {value!r} is not a command line ({exc})") from None
+    if any("\x00" in w for w in words):
+        raise CompileError("CC: contains a NUL byte")
+    return words or ["cc"]
 
 
 def c_compiler() -> str | None:
@@ -130,10 +137,16 @@ def load_entry(code: bytes) -> tuple[Any, Any]:
                 part = path.with_suffix(f".{os.getpid()}.tmp")
                 part.write_bytes(data)
                 os.replace(part, path)
+            if not _IDENT.match(name):
+                raise CompileError(f"{TARGET}: the artifact's entry {name!r} is not a C identifier")
             ffi = cffi.FFI()
             ffi.cdef(SIGNATURE.format(entry=name))
-            lib = ffi.dlopen(str(path))
-            hit = _loaded[digest] = (ffi, getattr(lib, name), lib)
+            try:
+                lib = ffi.dlopen(str(path))
+                fn = getattr(lib, name)
+            except (OSError, AttributeError) as exc:
+                raise CompileError(f"{TARGET}: the library has no usable entry {name!r} ({exc})") from None
+            hit = _loaded[digest] = (ffi, fn, lib)
     return hit[0], hit[1]
 
 

@@ -27,7 +27,8 @@ from hrx_core.device import Device
 from hrx_core.engine import Artifact
 from hrx_core.errors import EngineNotFound, InvalidArgument, Unsupported
 from hrx_core.graph import Graph, Node
-from hrx_core.kernel import Kernel
+from hrx_core.budget import MemoryBudget
+from hrx_core.kernel import Kernel, code_bytes
 from hrx_core.stream import Stream
 
 from .columns import ColumnMap
@@ -93,10 +94,15 @@ class NpuDevice(Device):
 
     # -- programs ------------------------------------------------------------------
 
-    def load_artifact(self, artifact: Artifact, *, columns: int, contract: KernelContract, name: str | None = None) -> NpuProgram:
+    def load_artifact(self, artifact: Artifact, *, columns: int, contract: KernelContract, name: str | None = None,
+                      budget: Any = None) -> NpuProgram:
         """Load ``artifact`` as a program occupying ``columns`` array columns under
         ``contract``. Raises ColumnError, BindingListError, AlignmentError or
-        ContractViolation before anything is loaded."""
+        ContractViolation before anything is loaded.
+
+        ``budget`` (a MemoryBudget) is charged for the program's instruction buffer
+        (its image) before it is loaded, until the program closes; BudgetExceeded
+        leaves nothing loaded."""
         if not isinstance(artifact, Artifact):
             raise InvalidArgument(f"artifact: expected an hrx Artifact (from hrx_core.compile), got {type(artifact).__name__}")
         if artifact.target not in self.info.targets:
@@ -104,11 +110,17 @@ class NpuDevice(Device):
         if not isinstance(contract, KernelContract):
             raise ContractViolation(f"contract: expected a KernelContract, got {type(contract).__name__}")
         count = self.column_map.check(columns)
+        if name is not None and (not isinstance(name, str) or not name):
+            raise InvalidArgument(f"name: expected a nonempty str or None, got {type(name).__name__}")
+        if budget is not None and not isinstance(budget, MemoryBudget):
+            raise InvalidArgument(f"budget: expected a MemoryBudget or None, got {type(budget).__name__}")
         contract.check_image(self.info.limits.alignment)
         if contract.scratch_bytes > self.column_memory_bytes:
             raise ContractViolation(
                 f"contract: scratch_bytes={contract.scratch_bytes} exceeds the {self.column_memory_bytes} bytes of tile memory per column"
             )
+        label = name or artifact.entry or "program"
+        charge = budget.charge(code_bytes(artifact.code), f"instructions of NPU program {label!r}") if budget is not None else None
         ctx, start, count = self.column_map.reserve(count)
         try:
             exe = self.native.load_program(
@@ -116,8 +128,11 @@ class NpuDevice(Device):
             )
         except BaseException:
             self.column_map.release(ctx)
+            if charge is not None:
+                charge.release()
             raise
-        program = NpuProgram(self, exe, artifact, contract, name or artifact.entry or "program")
+        program = NpuProgram(self, exe, artifact, contract, label)
+        program._charge = charge
         with self._programs_lock:
             self.programs.append(program)
         return program
@@ -173,6 +188,7 @@ class NpuProgram:
         self.start_column = executable.start
         self.columns = executable.columns
         self.kernel: Kernel = _ProgramKernel(self, artifact)
+        self._charge: Any = None  # the budget charge for the instruction buffer
         self.closed = False
 
     def __repr__(self) -> str:
@@ -214,6 +230,9 @@ class NpuProgram:
             self.executable.unloaded = True
             self.device._unloaded(self)
             self.device.native.unload_program(self.executable)
+            charge, self._charge = self._charge, None
+            if charge is not None:
+                charge.release()
 
     def __enter__(self) -> Self:
         return self
