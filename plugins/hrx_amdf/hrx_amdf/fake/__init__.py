@@ -122,7 +122,7 @@ class FakeScope(MemoryScope):
                 raise fail(call, StatusCode.INVALID_ARGUMENT, f"accesses[{i}]: not a device of this provider")
             if device.destroyed:
                 raise fail(call, StatusCode.INVALID_ARGUMENT, f"accesses[{i}]: device destroyed")
-            if not access.access or access.access & ~ALL_ACCESS:
+            if not access.access or int(access.access) & ~int(ALL_ACCESS):
                 raise fail(call, StatusCode.INVALID_ARGUMENT, f"accesses[{i}]: access {access.access!r}")
             allowed = {AddressKind.GPU} if isinstance(device, FakeGpuDevice) else {AddressKind.XDNA_DMA, AddressKind.XDNA_FIRMWARE}
             if not access.address_kinds or not set(access.address_kinds) <= allowed:
@@ -148,13 +148,13 @@ class FakeScope(MemoryScope):
             raise fail(call, StatusCode.UNSUPPORTED, f"profile {profile} cannot create memory")
         if not isinstance(nbytes, int) or nbytes <= 0 or nbytes > chosen.maximum_bytes:
             raise fail(call, StatusCode.OUT_OF_RANGE, f"byte length {nbytes!r} (1..{chosen.maximum_bytes})")
-        if flags & ~chosen.supported_flags:
-            raise fail(call, StatusCode.UNSUPPORTED, f"flags {MemoryFlag(flags & ~chosen.supported_flags)!r} not supported by profile {profile}")
+        if int(flags) & ~int(chosen.supported_flags):
+            raise fail(call, StatusCode.UNSUPPORTED, f"flags {int(flags) & ~int(chosen.supported_flags):#x} not supported by profile {profile}")
         if alignment and (alignment & (alignment - 1) or alignment > chosen.maximum_alignment):
             raise fail(call, StatusCode.INVALID_ARGUMENT, f"alignment {alignment}")
         self._check_accesses(call, accesses)
         for i, access in enumerate(accesses):
-            if access.flags & ~chosen.supported_flags:
+            if int(access.flags) & ~int(chosen.supported_flags):
                 raise fail(call, StatusCode.UNSUPPORTED, f"accesses[{i}]: flags {access.flags!r} beyond the profile")
         with self.provider._lock:
             if nbytes > self._budget[0]:
@@ -295,7 +295,7 @@ class FakeXdnaDevice(_FakeDevice, XdnaDevice):
             raise fail(call, StatusCode.INVALID_ARGUMENT, "device destroyed")
         if not isinstance(columns, int) or not self.info.minimum_columns <= columns <= self.info.maximum_columns:
             raise fail(call, StatusCode.OUT_OF_RANGE, f"{columns!r} columns ({self.info.minimum_columns}..{self.info.maximum_columns})")
-        if not modes or modes & ~self.info.scheduling_modes:
+        if not modes or int(modes) & ~int(self.info.scheduling_modes):
             raise fail(call, StatusCode.UNSUPPORTED, f"scheduling modes {modes!r}; the device admits {self.info.scheduling_modes!r}")
         if origin not in (None, 0):
             raise fail(call, StatusCode.UNSUPPORTED, f"origin {origin}: fixed placement covers the full array from column 0")

@@ -346,7 +346,7 @@ class FakeMemory(Memory):
         size = self.info.nbytes - offset if nbytes is None else nbytes
         if offset < 0 or size <= 0 or offset + size > self.info.nbytes:
             raise fail(call, StatusCode.OUT_OF_RANGE, f"[{offset}, {offset + size}) outside {self.info.nbytes} bytes")
-        if not flags or flags & ~(MapFlag.READ | MapFlag.WRITE):
+        if not flags or int(flags) & ~int(MapFlag.READ | MapFlag.WRITE):
             raise fail(call, StatusCode.INVALID_ARGUMENT, f"map flags {flags!r}")
         mapping = FakeHostMapping(self, offset, size, MapFlag(flags))
         self._mappings.add(mapping)
