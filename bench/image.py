@@ -18,11 +18,17 @@ call, against OpenCV (cv2) and PIL where installed (missing peers are skipped) a
 numpy for normalize/patchify. Every figure alternates HRX and peer rounds; values
 are medians; GPU work is timed with host clocks around a loop closed by a
 synchronization (compilation and first touch excluded by warm-up).
+
+``image.*.patchify.host_us.*`` is the host CPU time of one eager patchify call (the
+issuing thread's CPU time over batches of calls, synchronizations between batches
+not counted; bench/tensor.py's ``host_cost``), on cuda against torch's
+reshape/permute/contiguous.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 import traceback
@@ -35,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hrx_image import ImageOps  # noqa: E402
 from results_file import entry, report, write  # noqa: E402
-from tensor import _machine, rounds  # noqa: E402 - bench/tensor.py's helpers
+from tensor import _machine, host_cost, rounds  # noqa: E402 - bench/tensor.py's helpers
 
 import hrx_core as hrx  # noqa: E402
 
@@ -234,6 +240,13 @@ def cuda_bench(reps: int, batch: int) -> list[dict]:
             except Exception:  # noqa: BLE001 - report and keep the other figures
                 traceback.print_exc()
         try:
+            h = statistics.median(host_cost(calls["patchify"], sync, calls=500) for _ in range(reps))
+            t = statistics.median(host_cost(lambda x=tchw: t_patchify(x), sync, calls=500) for _ in range(reps))
+            out.append(entry(f"image.cuda.patchify.host_us.{size}", f"eager patchify {batch}x3x{size}x{size} float32, p={PATCH}: host CPU time per call",
+                             "us", h, peer="torch reshape/permute/contiguous", peer_value=t, command=CMD))
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+        try:
             g, keep = hrx_graph(ops, src, size)
             g_fn = rate(g.launch, batch, 20, sync)
             t_fn = rate(torch_calls["pipeline"], batch, 20, sync)
@@ -313,6 +326,9 @@ def host_bench(reps: int, batch: int) -> list[dict]:
             h, p = rounds([h_fn, p_fn], reps)
             out.append(entry(f"image.host.{name}.{size}.{tag}", what[name] + ", frames/s", "frames/s", h, peer=pname,
                              peer_value=p, goal=goal, command=CMD + " --engine host"))
+    h = statistics.median(host_cost(calls["patchify"], sync, calls=500) for _ in range(reps))
+    out.append(entry(f"image.host.patchify.host_us.{size}", f"eager patchify {batch}x3x{size}x{size} float32, p={PATCH}: host CPU time per call",
+                     "us", h, command=CMD + " --engine host"))
     g, _outputs = hrx_graph(ops, src, size)  # the outputs hold the slots the graph writes
     g_fn = rate(g.launch, batch, 3, sync)
     g_fn()

@@ -13,6 +13,12 @@ weights pre-converted to float32, gather_rows against numpy take. Every figure
 alternates HRX and peer rounds; values are medians; GPU work is timed with host
 clocks around a loop of calls closed by a synchronization (compilation and first
 touch excluded by warm-up).
+
+``*.host_us`` entries (both engines) are the host CPU time of one eager call: the
+issuing thread's CPU time (``time.thread_time``) over batches of calls, each result
+closed, with a synchronization between batches that is not counted -- what a call
+costs the host whatever the device does meanwhile (on cuda, against torch's own
+per-call host time for the same operation).
 """
 
 from __future__ import annotations
@@ -51,6 +57,24 @@ def rounds(fns, reps):
 
 def rand_bf16(rng, shape, scale=0.05):
     return (rng.standard_normal(shape, dtype=np.float32) * scale).astype(bfloat16)
+
+
+def host_cost(fn, sync, calls: int = 2000, batch: int = 50) -> float:
+    """Host CPU microseconds per call of ``fn``: the calling thread's CPU time over
+    ``calls`` calls in batches of ``batch``, with ``sync()`` between batches (not
+    counted, so queued device work never inflates it); after a warm-up batch."""
+    for _ in range(batch):
+        fn()
+    sync()
+    spent, done = 0.0, 0
+    while done < calls:
+        t0 = time.thread_time()
+        for _ in range(batch):
+            fn()
+        spent += time.thread_time() - t0
+        sync()
+        done += batch
+    return spent / done * 1e6
 
 
 # -- cuda ---------------------------------------------------------------------------
@@ -187,6 +211,30 @@ def cuda_bench(reps: int) -> list[dict]:
     gh, gt = rounds([g_hrx, g_torch], reps)
     out.append(entry("tensor.cuda.gather_rows", "gather_rows 4096 of 151936 rows x 4096 BF16 (read+write bytes; includes index upload)", "TB/s", gh,
                      peer="torch index_select", peer_value=gt, goal=">= 1.0", command=CMD))
+
+    # host CPU time per eager call (see the module docstring)
+    k = n = 4096
+    xh, wh = rand_bf16(rng, (1, k), 1.0), rand_bf16(rng, (n, k))
+    x, w = ops.upload(xh), ops.upload(wh)
+    tx = torch.from_numpy(xh.view(np.int16)).cuda().view(torch.bfloat16)
+    tw = torch.from_numpy(wh.view(np.int16)).cuda().view(torch.bfloat16)
+
+    def sync():
+        s.synchronize()
+        torch.cuda.synchronize()
+
+    pairs = {
+        "linear": (lambda: ops.linear(x, w).close(), lambda: F.linear(tx, tw),
+                   f"eager linear [1,{k}]x[{n},{k}] BF16", "torch F.linear"),
+        "gather_rows": (lambda: ops.gather_rows(table, idx).close(), lambda: torch.index_select(table_t, 0, tidx),
+                        "eager gather_rows of 4096 rows (host indices)", "torch index_select (indices on the device)"),
+    }
+    for name, (h_fn, t_fn, what, peer) in pairs.items():
+        h = statistics.median(host_cost(h_fn, sync) for _ in range(reps))
+        t = statistics.median(host_cost(t_fn, sync) for _ in range(reps))
+        out.append(entry(f"tensor.cuda.{name}.host_us", f"{what}: host CPU time per call", "us", h, peer=peer, peer_value=t,
+                         command=CMD))
+    x.close(), w.close()
     return out
 
 
@@ -307,6 +355,17 @@ def host_bench(reps: int) -> list[dict]:
     h, p = rounds([hrx_gather, numpy_take], reps)
     out.append(entry("tensor.host.gather_rows", "host gather_rows 4096 of 151936 rows x 4096 BF16, time per call", "us", h,
                      peer="numpy take", peer_value=p, goal="<= 1.0", command=CMD))
+
+    # host CPU time per eager call, on shapes whose kernels are short (see the docstring)
+    s = ops.stream
+    x, w = ops.upload(rand_bf16(rng, (1, 256), 1.0)), ops.upload(rand_bf16(rng, (256, 256)))
+    small = ops.upload(rand_bf16(rng, (1024, 64)))
+    few = rng.integers(0, 1024, 64)
+    for name, fn, what in (("linear", lambda: ops.linear(x, w).close(), "eager linear [1,256]x[256,256] BF16"),
+                           ("gather_rows", lambda: ops.gather_rows(small, few).close(), "eager gather_rows of 64 rows x 64 BF16")):
+        h = statistics.median(host_cost(fn, s.synchronize) for _ in range(reps))
+        out.append(entry(f"tensor.host.{name}.host_us", f"{what}: host CPU time per call", "us", h, command=CMD))
+    x.close(), w.close(), small.close()
     return out
 
 

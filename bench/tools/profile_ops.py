@@ -1,10 +1,13 @@
-"""Where the host time of one TensorOps call goes (cProfile), on any engine.
+"""Where the host time of one TensorOps/ImageOps call goes (cProfile), on any engine.
 
-    python bench/tools/profile_ops.py [--engine cuda] [--k 4096] [--n 4096] [--calls 2000]
+    python bench/tools/profile_ops.py [--engine cuda] [--k 4096] [--n 4096] [--calls 2000] [--op linear|gather|patchify]
 
-Prints the per-call wall time of eager linear, gather_rows and a bare stream.dispatch
-of the same kernel, then the cProfile table of the linear loop. A diagnostic, not a
-benchmark: it writes no results file.
+Prints, per eager call of linear, gather_rows, patchify and a bare stream.dispatch
+of the linear kernel, the wall time (calls in a loop, then a synchronization) and
+the host CPU time (the issuing thread's ``time.thread_time``, synchronizations not
+counted) -- the latter is what "eager calls are GPU-bound" is about: it must stay
+below the kernel's GPU time. Then the cProfile table (by own time) of the ``--op``
+loop. A diagnostic, not a benchmark: it writes no results file.
 """
 
 from __future__ import annotations
@@ -15,21 +18,28 @@ import pstats
 import time
 
 import numpy as np
+from hrx_image import ImageOps
+from hrx_tensor import TensorOps
 from ml_dtypes import bfloat16
 
 import hrx_core as hrx
-from hrx_tensor import TensorOps
 
 
-def per_call(fn, calls: int, sync) -> float:
+def per_call(fn, calls: int, sync) -> tuple[float, float]:
+    """(wall, host CPU) microseconds per call: batches of 50 calls, each batch
+    followed by ``sync()`` (counted in the wall time only)."""
     for _ in range(min(100, calls)):
         fn()
     sync()
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    sync()
-    return (time.perf_counter() - t) / calls * 1e6
+    t, cpu, done = time.perf_counter(), 0.0, 0
+    while done < calls:
+        c0 = time.thread_time()
+        for _ in range(50):
+            fn()
+        cpu += time.thread_time() - c0
+        sync()
+        done += 50
+    return (time.perf_counter() - t) / done * 1e6, cpu / done * 1e6
 
 
 def gpu_time(ops, dev, k: int, n: int) -> None:
@@ -84,7 +94,7 @@ def gpu_time(ops, dev, k: int, n: int) -> None:
     ttable = torch.zeros(rows, k, device="cuda", dtype=torch.bfloat16)
     idx = np.random.default_rng(0).integers(0, rows, 4096)
     tidx = torch.from_numpy(idx).cuda()
-    host_us = per_call(lambda: ops.gather_rows(table, idx).close(), 200, s.synchronize)
+    host_us = per_call(lambda: ops.gather_rows(table, idx).close(), 200, s.synchronize)[1]
 
     def g_hrx(reps: int) -> None:
         for _ in range(reps):
@@ -107,9 +117,11 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4096)
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--op", choices=["linear", "gather", "patchify"], default="linear", help="the loop to profile")
     args = ap.parse_args()
     dev = hrx.device(args.engine)
     ops = TensorOps(dev)
+    image_ops = ImageOps(dev, stream=ops.stream, plan_cache=ops.plan_cache)
     s = ops.stream
     x = ops.upload(np.ones((1, args.k), dtype=bfloat16))
     w = ops.upload(np.ones((args.n, args.k), dtype=bfloat16))
@@ -118,19 +130,27 @@ def main() -> None:
     scalars = (np.uint32(args.k), np.uint32(args.n), np.uint32(0), np.uint32(0), np.uint32(0))
     grid = -(-args.n // 8)
     idx = np.arange(64) % args.n
-    results = {
-        "linear": per_call(lambda: ops.linear(x, w).close(), args.calls, s.synchronize),
-        "dispatch (same kernel)": per_call(lambda: s.dispatch(kern, grid, [x.view, w.view, w.view, w.view, out], block=256, scalars=scalars), args.calls, s.synchronize),
-        "gather_rows (64 rows)": per_call(lambda: ops.gather_rows(w, idx).close(), args.calls, s.synchronize),
+    chw = image_ops.upload(np.ones((3, 224, 224), np.float32))
+    loops = {
+        "linear": lambda: ops.linear(x, w).close(),
+        "gather": lambda: ops.gather_rows(w, idx).close(),
+        "patchify": lambda: image_ops.patchify(chw, 16).close(),
     }
-    for name, us in results.items():
-        print(f"{dev.info.engine} {args.k}x{args.n} {name:<24} {us:8.1f} us/call")
+    results = {
+        "linear": per_call(loops["linear"], args.calls, s.synchronize),
+        "dispatch (same kernel)": per_call(lambda: s.dispatch(kern, grid, [x.view, w.view, w.view, w.view, out], block=256, scalars=scalars), args.calls, s.synchronize),
+        "gather_rows (64 rows)": per_call(loops["gather"], args.calls, s.synchronize),
+        "patchify 3x224x224 f32": per_call(loops["patchify"], args.calls, s.synchronize),
+    }
+    for name, (wall, cpu) in results.items():
+        print(f"{dev.info.engine} {args.k}x{args.n} {name:<24} {wall:8.1f} us/call wall {cpu:8.1f} us/call host CPU")
     if dev.info.engine == "cuda":
         gpu_time(ops, dev, args.k, args.n)
     prof = cProfile.Profile()
+    loop = loops[args.op]
     prof.enable()
     for _ in range(args.calls):
-        ops.linear(x, w).close()
+        loop()
     s.synchronize()
     prof.disable()
     pstats.Stats(prof).sort_stats("tottime").print_stats(25)

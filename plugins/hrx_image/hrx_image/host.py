@@ -56,7 +56,8 @@ def _patches(full: np.ndarray, p: int) -> np.ndarray:
 
 
 def patchify(src: np.ndarray, dst: np.ndarray, n: np.uint32, c: np.uint32, h: np.uint32, w: np.uint32,
-             p: np.uint32, hp: np.uint32, wp: np.uint32, esize: np.uint32) -> None:
+             p: np.uint32, hp: np.uint32, wp: np.uint32, esize: np.uint32, vw: np.uint32) -> None:
+    # ``vw`` (the CUDA kernel's vector width) does not change the result
     n, c, h, w, p, hp, wp, es = (int(v) for v in (n, c, h, w, p, hp, wp, esize))
     dt = {1: np.uint8, 2: np.uint16, 4: np.uint32}[es]
     img = src[: n * c * h * w * es].view(dt).reshape(n, c, h, w)

@@ -107,27 +107,140 @@ hrx_image_normalize(const unsigned char* __restrict__ src, const unsigned char* 
 """
 
 PATCHIFY_CUDA = _COMMON + r"""
-// thread per (padded) source element: image-channel plane bc, row y, column x
-template <typename T>
-__device__ __forceinline__ void hrx_patchify(const T* src, T* dst, u64 n, u64 c, u64 h, u64 w, u64 p, u64 hp, u64 wp) {
-    const u64 gw = wp / p, np_ = (hp / p) * gw;
-    HRX_FOR_EACH_PIXEL(bc, y, x, n * c, hp, wp) {
-        u64 b, k, ph, py, pw, px;
-        hrx_divmod(bc, c, b, k);
-        hrx_divmod(y, p, ph, py);
-        hrx_divmod(x, p, pw, px);
-        const u64 o = ((b * np_ + ph * gw + pw) * c + k) * p * p + py * p + px;
-        dst[o] = (y < h && x < w) ? src[(bc * h + y) * w + x] : (T)0;
+// Patchify as a copy of whole patch rows. A source row y of image-channel plane
+// (b, k) splits into gw runs of p elements; run pw is row py = y % p of channel k
+// inside patch (y / p, pw). Every run is moved in vectors of ``vw`` bytes (16, 8,
+// 4, 2 or 1: the widest dividing the run, the row pitch and the first byte, so no
+// vector straddles a run, the image edge or an unaligned address). One warp copies
+// one source row: lane l takes vectors l, l + 32, ... of the (padded) row, the
+// (patch, vector-in-run) position of each found by carrying a constant step -- the
+// only divisions are per thread (its first position and step) and per row (y / p,
+// b and k of the plane). Vector offsets inside a row of patches are 32-bit where
+// that row of patches spans fewer than 2^32 vectors (64-bit otherwise). Padding
+// rows and columns (pad='zero') are written as zero vectors.
+#ifndef HRX_PATCH_PLANES
+#define HRX_LANE_FIRST (threadIdx.x & 31u)
+#define HRX_LANE_END (HRX_LANE_FIRST + 1u)
+#define HRX_LANES 32u
+// image-channel planes over grid y, their source rows over grid x and the block's
+// warps (blockDim.x / 32), grid-stride in both
+#define HRX_PATCH_PLANES(plane, nplanes, nrows) for (u64 plane = blockIdx.y; plane < (nplanes); plane += gridDim.y)
+#define HRX_PATCH_ROWS(y, plane, nplanes, nrows) \
+    for (unsigned int y = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); y < (nrows); \
+         y += gridDim.x * (blockDim.x >> 5))
+#endif
+
+// An all-zero vector (on gfx1151 a memset: clang's code for a value-initialized
+// struct there asks for the dispatch pointer, which HRX's dispatch does not provide)
+template <typename V>
+__device__ __forceinline__ V hrx_zero() {
+#ifdef HRX_AMDGPU
+    V v;
+    __builtin_memset(&v, 0, sizeof(V));
+    return v;
+#else
+    return V();
+#endif
+}
+
+// One vector of a row: its destination offset ``o`` and value ``v`` (zero past the
+// source row or on a padding row); then the position advances by one step.
+template <typename V, typename I>
+__device__ __forceinline__ bool hrx_patch_step(V& v, I& o, const V* __restrict__ src, unsigned int& cv,
+                                               unsigned int& pw, unsigned int& pv, unsigned int ncv,
+                                               unsigned int nvalid, unsigned int lanes, unsigned int dpw,
+                                               unsigned int dpv, unsigned int vp, I ps) {
+    const bool on = cv < ncv;
+    o = (I)pw * ps + pv;
+    v = hrx_zero<V>();
+    if (on && src != 0 && cv < nvalid) v = src[cv];
+    cv += lanes;
+    pv += dpv;
+    pw += dpw;
+    if (pv >= vp) {
+        pv -= vp;
+        ++pw;
     }
+    return on;
+}
+
+// Copy one source row (``src`` null: a padding row) into its patch runs. ``cv`` is the
+// lane's first vector of the row, (pw, pv) its run and vector inside the run; each
+// step advances cv by ``lanes`` and (pw, pv) by (dpw, dpv) with a carry. Four
+// vectors per round: four loads in flight before the four stores.
+template <typename V, typename I>
+__device__ __forceinline__ void hrx_patch_row(const V* __restrict__ src, V* __restrict__ dst, unsigned int cv,
+                                              unsigned int pw, unsigned int pv, unsigned int ncv, unsigned int nvalid,
+                                              unsigned int lanes, unsigned int dpw, unsigned int dpv, unsigned int vp,
+                                              I ps) {
+    while (cv < ncv) {
+        V v0, v1, v2, v3;
+        I o0, o1, o2, o3;
+        const bool on0 = hrx_patch_step(v0, o0, src, cv, pw, pv, ncv, nvalid, lanes, dpw, dpv, vp, ps);
+        const bool on1 = hrx_patch_step(v1, o1, src, cv, pw, pv, ncv, nvalid, lanes, dpw, dpv, vp, ps);
+        const bool on2 = hrx_patch_step(v2, o2, src, cv, pw, pv, ncv, nvalid, lanes, dpw, dpv, vp, ps);
+        const bool on3 = hrx_patch_step(v3, o3, src, cv, pw, pv, ncv, nvalid, lanes, dpw, dpv, vp, ps);
+        if (on0) dst[o0] = v0;
+        if (on1) dst[o1] = v1;
+        if (on2) dst[o2] = v2;
+        if (on3) dst[o3] = v3;
+    }
+}
+
+template <typename V, typename I>
+__device__ __forceinline__ void hrx_patchify(const unsigned char* src_, unsigned char* dst_, unsigned int n,
+                                             unsigned int c, unsigned int h, unsigned int w, unsigned int p,
+                                             unsigned int hp, unsigned int wp, unsigned int es) {
+    const V* src = reinterpret_cast<const V*>(src_);
+    V* dst = reinterpret_cast<V*>(dst_);
+    const unsigned int vb = sizeof(V);
+    const unsigned int vp = p * es / vb;     // vectors per patch run
+    const unsigned int nvalid = w * es / vb;  // vectors of a source row (row pitch)
+    const unsigned int ncv = wp * es / vb;    // vectors of a padded row
+    const unsigned int gw = wp / p;
+    const u64 np_ = (u64)(hp / p) * gw;       // patches per image
+    const I ps = (I)c * p * vp;              // vectors per patch (patch stride)
+    for (unsigned int lane = HRX_LANE_FIRST; lane < HRX_LANE_END; ++lane) {
+        const unsigned int lanes = HRX_LANES;
+        const unsigned int pw0 = lane / vp, pv0 = lane - pw0 * vp;
+        const unsigned int dpw = lanes / vp, dpv = lanes - dpw * vp;
+        HRX_PATCH_PLANES(plane, (u64)n * c, hp) {
+            // n * c < 2^32 (ImageOps checks it): 32-bit division, once per plane
+            const unsigned int b = (unsigned int)plane / c, k = (unsigned int)plane - b * c;
+            const V* splane = src + plane * h * nvalid;
+            V* dpatches = dst + ((u64)b * np_ * c + k) * p * vp;  // patch 0 of image b, channel k, row 0
+            HRX_PATCH_ROWS(y, plane, (u64)n * c, hp) {
+                const unsigned int ph = y / p, py = y - ph * p;
+                const V* srow = y < h ? splane + (u64)y * nvalid : (const V*)0;
+                V* drow = dpatches + ((u64)ph * gw * c * p + py) * vp;
+                hrx_patch_row<V, I>(srow, drow, lane, pw0, pv0, ncv, nvalid, lanes, dpw, dpv, vp, ps);
+            }
+        }
+    }
+}
+
+template <typename V>
+__device__ __forceinline__ void hrx_patchify_v(const unsigned char* src, unsigned char* dst, unsigned int n,
+                                               unsigned int c, unsigned int h, unsigned int w, unsigned int p,
+                                               unsigned int hp, unsigned int wp, unsigned int es) {
+    // a row of patches spans gw * c * p * p * es bytes: 32-bit vector offsets below 2^32 vectors
+    if ((u64)wp * c * p * es / sizeof(V) < (1ull << 32))
+        hrx_patchify<V, unsigned int>(src, dst, n, c, h, w, p, hp, wp, es);
+    else
+        hrx_patchify<V, u64>(src, dst, n, c, h, w, p, hp, wp, es);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
 hrx_image_patchify(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst, unsigned int n,
                    unsigned int c, unsigned int h, unsigned int w, unsigned int p, unsigned int hp,
-                   unsigned int wp, unsigned int esize) {
-    if (esize == 4u) hrx_patchify(reinterpret_cast<const unsigned int*>(src), reinterpret_cast<unsigned int*>(dst), n, c, h, w, p, hp, wp);
-    else if (esize == 2u) hrx_patchify(reinterpret_cast<const unsigned short*>(src), reinterpret_cast<unsigned short*>(dst), n, c, h, w, p, hp, wp);
-    else hrx_patchify(src, dst, n, c, h, w, p, hp, wp);
+                   unsigned int wp, unsigned int esize, unsigned int vw) {
+    switch (vw) {
+        case 16u: hrx_patchify_v<uint4>(src, dst, n, c, h, w, p, hp, wp, esize); break;
+        case 8u: hrx_patchify_v<uint2>(src, dst, n, c, h, w, p, hp, wp, esize); break;
+        case 4u: hrx_patchify_v<unsigned int>(src, dst, n, c, h, w, p, hp, wp, esize); break;
+        case 2u: hrx_patchify_v<unsigned short>(src, dst, n, c, h, w, p, hp, wp, esize); break;
+        default: hrx_patchify_v<unsigned char>(src, dst, n, c, h, w, p, hp, wp, esize); break;
+    }
 }
 """
 
@@ -317,7 +430,7 @@ def _kernel(entry: str, buffers: tuple[str, ...], scalars: tuple[Any, ...], nump
 
 
 NORMALIZE = _kernel("hrx_image_normalize", ("read", "read", "write"), (_U32,) * 10, host.normalize, NORMALIZE_CUDA)
-PATCHIFY = _kernel("hrx_image_patchify", ("read", "write"), (_U32,) * 8, host.patchify, PATCHIFY_CUDA)
+PATCHIFY = _kernel("hrx_image_patchify", ("read", "write"), (_U32,) * 9, host.patchify, PATCHIFY_CUDA)
 RESIZE = _kernel("hrx_image_resize", ("read", "read", "write"), (_U32,) * 10, host.resize, RESIZE_CUDA)
 AFFINE = _kernel("hrx_image_affine", ("read", "read", "write"), (_U32,) * 9, host.affine, AFFINE_CUDA)
 COMPOSITE = _kernel("hrx_image_composite", ("read", "read", "write"),
@@ -333,6 +446,22 @@ def kernels_for(engine: str) -> dict[str, Kernel]:
     if engine not in ENGINES:
         return {}
     return {k.name: k for k in ALL}
+
+
+#: Warps (source rows) per block of patchify.
+PATCH_WARPS = BLOCK // 32
+
+
+def vector_width(bits: int) -> int:
+    """The widest of 16, 8, 4, 2, 1 bytes dividing every value OR-ed into ``bits``."""
+    bits |= 16
+    return bits & -bits
+
+
+def patch_grid(planes: int, rows: int) -> tuple[int, int, int]:
+    """Patchify's grid: source rows (PATCH_WARPS per block) in x, image-channel planes
+    in y; grid-stride beyond 65535 in either."""
+    return max(1, min(65535, -(-rows // PATCH_WARPS))), max(1, min(65535, planes)), 1
 
 
 def pixel_grid(n: int, h: int, w: int) -> tuple[int, int, int]:

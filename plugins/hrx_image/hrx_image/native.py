@@ -34,16 +34,33 @@ PRELUDE = r"""
 #include <stdint.h>
 struct hrx_dim3 { unsigned int x, y, z; };
 static const hrx_dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0}, blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
+struct uint2 { unsigned int x, y; };  // CUDA's vector types, without alignment promises:
+struct uint4 { unsigned int x, y, z, w; };  // the loads compile to unaligned moves
 static thread_local unsigned long long hrx_worker = 0, hrx_workers = 1;
-extern "C" void hrx_image_set_worker(unsigned long long worker, unsigned long long workers) {
+static thread_local unsigned int hrx_lanes = 1;
+// ``lanes`` > 1 runs the warp-lane loops of kernels that have them (patchify) with that
+// many lanes one after another: the tests emulate the GPU's 32 lanes with it
+extern "C" void hrx_image_set_worker(unsigned long long worker, unsigned long long workers, unsigned int lanes) {
     hrx_worker = worker;
     hrx_workers = workers;
+    hrx_lanes = lanes ? lanes : 1;
 }
 // worker w of n takes rows [rows*w/n, rows*(w+1)/n) of all images, whole rows each
 #define HRX_FOR_EACH_PIXEL(b, y, x, nb, ny, nx) \
     for (unsigned long long hrx_r = (nb) * (ny) * hrx_worker / hrx_workers, \
              hrx_rend = (nb) * (ny) * (hrx_worker + 1) / hrx_workers; hrx_r < hrx_rend; ++hrx_r) \
         for (unsigned long long b = hrx_r / (ny), y = hrx_r % (ny), x = 0; x < (nx); ++x)
+// the same share of (plane, row) pairs for kernels that loop over planes, then rows
+#define HRX_PATCH_LO(np, ny) ((np) * (ny) * hrx_worker / hrx_workers)
+#define HRX_PATCH_HI(np, ny) ((np) * (ny) * (hrx_worker + 1) / hrx_workers)
+#define HRX_PATCH_PLANES(plane, np, ny) \
+    for (unsigned long long plane = HRX_PATCH_LO(np, ny) / (ny); plane * (ny) < HRX_PATCH_HI(np, ny); ++plane)
+#define HRX_PATCH_ROWS(y, plane, np, ny) \
+    for (unsigned long long y = HRX_PATCH_LO(np, ny) > (plane) * (ny) ? HRX_PATCH_LO(np, ny) - (plane) * (ny) : 0; \
+         y < (ny) && (plane) * (ny) + y < HRX_PATCH_HI(np, ny); ++y)
+#define HRX_LANE_FIRST 0u
+#define HRX_LANE_END hrx_lanes
+#define HRX_LANES hrx_lanes
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -138,8 +155,10 @@ def why_unavailable(sources: Sequence[str]) -> str | None:
     return _failed.get(tuple(sources))
 
 
-def run(lib: Any, entry: str, buffers: Sequence[np.ndarray], scalars: Sequence[Any], threads: int | None = None) -> None:
-    """Call ``entry`` over numpy buffers and numpy-typed scalars, split across threads."""
+def run(lib: Any, entry: str, buffers: Sequence[np.ndarray], scalars: Sequence[Any], threads: int | None = None,
+        lanes: int = 1) -> None:
+    """Call ``entry`` over numpy buffers and numpy-typed scalars, split across threads
+    (``lanes``: emulated warp lanes of kernels that loop over lanes, for tests)."""
     global _pool
     fn = getattr(lib, entry)
     fn.restype = None
@@ -151,7 +170,7 @@ def run(lib: Any, entry: str, buffers: Sequence[np.ndarray], scalars: Sequence[A
     set_worker.restype = None
 
     def part(w: int) -> None:
-        set_worker(ctypes.c_ulonglong(w), ctypes.c_ulonglong(threads))
+        set_worker(ctypes.c_ulonglong(w), ctypes.c_ulonglong(threads), ctypes.c_uint(lanes))
         fn(*args)
 
     if threads <= 1:

@@ -3,8 +3,8 @@
 Every argument is validated before anything is submitted (a rejected call changes
 nothing); errors are hrx_core.errors types naming the argument, value and limit.
 
-Each operation leases a plan per shape from a PlanCache (launch geometry, scalars,
-constant tables uploaded once, and a pool of output slots). Results are
+Each operation takes a plan per shape from a PlanCache (launch geometry, scalars,
+constant tables uploaded once, and a pool of output slots; see hrx_tensor.plans). Results are
 ``hrx_tensor.DeviceTensor`` objects that retain their slot until closed. The
 ``*_fragment`` methods record the same dispatch into an access graph instead of
 running it (``stream.access_graph()``), so a whole preprocessing pipeline replays
@@ -37,16 +37,16 @@ class ImagePlan(Plan):
     """A Plan plus constant buffers (tables) uploaded once and freed on eviction."""
 
     def __init__(self, key: Any, kernel: Any, pixels: tuple[int, int, int], scalars: tuple[Any, ...],
-                 make_slot: Callable[[], Slot], consts: Sequence[Buffer] = ()) -> None:
-        # ``pixels``: the (images, rows, columns) the kernel walks
-        # scalars converted once, so each launch takes check_scalars' fast path
-        super().__init__(key, _k.pixel_grid(*pixels), _k.BLOCK, kernel.check_scalars(scalars) if kernel else (),
-                         make_slot)
+                 make_slot: Callable[[], Slot], consts: Sequence[Buffer] = (), grid: Any = None) -> None:
+        # ``pixels``: the (images, rows, columns) the kernel walks (``grid`` overrides
+        # the grid derived from them); scalars converted once, so each launch takes
+        # check_scalars' fast path
+        super().__init__(key, _k.pixel_grid(*pixels) if grid is None else grid, _k.BLOCK,
+                         kernel.check_scalars(scalars) if kernel else (), make_slot)
         self.kernel = kernel
         self.consts = tuple(consts)
 
-    def close(self) -> None:
-        super().close()
+    def _finish(self) -> None:
         for b in self.consts:
             b.close()
 
@@ -230,6 +230,21 @@ class ImageOps(OpFamily):
         return key, shape, dt, (m, s, float(max_value), dt), (n, hp, wp), nbytes, scalars
 
     def _patchify(self, graph: Any, image: Any, patch_size: Any, pad: Any) -> DeviceTensor:
+        key, shape, dt, scalars, run_bytes = self._spec(self._patchify_spec, image, patch_size, pad)
+        n, c, _h, w, _p, hp, wp, es = scalars
+        # the widest vector (<= 16 bytes) dividing a patch run, the row pitch and the
+        # image's first byte: the kernel then moves whole vectors only
+        vw = _k.vector_width(run_bytes | (w * es) | image.view.start)
+        key = (*key, vw)
+        kernel = self._kernels[_k.PATCHIFY.name]
+
+        def prepare() -> ImagePlan:
+            return ImagePlan(key, kernel, (n * c, hp, wp), (*scalars, vw), self._slot_maker(n * c * hp * wp * es),
+                             grid=_k.patch_grid(n * c, hp))
+
+        return self._run(graph, key, prepare, lambda plan, slot: [image.view, slot.buffers[0]], shape, dt)[0]
+
+    def _patchify_spec(self, image: Any, patch_size: Any, pad: Any) -> tuple[Any, ...]:
         image, n, c, h, w = v.chw(self.device, "image", image)
         p, hp, wp = v.patch("patch_size", patch_size, h, w, pad)
         shape: tuple[int, ...] = ((hp // p) * (wp // p), c * p * p)
@@ -237,14 +252,7 @@ class ImageOps(OpFamily):
             shape = (n, *shape)
         es = image.dtype.itemsize
         key = ("patchify", n, c, h, w, p, hp, wp, es)
-        nbytes = n * c * hp * wp * es
-        scalars = (n, c, h, w, p, hp, wp, es)
-        kernel = self._kernels[_k.PATCHIFY.name]
-
-        def prepare() -> ImagePlan:
-            return ImagePlan(key, kernel, (n * c, hp, wp), scalars, self._slot_maker(nbytes))
-
-        return self._run(graph, key, prepare, lambda plan, slot: [image.view, slot.buffers[0]], shape, image.dtype)[0]
+        return key, shape, image.dtype, (n, c, h, w, p, hp, wp, es), p * es
 
     def _resize(self, graph: Any, image: Any, size: Any, mode: Any, antialias: Any) -> DeviceTensor:
         key, shape, dt, (n, h, w, c, ho, wo), nbytes = self._spec(self._resize_spec, image, size, mode, antialias)
@@ -377,7 +385,7 @@ class ImageOps(OpFamily):
     def _run(self, graph: Any, key: Any, prepare: Callable[[], ImagePlan], bindings: Callable[[ImagePlan, Slot], list[Any]],
              shape: tuple[int, ...], dtype: np.dtype, before: Callable[[Slot], None] | None = None, *,
              copy: bool = False, scalars: tuple[Any, ...] | None = None) -> tuple[DeviceTensor, Slot]:
-        lease, plan, slot = self._take(key, prepare)
+        plan, slot = self._take(key, prepare)
         try:
             out = slot.buffers[0]
             args = bindings(plan, slot)
@@ -397,13 +405,12 @@ class ImageOps(OpFamily):
             else:
                 done = self.stream.dispatch(plan.kernel, plan.grid, args, block=plan.block, scalars=sc)
         except BaseException:
-            plan.release(slot)
-            lease.close()
+            plan.give(slot)
             raise
 
-        def give_back() -> None:
-            plan.release(slot)
-            lease.close()
-
         stream = self.stream if graph is None else graph.stream
-        return DeviceTensor(out, shape, dtype, completion=done, stream=stream, hold=SharedHold(give_back)), slot
+        view = slot.outputs
+        if view is None:
+            view = slot.outputs = out.view()
+        # the plan sized the slot for exactly this shape and dtype: no re-validation
+        return DeviceTensor._output(view, shape, dtype, done, stream, SharedHold(lambda: plan.give(slot))), slot

@@ -51,6 +51,8 @@ def tensor(device: Any, name: str, t: Any) -> DeviceTensor:
         raise InvalidArgument(f"{name}: expected a DeviceTensor (ImageOps.upload or ImageOps.tensor), got {type(t).__name__}")
     if t.closed:
         raise InvalidArgument(f"{name}: tensor is closed")
+    if t.view.buffer.closed:
+        raise InvalidArgument(f"{name}: the tensor's buffer was closed")
     if t.device is not device:
         raise InvalidArgument(f"{name}: tensor lives on {t.device.name}, not {device.name}")
     if t.offset % t.dtype.itemsize:

@@ -12,7 +12,9 @@ out so NVRTC needs no cuda_bf16.h include path).
 
 ``hrx_tensor_gather`` copies ``n`` rows of ``row_units`` units of ``width`` bytes
 (16, 8, 4, 2 or 1 -- the widest dividing the row size and both offsets) from table
-rows selected by int64 indices: bit-exact for every dtype.
+rows selected by int64 indices: bit-exact for every dtype. One block per row; the
+row's index (in host-visible memory) is read once per block, and each thread keeps
+four loads in flight.
 
 Both sources also compile for gfx1151 (``hrx_gpu.amdgpu``; ``__AMDGCN__`` selects the
 portable streaming load there).
@@ -110,29 +112,49 @@ hrx_tensor_linear(const uint4* __restrict__ x, const unsigned short* __restrict_
 """
 
 GATHER_CUDA = r"""
+// Row ``row`` of the output is row idx[row] of the table: one block per output row,
+// its threads copying the row in units of T (the widest of 16/8/4/2/1 bytes dividing
+// the row size and both offsets). Thread 0 reads the row's index once (the indices
+// live in host-visible memory) and shares it; each thread then moves up to four
+// units per round, four loads in flight before their stores.
 template <typename T>
-__device__ __forceinline__ void hrx_copy_row(const unsigned char* table, unsigned char* out,
-                                             long long src, unsigned long long dst,
-                                             unsigned long long units) {
-    const T* s = reinterpret_cast<const T*>(table) + (unsigned long long)src * units;
-    T* d = reinterpret_cast<T*>(out) + dst * units;
-    for (unsigned long long u = threadIdx.x; u < units; u += blockDim.x) d[u] = s[u];
+__device__ __forceinline__ void hrx_copy_row(const T* __restrict__ s, T* __restrict__ d, unsigned long long units) {
+    const unsigned int step = blockDim.x;
+    if (units < (1ull << 32) - 4ull * step) {  // 32-bit unit indices
+        const unsigned int n = (unsigned int)units;
+        for (unsigned int u = threadIdx.x; u < n; u += 4u * step) {
+            const unsigned int u1 = u + step, u2 = u1 + step, u3 = u2 + step;
+            // past the row's end a lane reloads unit u (no branch, no uninitialized value)
+            const T a = s[u];
+            const T b = s[u1 < n ? u1 : u];
+            const T c = s[u2 < n ? u2 : u];
+            const T e = s[u3 < n ? u3 : u];
+            d[u] = a;
+            if (u1 < n) d[u1] = b;
+            if (u2 < n) d[u2] = c;
+            if (u3 < n) d[u3] = e;
+        }
+    } else {
+        for (unsigned long long u = threadIdx.x; u < units; u += step) d[u] = s[u];
+    }
 }
 
-extern "C" __global__ void hrx_tensor_gather(const unsigned char* __restrict__ table,
-                                             const long long* __restrict__ idx,
-                                             unsigned char* __restrict__ out,
-                                             unsigned long long row_units, unsigned int width,
-                                             unsigned long long n) {
+extern "C" __global__ void __launch_bounds__(256)
+hrx_tensor_gather(const unsigned char* __restrict__ table, const long long* __restrict__ idx,
+                  unsigned char* __restrict__ out, unsigned long long row_units, unsigned int width,
+                  unsigned long long n) {
+    __shared__ long long src_row;
     const unsigned long long row = blockIdx.x + (unsigned long long)blockIdx.y * gridDim.x;
-    if (row >= n) return;
-    const long long src = idx[row];
+    if (row >= n) return;  // the whole block: before the barrier
+    if (threadIdx.x == 0) src_row = idx[row];
+    __syncthreads();
+    const unsigned long long src = (unsigned long long)src_row * row_units, dst = row * row_units;
     switch (width) {
-        case 16: hrx_copy_row<uint4>(table, out, src, row, row_units); break;
-        case 8: hrx_copy_row<uint2>(table, out, src, row, row_units); break;
-        case 4: hrx_copy_row<unsigned int>(table, out, src, row, row_units); break;
-        case 2: hrx_copy_row<unsigned short>(table, out, src, row, row_units); break;
-        default: hrx_copy_row<unsigned char>(table, out, src, row, row_units); break;
+        case 16: hrx_copy_row(reinterpret_cast<const uint4*>(table) + src, reinterpret_cast<uint4*>(out) + dst, row_units); break;
+        case 8: hrx_copy_row(reinterpret_cast<const uint2*>(table) + src, reinterpret_cast<uint2*>(out) + dst, row_units); break;
+        case 4: hrx_copy_row(reinterpret_cast<const unsigned int*>(table) + src, reinterpret_cast<unsigned int*>(out) + dst, row_units); break;
+        case 2: hrx_copy_row(reinterpret_cast<const unsigned short*>(table) + src, reinterpret_cast<unsigned short*>(out) + dst, row_units); break;
+        default: hrx_copy_row(table + src, out + dst, row_units); break;
     }
 }
 """

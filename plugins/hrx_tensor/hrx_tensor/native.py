@@ -1,4 +1,5 @@
-"""A native BF16 GEMV for the host engine, compiled once through cffi.
+"""Native helpers compiled once through cffi: the host engine's BF16 GEMV, and the
+index copy of gather_rows (every engine).
 
 numpy has no BF16 arithmetic, so the pure-numpy path widens the weights to F32 in
 passes (4 bytes of traffic per weight and more). This C kernel reads each BF16 weight
@@ -71,9 +72,29 @@ void hrx_gemv_bf16(const uint16_t *w, const float *x, float *y, int64_t n0, int6
         y[n] = s;
     }
 }
+
+/* Gather indices: copy n of them into the int64 buffer the kernel reads and check
+   every one against the table's rows in the same pass (viewed as unsigned, a
+   negative index is out of range too). Returns 1 if any is out of range. */
+#define HRX_COPY_INDICES(name, T) \
+    int name(const T *src, int64_t *dst, int64_t n, uint64_t rows) { \
+        int bad = 0; \
+        for (int64_t i = 0; i < n; ++i) { \
+            int64_t v = src[i]; \
+            dst[i] = v; \
+            bad |= (uint64_t)v >= rows; \
+        } \
+        return bad; \
+    }
+HRX_COPY_INDICES(hrx_copy_indices_i64, int64_t)
+HRX_COPY_INDICES(hrx_copy_indices_i32, int32_t)
 """
 
-CDEF = "void hrx_gemv_bf16(const uint16_t *w, const float *x, float *y, int64_t n0, int64_t n1, int64_t k);"
+CDEF = """
+void hrx_gemv_bf16(const uint16_t *w, const float *x, float *y, int64_t n0, int64_t n1, int64_t k);
+int hrx_copy_indices_i64(const int64_t *src, int64_t *dst, int64_t n, uint64_t rows);
+int hrx_copy_indices_i32(const int32_t *src, int64_t *dst, int64_t n, uint64_t rows);
+"""
 
 _lock = threading.Lock()
 _module: Any = None
@@ -167,3 +188,65 @@ def gemv(w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, k: int) -> bool:
     for f in futures:
         f.result()
     return True
+
+
+_I64 = np.dtype(np.int64)
+_I32 = np.dtype(np.int32)
+
+
+class IndexWriter:
+    """Copies gather indices into host-visible int64 memory and range-checks them in
+    the same pass: the compiled loop where it builds, else two numpy passes (a copy,
+    then an unsigned max over what was written).
+
+    The compiled loop is called through ctypes.PyDLL, which keeps the GIL: a call of
+    a microsecond that released it could wait a whole switch interval (5 ms) to get
+    it back from another Python thread (the host engine's queue workers, say)."""
+
+    __slots__ = ("_dst", "_i32", "_i64", "_ptr")
+
+    def __init__(self, dst: np.ndarray) -> None:
+        """``dst``: the uint8 host view of the index memory (8 bytes per index)."""
+        self._dst = dst.view(np.int64)
+        funcs = _index_functions()
+        self._ptr = None if funcs is None else dst.ctypes.data
+        if funcs is not None:
+            self._i64, self._i32 = funcs
+
+    def write(self, idx: np.ndarray, rows: int) -> bool:
+        """Write the one-dimensional integer array ``idx``; False if an index is
+        outside ``0 .. rows - 1`` (the memory then holds garbage: launch nothing)."""
+        n = idx.shape[0]
+        if self._ptr is not None and idx.flags.c_contiguous:
+            dt = idx.dtype
+            if dt == _I64:
+                return not self._i64(idx.ctypes.data, self._ptr, n, rows)
+            if dt == _I32:
+                return not self._i32(idx.ctypes.data, self._ptr, n, rows)
+        dst = self._dst[:n]
+        np.copyto(dst, idx, casting="unsafe")  # keeps the bits of uint64 >= 2**63: out of range below
+        return int(dst.view(np.uint64).max()) < rows
+
+
+_index_funcs: Any = None
+
+
+def _index_functions() -> Any:
+    """(i64, i32) index copy functions of the compiled module, through ctypes.PyDLL;
+    None where the module does not build."""
+    global _index_funcs
+    if _index_funcs is None:
+        module = _load()
+        if module is None:
+            return None
+        import ctypes
+
+        lib = ctypes.PyDLL(module.__file__)
+        funcs = []
+        for name in ("hrx_copy_indices_i64", "hrx_copy_indices_i32"):
+            f = getattr(lib, name)
+            f.restype = ctypes.c_int
+            f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64]
+            funcs.append(f)
+        _index_funcs = tuple(funcs)
+    return _index_funcs

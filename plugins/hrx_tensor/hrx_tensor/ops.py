@@ -3,10 +3,20 @@
 Every argument is validated before anything is submitted (a rejected call changes
 nothing); errors are hrx_core.errors types naming the argument.
 
-gather_rows uploads the indices (8 bytes a row, into a buffer of the plan's slot)
-and runs one gather kernel: one dispatch whatever the row count, where per-row
-copy commands would cost one encoded command (and on CUDA one cuMemcpy node) per
-row and be launch-bound beyond a few dozen rows.
+gather_rows writes the indices (8 bytes a row) into host-visible memory of the
+plan's slot and runs one gather kernel: one dispatch whatever the row count, where
+per-row copy commands would cost one encoded command (and on CUDA one cuMemcpy
+node) per row and be launch-bound beyond a few dozen rows.
+
+Eager calls are built to cost the host little: each op keeps a plain dict from the
+call's shapes to everything derived from them (plan key, geometry, output shapes),
+so a repeated shape validates only what can change between calls (the tensors are
+open, on this device, contiguous, of the right dtype); each slot's prepared launch
+rebinds only the arguments that changed (see :class:`.plans.Launcher`); and the
+index range check of gather_rows happens in the same pass that writes the indices
+into the memory the kernel reads (compiled where a C compiler exists), before
+anything is launched -- a bad index is the same typed OutOfBounds as ever and a
+rejected call launches nothing.
 """
 
 from __future__ import annotations
@@ -20,14 +30,15 @@ from ml_dtypes import bfloat16
 
 from hrx_core.buffer import Buffer, View
 from hrx_core.completion import Completion
-from hrx_core.errors import InvalidArgument, OutOfBounds
+from hrx_core.errors import InvalidArgument, OutOfBounds, Unsupported
 from hrx_core.execution.graph import ComputeRegion, TrackedGraph
 from hrx_core.execution.plan_cache import PlanCache
 from hrx_core.graph import Graph
 from hrx_core.stream import Stream
 
 from . import kernels as _kernels
-from .plans import OpFamily, Plan, Slot
+from . import native
+from .plans import Launcher, OpFamily, Plan, Slot
 from .tensor import DeviceTensor, SharedHold, as_dtype
 
 BF16 = np.dtype(bfloat16)
@@ -35,6 +46,12 @@ F32 = np.dtype(np.float32)
 _OUT_DTYPES = {BF16: 0, F32: 1}
 MAX_PROJECTIONS = 3
 K_MULTIPLE = 128
+#: Index buffers per gather slot, used in turn: the host writes the next call's
+#: indices while earlier gathers still read theirs. Fewer for very long index lists.
+INDEX_RING = 8
+INDEX_RING_BYTES = 4 << 20
+#: Entries per op of the per-call spec dicts (cleared when full).
+MAX_SPECS = 256
 
 
 def _slices(out: Buffer, shapes: list[tuple[int, ...]], dt: np.dtype) -> list[tuple[View, tuple[int, ...]]]:
@@ -45,6 +62,67 @@ def _slices(out: Buffer, shapes: list[tuple[int, ...]], dt: np.dtype) -> list[tu
         views.append((out.slice(offset, nbytes), shape))
         offset += nbytes
     return views
+
+
+class IndexEntry:
+    """One index buffer of a gather slot's ring: its view, the writer that fills and
+    checks it, its prepared launch and the completion of that launch's last use."""
+
+    __slots__ = ("done", "launcher", "view", "writer")
+
+    def __init__(self, view: View, host: np.ndarray) -> None:
+        self.view = view
+        self.writer = native.IndexWriter(host)
+        self.launcher = Launcher()
+        self.done: Completion | None = None
+
+
+class GatherSlot(Slot):
+    """A gather's output and a ring of index buffers in one host-visible allocation.
+
+    Each call takes the next ring entry, which has its own prepared launch. Before the
+    host rewrites an entry it waits for the gather that last read it -- normally long
+    finished: the slot emits a signal every half ring (a queue signal would otherwise
+    come only every few dozen operations, and waiting for an unsignaled value means
+    waiting for the whole queue).
+    """
+
+    __slots__ = ("entries", "pos")
+
+    def __init__(self, out: Buffer, ibuf: Buffer, n: int, count: int) -> None:
+        super().__init__([out, ibuf])
+        host = ibuf.allocation.native.host_view()
+        if host is None:  # allocate_shared promises host-visible memory
+            raise Unsupported(f"{ibuf.device.name}: shared memory without a host view")
+        step = n * 8
+        self.entries = [IndexEntry(ibuf.slice(e * step, step), host[e * step : (e + 1) * step]) for e in range(count)]
+        self.pos = 0
+
+    def take(self) -> IndexEntry:
+        """The next ring entry, once no queued gather reads it any more."""
+        entry = self.entries[self.pos]
+        self.pos = (self.pos + 1) % len(self.entries)
+        done = entry.done
+        if done is not None and not done.done_now():
+            done.wait_quiet()  # the device is a ring behind: wait for it (failures are the consumer's)
+        return entry
+
+    def launch_entry(self, entry: IndexEntry, stream: Stream, kernel: Any, plan: Plan, views: list[Any]) -> Completion:
+        """Launch the gather through ``entry``'s prepared launch (after other queues'
+        users of the slot); every half ring, emit a signal."""
+        self.order_after_users(stream)
+        done = self.done = entry.done = entry.launcher.launch(stream, kernel, plan.grid, plan.block, plan.scalars, views)
+        half = max(1, len(self.entries) // 2)
+        if self.pos % half == 0:
+            stream.record_event()  # a signal: the entries of the last half ring can be judged done
+        return done
+
+
+def _key_part(value: Any) -> Any:
+    """An argument as part of a spec dict key: with its exact type (so 1 and 1.0 or a
+    str subclass never share a spec); raises TypeError if unhashable."""
+    hash(value)
+    return (type(value), value)
 
 
 class TensorOps(OpFamily):
@@ -63,6 +141,9 @@ class TensorOps(OpFamily):
         super().__init__(device, plan_cache=plan_cache, stream=stream)
         self._linear = self._kernels[_kernels.LINEAR.name]
         self._gather = self._kernels[_kernels.GATHER.name]
+        # per-call spec dicts: call shapes -> what the checks and the plan derive from them
+        self._linear_specs: dict[Any, tuple[Any, ...]] = {}
+        self._gather_specs: dict[Any, tuple[Any, ...]] = {}
 
     # -- tensors ------------------------------------------------------------------
 
@@ -93,11 +174,19 @@ class TensorOps(OpFamily):
             raise InvalidArgument(f"{name}: expected a DeviceTensor, got {type(t).__name__}")
         if t.closed:
             raise InvalidArgument(f"{name}: tensor is closed")
+        if t.view.buffer.closed:
+            raise InvalidArgument(f"{name}: the tensor's buffer was closed")
         if t.device is not self.device:
             raise InvalidArgument(f"{name}: tensor lives on {t.device.name}, not {self.device.name}")
         if not t.contiguous:
             raise InvalidArgument(f"{name}: tensor is not contiguous (shape {list(t.shape)}, strides {list(t.strides)})")
         return t
+
+    def _usable(self, t: Any) -> bool:
+        """The per-call part of :meth:`_check_tensor` for a tensor whose shape and
+        dtype a spec dict entry already vouches for: True if it would pass."""
+        return (isinstance(t, DeviceTensor) and not t.closed and t.contiguous and not t.view.buffer.closed
+                and t.view.buffer.device is self.device)
 
     def _check_x(self, x: Any) -> int:
         x = self._check_tensor("x", x)
@@ -147,46 +236,73 @@ class TensorOps(OpFamily):
 
     def linear(self, x: DeviceTensor, w: DeviceTensor, out_dtype: Any = "bf16") -> DeviceTensor:
         """y = x @ w.T for BF16 x [1, K] and w [N, K]; FP32 accumulation; BF16 or F32 [1, N]."""
-        k = self._check_x(x)
-        n = self._check_w("w", w, k)
-        dt = self._check_out_dtype(out_dtype)
-        return self._run_linear(x, [w], [n], k, dt)[0]
+        try:
+            spec = self._linear_specs.get((x.shape, w.shape, x.dtype, w.dtype, _key_part(out_dtype)))
+        except (AttributeError, TypeError):
+            spec = None
+        if spec is None or not (self._usable(x) and self._usable(w)):
+            k = self._check_x(x)
+            n = self._check_w("w", w, k)
+            dt = self._check_out_dtype(out_dtype)
+            spec = self._linear_spec(k, (n,), dt)
+            self._memo(self._linear_specs, (x.shape, w.shape, x.dtype, w.dtype, _key_part(out_dtype)), spec)
+        return self._run_linear(spec, x, (w,))[0]
 
     def linear_many(self, x: DeviceTensor, ws: Sequence[DeviceTensor], out_dtype: Any = "bf16") -> list[DeviceTensor]:
         """Up to three projections of ``x`` (each its own N) in one dispatch."""
-        k = self._check_x(x)
-        ns = self._check_weights(ws, k)
-        dt = self._check_out_dtype(out_dtype)
-        return self._run_linear(x, list(ws), ns, k, dt)
+        try:
+            if type(ws) is not list and type(ws) is not tuple:
+                raise TypeError
+            memo = (x.shape, x.dtype, _key_part(out_dtype), *((w.shape, w.dtype) for w in ws))
+            spec = self._linear_specs.get(memo) if 1 <= len(ws) <= MAX_PROJECTIONS else None
+        except (AttributeError, TypeError):
+            memo, spec = None, None
+        if spec is None or not (self._usable(x) and all(self._usable(w) for w in ws)):
+            k = self._check_x(x)
+            ns = self._check_weights(ws, k)
+            dt = self._check_out_dtype(out_dtype)
+            spec = self._linear_spec(k, tuple(ns), dt)
+            if memo is not None:
+                self._memo(self._linear_specs, memo, spec)
+        return self._run_linear(spec, x, tuple(ws))
 
-    def _run_linear(self, x: DeviceTensor, ws: list[DeviceTensor], ns: list[int], k: int, dt: np.dtype) -> list[DeviceTensor]:
-        key = ("linear", k, tuple(ns), dt.name)
+    @staticmethod
+    def _memo(specs: dict[Any, Any], memo: Any, spec: Any) -> None:
+        if len(specs) >= MAX_SPECS:
+            specs.clear()
+        specs[memo] = spec
+
+    def _linear_spec(self, k: int, ns: tuple[int, ...], dt: np.dtype) -> tuple[Any, ...]:
+        """(plan key, prepare, output shapes, dtype) of a linear over validated shapes."""
+        key = ("linear", k, ns, dt.name)
         device = self.device
 
         def prepare() -> Plan:
             grid, block, scalars = self._linear_geometry(k, ns, dt)
+            scalars = self._linear.check_scalars(scalars)
             nbytes = sum(ns) * dt.itemsize
             return Plan(key, grid, block, scalars, lambda: Slot([device.allocate(nbytes)]))
 
-        lease, plan, slot = self._take(key, prepare)
+        return key, prepare, [(1, n) for n in ns], dt
+
+    def _run_linear(self, spec: tuple[Any, ...], x: DeviceTensor, ws: tuple[DeviceTensor, ...]) -> list[DeviceTensor]:
+        key, prepare, shapes, dt = spec
+        plan, slot = self._take(key, prepare)
         try:
             out = slot.buffers[0]
-            w0 = ws[0].view
-            views = [x.view, w0, ws[1].view if len(ws) > 1 else w0, ws[2].view if len(ws) > 2 else w0, out]
-            done = self._launch(slot, self._linear, plan, views)
+            # weights a plan does not use (N = 0, never read) are bound to the slot's own
+            # output: it never changes, so a call rebinds only the inputs that did
+            views = [x.view, ws[0].view, ws[1].view if len(ws) > 1 else out, ws[2].view if len(ws) > 2 else out, out]
+            done = slot.launch(self.stream, self._linear, plan.grid, plan.block, plan.scalars, views)
             outputs = slot.outputs
             if outputs is None:
-                outputs = slot.outputs = _slices(out, [(1, n) for n in ns], dt)
+                outputs = slot.outputs = _slices(out, shapes, dt)
         except BaseException:
-            self._give_back(lease, plan, slot)
+            plan.give(slot)
             raise
-        hold = SharedHold(lambda: self._give_back(lease, plan, slot), count=len(ns))
+        hold = SharedHold(lambda: plan.give(slot), count=len(shapes))
         make, stream = DeviceTensor._output, self.stream
         return [make(view, shape, dt, done, stream, hold) for view, shape in outputs]
-
-    def _launch(self, slot: Slot, kernel: Any, plan: Plan, views: list[Any]) -> Completion:
-        """Launch the slot's prepared dispatch, rebinding only the inputs that changed."""
-        return slot.launch(self.stream, kernel, plan.grid, plan.block, plan.scalars, views)
 
     def linear_fragment(self, graph: TrackedGraph, x: DeviceTensor, w: DeviceTensor, *,
                         out: DeviceTensor | None = None, out_dtype: Any = "bf16",
@@ -256,12 +372,50 @@ class TensorOps(OpFamily):
     # -- gather -------------------------------------------------------------------
 
     def gather_rows(self, table: DeviceTensor, indices: Any) -> DeviceTensor:
-        """Rows ``table[indices]`` (host-selected indices), copied bit-exactly on the device."""
-        table = self._check_tensor("table", table)
-        if len(table.shape) == 0 or table.shape[0] == 0:
-            raise InvalidArgument(f"table: shape {list(table.shape)} has no rows")
-        idx = self._check_indices(indices, table.shape[0])
-        n = idx.size
+        """Rows ``table[indices]`` (host-selected indices), copied bit-exactly on the device.
+
+        Every index is checked against the table's rows (OutOfBounds; nothing is
+        launched or allocated): on a warm call in the pass that writes it to the
+        memory the kernel reads, else before anything is prepared."""
+        if type(indices) is np.ndarray and indices.ndim == 1 and indices.dtype.kind in "iu" and 0 < indices.shape[0] < 2**31:
+            idx = indices  # range-checked while it is written below
+        else:
+            idx = self._check_indices(indices, None)
+        n = idx.shape[0]
+        try:
+            spec = self._gather_specs.get((table.shape, table.dtype, table.view.start & 15, n))
+        except AttributeError:
+            spec = None
+        if spec is None or not self._usable(table):
+            table = self._check_tensor("table", table)
+            if len(table.shape) == 0 or table.shape[0] == 0:
+                raise InvalidArgument(f"table: shape {list(table.shape)} has no rows")
+            spec = self._gather_spec(table, n)
+            self._memo(self._gather_specs, (table.shape, table.dtype, table.view.start & 15, n), spec)
+        key, prepare, rows, shape = spec
+        plan, slot = self._take_idle(key, prepare)
+        if slot is None:
+            # a call that may prepare or allocate checks the indices first (a refused
+            # call changes nothing); a warm one checks them while writing them below
+            idx = self._check_indices(idx, rows)
+            plan, slot = self._take(key, prepare)
+        assert isinstance(slot, GatherSlot)
+        try:
+            entry = slot.take()
+            if not entry.writer.write(idx, rows):
+                raise self._out_of_range(idx, rows)
+            done = slot.launch_entry(entry, self.stream, self._gather, plan, [table.view, entry.view, slot.buffers[0]])
+            view = slot.outputs
+            if view is None:
+                view = slot.outputs = slot.buffers[0].view()
+        except BaseException:
+            plan.give(slot)
+            raise
+        hold = SharedHold(lambda: plan.give(slot))
+        return DeviceTensor._output(view, shape, table.dtype, done, self.stream, hold)
+
+    def _gather_spec(self, table: DeviceTensor, n: int) -> tuple[Any, ...]:
+        """(plan key, prepare, table rows, output shape) of gathering ``n`` rows of ``table``."""
         row_bytes = math.prod(table.shape[1:]) * table.dtype.itemsize
         if row_bytes == 0:
             raise InvalidArgument(f"table: rows of shape {list(table.shape[1:])} are empty")
@@ -269,34 +423,31 @@ class TensorOps(OpFamily):
         units = row_bytes // width
         key = ("gather", row_bytes, width, n)
         device = self.device
+        gather = self._gather
 
         def prepare() -> Plan:
             block = min(_kernels.GATHER_THREADS, max(32, -(-units // 32) * 32))
             grid = (n, 1, 1) if n < 2**31 else None
-            scalars = (np.uint64(units), np.uint32(width), np.uint64(n))
+            scalars = gather.check_scalars((np.uint64(units), np.uint32(width), np.uint64(n)))
+            ring = max(2, min(INDEX_RING, INDEX_RING_BYTES // (n * 8)))
             # the indices go into host-visible memory the kernel reads directly: no
             # staging copy and no upload command per call
             return Plan(key, grid, block, scalars,
-                        lambda: Slot([device.allocate(n * row_bytes), device.allocate_shared(n * 8)]))
+                        lambda: GatherSlot(device.allocate(n * row_bytes), device.allocate_shared(ring * n * 8), n, ring))
 
-        lease, plan, slot = self._take(key, prepare)
-        try:
-            out, ibuf = slot.buffers
-            # The host writes the indices the kernel reads directly: the slot's previous
-            # gather may still be queued (its output released, but a consumer queued
-            # before the release still needs the rows it gathers), so wait for it first.
-            slot.wait_for_device(ibuf)
-            ibuf.allocation.native.host_view()[: idx.nbytes] = idx.view(np.uint8)
-            done = self._launch(slot, self._gather, plan, [table.view, ibuf, out])
-        except BaseException:
-            self._give_back(lease, plan, slot)
-            raise
-        hold = SharedHold(lambda: self._give_back(lease, plan, slot))
-        # the key fixes the row bytes, not the row shape: build the shape per call
-        return DeviceTensor._output(out.view(), (n, *table.shape[1:]), table.dtype, done, self.stream, hold)
+        return key, prepare, table.shape[0], (n, *table.shape[1:])
 
     @staticmethod
-    def _check_indices(indices: Any, rows: int) -> np.ndarray:
+    def _out_of_range(idx: np.ndarray, rows: int) -> OutOfBounds:
+        """The error naming the first bound an index array breaks (after a failed check)."""
+        lo, hi = int(idx.min()), int(idx.max())
+        bad = lo if lo < 0 else hi
+        return OutOfBounds(f"indices: {bad} is outside 0..{rows - 1} (table rows)")
+
+    @staticmethod
+    def _check_indices(indices: Any, rows: int | None) -> np.ndarray:
+        """``indices`` as a one-dimensional int64 array; range-checked against ``rows``
+        unless None (gather_rows checks while writing them)."""
         try:
             idx = np.asarray(indices)
         except (TypeError, ValueError):
@@ -310,15 +461,13 @@ class TensorOps(OpFamily):
             raise InvalidArgument("indices: empty (gather at least one row)")
         if idx.size >= 2**31:
             raise InvalidArgument(f"indices: {idx.size} rows exceed {2**31 - 1}")
+        if idx.dtype == np.uint64:
+            # kept as is: the index writer keeps the bits (values >= 2**63 fail its check)
+            if rows is not None and int(idx.max()) >= rows:
+                raise TensorOps._out_of_range(idx, rows)
+            return idx
         out = np.ascontiguousarray(idx, dtype=np.int64)
-        # one pass for both bounds: viewed as uint64, a negative index is huge. Only
-        # uint64 input can hold values the int64 conversion would wrap.
-        if idx.dtype == np.uint64 and int(idx.max()) >= 2**63:
-            in_range = False
-        else:
-            in_range = int(out.view(np.uint64).max()) < rows
-        if not in_range:
-            lo, hi = int(idx.min()), int(idx.max())
-            bad = lo if lo < 0 else hi
-            raise OutOfBounds(f"indices: {bad} is outside 0..{rows - 1} (table rows)")
+        if rows is not None and int(out.view(np.uint64).max()) >= rows:
+            # one pass for both bounds: viewed as uint64, a negative index is huge
+            raise TensorOps._out_of_range(idx, rows)
         return out

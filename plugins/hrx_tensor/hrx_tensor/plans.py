@@ -1,10 +1,17 @@
-"""Plans: prepared launch geometry plus a pool of output slots, leased from a PlanCache.
+"""Plans: prepared launch geometry plus a pool of output slots, kept in a PlanCache.
 
 A plan is cached per (operation, shapes, dtypes). Each call takes a free output
 slot (or allocates one when every slot is still held by a live tensor) and the
-returned tensors keep the slot -- and the plan lease, so the plan is not evicted
-under them -- until they are closed. Work is ordered on the TensorOps stream, so a
-released slot can be rewritten by the next call without waiting.
+returned tensors keep the slot -- and a use of the plan -- until they are closed.
+Work is ordered on the op's stream, so a released slot can be rewritten by the
+next call without waiting.
+
+Each op family keeps a plain dict of the plans it used in front of the (shared,
+locked, LRU) PlanCache: a repeated call takes its plan from the dict and touches
+the cache only now and then to keep the plan recent. Plans count their uses (calls
+in progress and live outputs) themselves, so a plan the cache evicts while in use
+stops handing out slots at once but frees its slots and constant buffers only when
+the last use ends: eviction never pulls memory from under a call or a tensor.
 """
 
 from __future__ import annotations
@@ -14,12 +21,16 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hrx_core.buffer import Buffer
+from hrx_core.buffer import Buffer, View
 from hrx_core.completion import Event
 from hrx_core.errors import show
 
 #: Idle output slots a plan keeps for reuse; more are freed when released.
 MAX_IDLE_SLOTS = 2
+#: Plans an op keeps in its own dict in front of the plan cache (cleared when full).
+MAX_FRONT = 256
+#: One call in this many served from that dict also leases from the cache (LRU order).
+LRU_TOUCH = 64
 
 
 def _remember(obj: Any) -> Callable[[], Any]:
@@ -30,56 +41,100 @@ def _remember(obj: Any) -> Callable[[], Any]:
         return lambda: obj
 
 
+class _Bound:
+    """What a prepared launch's buffer argument was bound to: the Buffer or View
+    object (weakly, so an idle slot never keeps a caller's tensor alive), and for a
+    View its buffer and byte range at binding time. A launch reuses the binding only
+    while the same object still names the same open buffer and range."""
+
+    __slots__ = ("buffer", "length", "offset", "ref")
+
+    def __init__(self, obj: Any) -> None:
+        self.ref = _remember(obj)
+        if type(obj) is View:
+            self.buffer: Any = _remember(obj.buffer)
+            self.offset, self.length = obj.offset, obj.length
+        else:
+            self.buffer, self.offset, self.length = None, 0, 0
+
+    def holds(self, obj: Any) -> bool:
+        """True if ``obj`` is what was bound and still names the same open bytes."""
+        if self.ref() is not obj:
+            return False
+        if self.buffer is None:
+            return type(obj) is Buffer and not obj.closed  # anything else is rebound (and checked)
+        buffer = obj.buffer
+        return self.buffer() is buffer and obj.offset == self.offset and obj.length == self.length and not buffer.closed
+
+
+class Launcher:
+    """One prepared launch and the arguments it is bound to.
+
+    Prepared on first use on a stream (the plan fixes kernel, geometry and scalars);
+    afterwards only the buffer arguments that changed are rebound -- a changed
+    argument, or one whose buffer was closed or whose view was modified since, goes
+    through ``PreparedLaunch.rebind``, which validates it (a closed buffer raises).
+    """
+
+    __slots__ = ("bound", "prepared", "stream")
+
+    def __init__(self) -> None:
+        self.prepared: Any = None
+        self.stream: Any = None
+        self.bound: list[_Bound] = []
+
+    def launch(self, stream: Any, kernel: Any, grid: Any, block: Any, scalars: tuple[Any, ...],
+               views: Sequence[Any]) -> Any:
+        prepared = self.prepared
+        if prepared is None or self.stream is not stream:
+            prepared = stream.prepare(kernel, grid, views, block=block, scalars=scalars)
+            self.prepared, self.stream, self.bound = prepared, stream, [_Bound(v) for v in views]
+        else:
+            bound = self.bound
+            for i, v in enumerate(views):
+                if not bound[i].holds(v):
+                    prepared.rebind(i, v)
+                    bound[i] = _Bound(v)
+        return prepared.launch()
+
+
 class Slot:
     """The buffers of one call: its output and any auxiliary (uploaded indices).
 
-    ``launch`` is the slot's prepared launch (bound on first use, then only the
-    inputs that changed are rebound); ``bound`` holds weak references to the input
-    views it is bound to, so an idle slot never keeps a caller's tensor alive;
-    ``done`` is the completion of the slot's last use.
+    ``launcher`` is the slot's prepared launch (see :class:`Launcher`); ``done`` is
+    the completion of the slot's last use; ``outputs`` caches the views of the output
+    buffer the op hands out.
     """
 
-    __slots__ = ("buffers", "prepared", "bound", "done", "outputs")
+    __slots__ = ("allocs", "buffers", "done", "launcher", "outputs")
 
     def __init__(self, buffers: Sequence[Buffer]) -> None:
         self.buffers = tuple(buffers)
-        self.prepared: Any = None
-        self.bound: list[Any] = []
+        self.allocs = tuple(b.allocation for b in self.buffers)
+        self.launcher = Launcher()
         self.done: Any = None
         self.outputs: Any = None
 
     def order_after_users(self, stream: Any) -> None:
         """Make ``stream`` wait for work of other queues still using this slot's buffers
         (a consumer of the previous call's output on another stream) before the slot
-        is rewritten; work on ``stream`` itself is ordered already."""
+        is rewritten; work on ``stream`` itself is ordered already. Pending uses are
+        kept per queue: when only ``stream``'s queue has any, nothing is asked (no
+        completion poll, which would emit a signal)."""
         mine = stream.slot
-        for buf in self.buffers:
-            for completion, *_ in buf.allocation.pending_uses():
-                if completion.slot is not mine:
-                    stream.wait_event(Event(completion))
-
-    def wait_for_device(self, buffer: Buffer) -> None:
-        """Block until no queued work uses ``buffer`` (before the host writes it)."""
-        for completion, *_ in buffer.allocation.pending_uses():
-            completion.wait_quiet()
+        for alloc in self.allocs:
+            pending = alloc.pending
+            if pending and (len(pending) > 1 or mine not in pending):
+                for completion, *_ in alloc.pending_uses():
+                    if completion.slot is not mine:
+                        stream.wait_event(Event(completion))
 
     def launch(self, stream: Any, kernel: Any, grid: Any, block: Any, scalars: tuple[Any, ...],
                views: list[Any]) -> Any:
         """Launch ``kernel`` on ``stream`` over ``views`` through this slot's prepared
-        launch: prepared on first use (the plan fixes kernel, geometry and scalars for
-        the slot's life), afterwards only the views that changed are rebound."""
+        launch, after work of other queues still using the slot's buffers."""
         self.order_after_users(stream)
-        prepared = self.prepared
-        if prepared is None:
-            prepared = stream.prepare(kernel, grid, views, block=block, scalars=scalars)
-            self.prepared, self.bound = prepared, [_remember(v) for v in views]
-        else:
-            bound = self.bound
-            for i, v in enumerate(views):
-                if bound[i]() is not v:
-                    prepared.rebind(i, v)
-                    bound[i] = _remember(v)
-        done = self.done = prepared.launch()
+        done = self.done = self.launcher.launch(stream, kernel, grid, block, scalars, views)
         return done
 
     def close(self) -> None:
@@ -100,30 +155,72 @@ class Plan:
         self._idle: list[Slot] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._users = 0  # calls in progress and slots held by live outputs
         #: slots allocated over the plan's life (for tests and statistics)
         self.slots_made = 0
 
-    def acquire(self) -> Slot:
+    @property
+    def closed(self) -> bool:
+        """True once evicted: the plan hands out no more slots."""
+        return self._closed
+
+    def take(self) -> Slot | None:
+        """A free slot (made if none is idle) and one use of the plan; None once the
+        plan was evicted. Give the slot back with :meth:`give`."""
         with self._lock:
+            if self._closed:
+                return None
+            self._users += 1
             if self._idle:
                 return self._idle.pop()
             self.slots_made += 1
-        return self._make_slot()
+        try:
+            return self._make_slot()
+        except BaseException:
+            self._leave(None)
+            raise
 
-    def release(self, slot: Slot) -> None:
+    def take_idle(self) -> Slot | None:
+        """An idle slot and one use of the plan, or None (evicted, or no slot idle):
+        never allocates."""
         with self._lock:
-            if not self._closed and len(self._idle) < MAX_IDLE_SLOTS:
+            if self._closed or not self._idle:
+                return None
+            self._users += 1
+            return self._idle.pop()
+
+    def give(self, slot: Slot) -> None:
+        """End the use :meth:`take` began: keep the slot for reuse or free it."""
+        self._leave(slot)
+
+    def _leave(self, slot: Slot | None) -> None:
+        with self._lock:
+            self._users -= 1
+            if slot is not None and not self._closed and len(self._idle) < MAX_IDLE_SLOTS:
                 self._idle.append(slot)
                 return
-        slot.close()
+            finish = self._closed and self._users == 0
+        if slot is not None:
+            slot.close()
+        if finish:
+            self._finish()
 
     def close(self) -> None:
-        """Called by the PlanCache on eviction (no lease open): free the idle slots."""
+        """Called by the PlanCache on eviction: hand out no more slots, free the idle
+        ones now and the rest of the plan (:meth:`_finish`) when its last use ends."""
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             idle, self._idle = self._idle, []
+            finish = self._users == 0
         for slot in idle:
             slot.close()
+        if finish:
+            self._finish()
+
+    def _finish(self) -> None:
+        """Free what the plan's slots share (subclasses: constant tables)."""
 
 
 class OpFamily:
@@ -165,6 +262,8 @@ class OpFamily:
         self.plan_cache = plan_cache if plan_cache is not None else PlanCache(max_plans=64)
         self.stream = stream if stream is not None else device.stream()
         self._kernels: dict[str, Any] = kernels
+        self._front: dict[Any, Plan] = {}
+        self._front_hits = 0
 
     def _find_kernels(self, engine: str) -> dict[str, Any]:
         try:
@@ -180,18 +279,46 @@ class OpFamily:
     def __repr__(self) -> str:
         return f"<{self.family}.{type(self).__name__} on {self.device.name}>"
 
-    def _take(self, key: Any, prepare: Callable[[], Any]) -> tuple[Any, Any, Slot]:
-        """Lease the plan of ``key`` (built by ``prepare`` on a miss) and take a free slot."""
-        lease = self.plan_cache.lease(key, prepare)
-        try:
-            plan = lease.plan
-            slot = plan.acquire()
-        except BaseException:
-            lease.close()
-            raise
-        return lease, plan, slot
+    def _take_idle(self, key: Any, prepare: Callable[[], Any]) -> tuple[Any, Slot | None]:
+        """The plan of ``key`` from the op's own dict and an idle slot of it, or
+        (None, None): nothing is prepared or allocated (for checks that can only run
+        on a slot's memory but must refuse a call before anything is allocated)."""
+        plan = self._front.get(key)
+        slot = plan.take_idle() if plan is not None else None
+        if slot is None:
+            return None, None
+        self._front_hits += 1
+        if self._front_hits % LRU_TOUCH == 0:
+            self.plan_cache.lease(key, prepare).close()
+        return plan, slot
+
+    def _take(self, key: Any, prepare: Callable[[], Any]) -> tuple[Any, Slot]:
+        """The plan of ``key`` (built by ``prepare`` on a miss) and a free slot of it.
+
+        From the op's own dict when the plan is there and not evicted; otherwise
+        through a lease of the plan cache (which prepares it on a miss). One call in
+        LRU_TOUCH served from the dict also leases, to keep the plan recent in the
+        cache's order."""
+        front = self._front
+        plan = front.get(key)
+        if plan is not None:
+            slot = plan.take()
+            if slot is not None:
+                self._front_hits += 1
+                if self._front_hits % LRU_TOUCH == 0:
+                    self.plan_cache.lease(key, prepare).close()
+                return plan, slot
+        for _ in range(2):  # a plan evicted right after it was leased: lease again
+            with self.plan_cache.lease(key, prepare) as lease:
+                plan = lease.plan
+                slot = plan.take()
+            if slot is not None:
+                if len(front) >= MAX_FRONT:
+                    front.clear()
+                front[key] = plan
+                return plan, slot
+        raise RuntimeError(f"{self.family}: plan {key!r} was evicted while leased")  # pragma: no cover
 
     @staticmethod
-    def _give_back(lease: Any, plan: Any, slot: Slot) -> None:
-        plan.release(slot)
-        lease.close()
+    def _give_back(plan: Any, slot: Slot) -> None:
+        plan.give(slot)

@@ -30,13 +30,16 @@ def check_f32(y, ref, mag):
     assert np.all(err <= 1e-5 * mag + 1e-30), float(np.max(err / np.maximum(mag, 1e-30)))
 
 
-def check_bf16(y, ref):
+def check_bf16(y, ref, mag=None):
     assert y.dtype == bfloat16
     rounded = ref.astype(np.float32).astype(bfloat16).astype(np.float64)  # near-correct rounding
     got = y.astype(np.float64)
-    # one BF16 ulp at the magnitude of the correctly rounded value
+    # one BF16 ulp at the magnitude of the correctly rounded value, plus (given
+    # ``mag`` = sum |w||x|) the F32 accumulation error check_f32 allows: after
+    # cancellation a tiny result's F32 sum may sit more than an ulp of it from ``ref``
     ulp = np.exp2(np.floor(np.log2(np.maximum(np.abs(rounded), 1e-30)))) * BF16_EPS
-    assert np.all(np.abs(got - rounded) <= ulp * 1.0001)
+    slack = 0.0 if mag is None else 1e-5 * mag
+    assert np.all(np.abs(got - rounded) <= ulp * 1.0001 + slack)
 
 
 SHAPES = [(128, 1), (128, 300), (256, 7), (1024, 64), (4096, 33), (2048, 1000)]
@@ -168,7 +171,8 @@ def test_slot_retention(ops):
     third = local.linear(x1, w, out_dtype="f32")  # reuses the released slot
     assert third.buffer is second_buffer
     np.testing.assert_array_equal(held.numpy(), first)
-    assert cache.stats.misses == 1 and cache.stats.hits == 2
+    # one preparation through the cache; the repeats came from the op's own plan dict
+    assert cache.stats.misses == 1 and cache.stats.hits == 0
     held.close(), third.close()
     assert cache.evict_idle() == 1
 

@@ -41,7 +41,7 @@ def test_linear_many_random(ops, k, ns, out_dtype, scale, seed):
             if out_dtype == "f32":
                 check_f32(got, ref, mag)
             else:
-                check_bf16(got, ref)
+                check_bf16(got, ref, mag)
     finally:
         for t in (*ys, *tws, tx):
             t.close()
