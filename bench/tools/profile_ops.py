@@ -107,8 +107,36 @@ def gpu_time(ops, dev, k: int, n: int) -> None:
     for _ in range(3):
         gh, gt = timed(g_hrx, ext), timed(g_torch, cur)
     moved = 2 * 4096 * k * 2
-    print(f"cuda gather 4096 rows x {k}: per call hrx {gh:.2f} us ({moved / gh / 1e6:.2f} TB/s, host loop {host_us:.1f} us/call), "
+    print(f"cuda gather 4096 rows x {k}: per call hrx {gh:.2f} us ({moved / gh / 1e6:.2f} TB/s, host CPU {host_us:.1f} us/call), "
           f"torch {gt:.2f} us ({moved / gt / 1e6:.2f} TB/s)")
+
+    # patchify of 32 float32 3x448x448 images, p=16: the kernel alone (the slot's
+    # prepared launch, launched back to back) against torch reshape/permute/contiguous
+    image_ops = ImageOps(dev, stream=s)
+    for size in (224, 448):
+        images = image_ops.upload(np.zeros((32, 3, size, size), np.float32))
+        image_ops.patchify(images, 16).close()
+        plan = next(p for key, p in image_ops._front.items() if key[0] == "patchify" and key[3] == size)
+        slot = plan.take_idle()
+        prepared = slot.launcher.prepared
+        timages = torch.zeros(32, 3, size, size, device="cuda")
+
+        def p_hrx(reps: int, prepared=prepared) -> None:
+            for _ in range(reps):
+                prepared.launch()
+
+        def p_torch(reps: int, size=size, timages=timages) -> None:
+            g = size // 16
+            for _ in range(reps):
+                timages.reshape(32, 3, g, 16, g, 16).permute(0, 2, 4, 1, 3, 5).reshape(32, g * g, 3 * 256).contiguous()
+
+        for _ in range(3):
+            ph, pt = timed(p_hrx, ext), timed(p_torch, cur)
+        moved = 2 * images.nbytes
+        print(f"cuda patchify 32x3x{size}x{size} f32 p=16 GPU time: hrx {ph:.2f} us ({moved / ph / 1e6:.2f} TB/s), "
+              f"torch {pt:.2f} us ({moved / pt / 1e6:.2f} TB/s)")
+        plan.give(slot)
+        images.close()
 
 
 def main() -> None:
