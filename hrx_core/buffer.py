@@ -12,6 +12,7 @@ work, owned graphs and pools keep it alive exactly as long as needed.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Union
@@ -25,6 +26,31 @@ if TYPE_CHECKING:
     from .budget import Charge
     from .completion import Completion
     from .device import Device
+
+
+class Epoch:
+    """A process-wide counter that moves whenever a validated launch could go stale.
+
+    Launch records (:mod:`hrx_core.record`) validate their bound memory once and keep
+    the epoch they saw; a launch whose record still holds the current value skips the
+    per-allocation checks. Every change those checks depend on moves it *after* the
+    change: a buffer handle closed, memory freed, a host mapping opened or closed,
+    host writes left unflushed or flushed (program unloads are checked apart). Values are unique
+    (``itertools.count``), so concurrent moves never cancel out.
+    """
+
+    __slots__ = ("value", "_count")
+
+    def __init__(self) -> None:
+        self._count = itertools.count(1)
+        self.value = 0
+
+    def bump(self) -> None:
+        self.value = next(self._count)
+
+
+#: The one epoch of this process.
+EPOCH = Epoch()
 
 
 def check_int(name: str, value: Any, *, minimum: int = 0) -> int:
@@ -60,6 +86,8 @@ class Allocation:
         "host_dirty",
         "quarantined",
         "on_free",
+        "records",
+        "dropped",
         "__weakref__",
     )
 
@@ -95,6 +123,11 @@ class Allocation:
         self.quarantined = 0
         # called with the allocation once its native memory is freed (runtime tracking)
         self.on_free: list[Any] = []
+        # launch records that bind this memory -> (start, end, writes) over their uses;
+        # their latest launches count as pending device use (aliases share the dict)
+        self.records: dict[Any, tuple[int, int, bool]] = {}
+        # every owner let go; memory waits only for launches in flight (records refuse it)
+        self.dropped = False
 
     @property
     def refs(self) -> int:
@@ -112,7 +145,40 @@ class Allocation:
             self._refs -= 1
             if self._refs > 0 or self.freed:
                 return
-            self.freed = True
+            if self.records:
+                # launch records do not retain per launch: their launches in flight
+                # hold the memory instead (each queue releases one reference when the
+                # launch retires); records refuse it from now on
+                self._refs += 1
+                self.dropped = True
+            else:
+                self.freed = True
+        if not self.freed:
+            EPOCH.bump()
+            self._release_after_records()
+            return
+        self._free_native()
+
+    def _release_after_records(self) -> None:
+        """The last owner let go while launch records bind this memory: hand one
+        reference per queue with launches in flight to that queue's retirement, then
+        free once none is left (the reference release() kept is dropped here)."""
+        from .record import inflight_launches
+
+        inflight = inflight_launches(self)
+        with self._lock:
+            self._refs += len(inflight) - 1
+            if self._refs > 0 or self.freed:
+                free = False
+            else:
+                self.freed = free = True
+        for slot, value in inflight:
+            slot.retain_until(value, self)
+        if free:
+            self._free_native()
+
+    def _free_native(self) -> None:
+        EPOCH.bump()
         try:
             self.native.free()
         finally:
@@ -147,11 +213,17 @@ class Allocation:
             self.device_dirty = True
 
     def pending_uses(self) -> list[tuple[Completion, int, int, bool]]:
-        """(completion, start, end, writes) of device work not known to be finished."""
+        """(completion, start, end, writes) of device work not known to be finished:
+        dynamic work noted per use, and the latest launches of the records binding it."""
         live = [(c, s, e, w) for c, s, e, w in list(self.pending.values()) if not c.is_complete]
         if len(live) != len(self.pending):
             for key in [k for k, v in list(self.pending.items()) if v[0].is_complete]:
                 self.pending.pop(key, None)
+        if self.records:
+            for record, (s, e, w) in list(self.records.items()):
+                for c in list(record.last.values()):
+                    if not c.is_complete:
+                        live.append((c, s, e, w))
         return live
 
     def busy(self, start: int = 0, end: int | None = None, *, host_writes: bool = True) -> bool:
@@ -261,6 +333,7 @@ class Buffer:
             )
         entry = (start, end, access.writes)
         alloc.host_maps.append(entry)
+        EPOCH.bump()
         array = host[start:end]
         if not access.writes:
             array = array.view()
@@ -271,6 +344,7 @@ class Buffer:
             alloc.host_maps.remove(entry)
             if access.writes and not alloc.shared:
                 alloc.host_dirty = True
+            EPOCH.bump()
 
     def cache_control(self, op: CacheOp | str, offset: int = 0, length: int | None = None) -> None:
         """Host cache maintenance for direct host access to an ordinary buffer.
@@ -293,6 +367,7 @@ class Buffer:
             alloc.device_dirty = False
         else:
             alloc.host_dirty = False
+            EPOCH.bump()
 
     def is_idle(self) -> bool:
         """True when no device work on this buffer is pending."""
@@ -311,6 +386,7 @@ class Buffer:
         """Drop this handle. Memory is freed once pending work and owned graphs let go."""
         if not self._closed:
             self._closed = True
+            EPOCH.bump()  # graphs that borrow this handle refuse to launch now
             self._alloc.release()
 
     def __enter__(self) -> Buffer:

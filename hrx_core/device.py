@@ -157,6 +157,19 @@ class QueueSlot:
         for obj in done:
             obj.release()
 
+    def retain_until(self, value: int, obj: Any) -> None:
+        """Release ``obj`` (which holds a reference for it) once the timeline reaches
+        ``value``. Takes no lock (called where memory is released, possibly from a
+        finalizer): the next retirement of this queue releases it."""
+        self.retained.append((value, obj))
+        if self.lock.acquire(blocking=False):
+            try:
+                done = self._retire_locked() if self._timeline is not None else []
+            finally:
+                self.lock.release()
+            for o in done:
+                o.release()
+
     def _retire_locked(self) -> list[Any]:
         completed = self.timeline.completed()
         out = []

@@ -24,12 +24,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import transfer
-from .buffer import Allocation, Binding, Buffer, View, as_binding, backing_of
+from .buffer import EPOCH, Allocation, Binding, Buffer, View, as_binding, backing_of
 from .completion import Completion
 from .engine import Access, BufferArg, Executable, GraphNode, NativeGraph, NativeQueue
 from .errors import InvalidArgument, OutOfBounds, Overlap, show
 from .hazards import HazardTracker
 from .kernel import Kernel
+from .record import LaunchRecord
 from .stream import _dims, _narrower
 
 if TYPE_CHECKING:
@@ -89,7 +90,6 @@ class Graph:
         self._native: NativeGraph | None = None
         self._native_map: list[list[int]] = []
         self._native_deps: list[tuple[int, ...]] = []
-        self._last_bound: dict[int, tuple[int, int]] = {}
         # per bound buffer: [first byte, end, writes] over all nodes, and its nodes
         self._spans: dict[int, list[Any]] = {}
         self._nodes_of: dict[int, list[int]] = {}
@@ -99,6 +99,18 @@ class Graph:
         self._hold_lock = threading.Lock()
         # (allocations, uses, encode) for the default bindings, rebuilt when stale
         self._plan: tuple[list[Allocation], list[tuple[Allocation, int, int, bool]], Any] | None = None
+        # the default bindings' launch record (made with the plan)
+        self._record: LaunchRecord | None = None
+        self._default_allocs: dict[int, Allocation] = {}
+        # rebind plans (native graphs, compiled with the native graph): per input, the
+        # dispatch argument cells it feeds as (native node, argument, offset in the
+        # input, length, access), and the nodes needing a full update (copies, fills)
+        self._cells: dict[str, list[tuple[int, int, int, int, Access]]] = {}
+        self._slow: dict[str, list[int]] = {}
+        self._node_of_native: dict[int, int] = {}
+        # per input: (id(allocation), start) of its default, and what the native graph holds
+        self._default_keys: dict[str, tuple[int, int]] = {}
+        self._bound: dict[str, tuple[int, int]] = {}
         # owned graphs: each node's native commands, prepared when it was recorded
         self._prepared: list[list[tuple[str, dict[str, Any]]]] = []
         self._closed = False
@@ -168,7 +180,7 @@ class Graph:
             self._prepared.append(self._expand(node, self._recorded_bindings(refs), self.device.info.limits.max_transfer_bytes))
         self.nodes.append(node)
         self._native = None  # topology changed: rebuild on next launch (or prepare())
-        self._plan = None
+        self._drop_record()
         return node
 
     def _recorded_bindings(self, refs: list[tuple[Buffer, int, int, Access]]) -> _Resolved:
@@ -269,6 +281,8 @@ class Graph:
         if buffer.closed:
             raise InvalidArgument("buffer: is closed")
         self._inputs[name] = buffer
+        self._native = None  # rebind plans are compiled with the native graph
+        self._drop_record()
         return buffer
 
     @property
@@ -304,22 +318,7 @@ class Graph:
         access = self._access
         replaced: list[tuple[Allocation, int, int, bool, int]] = []
         for name, value in inputs.items():
-            declared = self._inputs.get(name)
-            if declared is None:
-                raise InvalidArgument(f"inputs: {name!r} is not a declared input ({', '.join(self._inputs) or 'none'})")
-            used = access.get(id(declared), Access.READ_WRITE)
-            binding = as_binding(f"inputs[{name!r}]", value, used)
-            view = binding.view
-            if view.buffer.device is not self.device:
-                raise InvalidArgument(f"inputs[{name!r}]: belongs to {view.buffer.device.name}, not {self.device.name}")
-            if view.length != declared.nbytes:
-                raise InvalidArgument(
-                    f"inputs[{name!r}]: has {view.length} bytes, the declared input has {declared.nbytes}"
-                )
-            if int(used) & ~int(binding.access):
-                raise InvalidArgument(
-                    f"inputs[{name!r}]: declared {binding.access.name.lower()}, the graph needs {used.name.lower()}"
-                )
+            declared, view, used = self._input_binding(name, value)
             alloc = view.buffer.allocation
             key = id(declared)
             if key in resolved:
@@ -386,7 +385,13 @@ class Graph:
         return [("empty", {})]
 
     def launch(self, stream: Stream | None = None, *, inputs: Mapping[str, Any] | None = None) -> Completion:
-        """Replay the graph on ``stream`` (default: the recording stream)."""
+        """Replay the graph on ``stream`` (default: the recording stream).
+
+        The default bindings are validated once into a launch record; a replay checks
+        one epoch counter and encodes. ``inputs`` rebinds declared inputs for this
+        replay: each new binding is validated once, and on native graphs only the
+        argument cells it feeds are rewritten (:meth:`NativeGraph.patch_args`), with
+        overlap checks only where the new memory is bound elsewhere in the graph."""
         self._check_open()
         stream = self.stream if stream is None else stream
         from .stream import Stream
@@ -397,14 +402,56 @@ class Graph:
             raise InvalidArgument(f"stream: is on {stream.device.name}, the graph on {self.device.name}")
         if not self.nodes:
             return stream.completion()
-        plan = self._plan if not inputs else None
-        if plan is None:
-            plan = self._make_plan(self._resolve(inputs), cache=not inputs)
-        elif not self.owned:
-            for buffer in self._buffers.values():
-                if buffer._closed:
-                    raise InvalidArgument(f"graph: bound {buffer!r} was closed; use owned_graph() to retain buffers")
-        allocs, uses, encode = plan
+        if inputs and not self.device.info.native_graphs:
+            return self._launch_replanned(stream, inputs)
+        chosen = self._validate_inputs(inputs) if inputs else None
+        plan = self._plan or self._make_plan(self._resolve(None), cache=True)
+        record = self._record
+        assert record is not None
+        encode = plan[2]
+        slot = stream.slot
+        extra: list[tuple[Allocation, int, int, bool]] = []
+        with slot.lock:
+            if record.epoch != EPOCH.value:
+                record.validate("graph")
+            for exe in self._executables:
+                if exe.unloaded:
+                    raise InvalidArgument(f"graph: kernel {exe.name!r} was unloaded (a closed program); nothing was launched")
+            if slot.closed:
+                raise InvalidArgument(f"{slot.name}: device is closed")
+            if chosen or self._rebound:
+                extra = self._apply_inputs(chosen or {})
+            held: list[Any] = []
+            if self.owned:
+                with self._hold_lock:
+                    self._holds += 1
+                held.append(_GraphHold(self))
+            try:
+                for a, *_ in extra:  # memory bound for this replay only
+                    held.append(a.retain())
+                native = slot._native or slot.native
+                encode(native)
+                if native.needs_submit:
+                    native.submit()
+            except BaseException:
+                for obj in held:
+                    obj.release()
+                raise
+            value, done = slot.commit_locked(held)
+            completion = stream._done(value)
+            record.last[slot] = completion
+        for obj in done:
+            obj.release()
+        for a, start, end, writes in extra:
+            a.note_use(completion, start, end, writes)
+        self.launches += 1
+        self.device.stats.graph_launches += 1
+        return completion
+
+    def _launch_replanned(self, stream: Stream, inputs: Mapping[str, Any]) -> Completion:
+        """Engines without native graphs: replay with other inputs from a plan made
+        for this launch (every bound allocation retained until it retires)."""
+        allocs, uses, encode = self._make_plan(self._resolve(inputs), cache=False)
         for exe in self._executables:
             if exe.unloaded:
                 raise InvalidArgument(f"graph: kernel {exe.name!r} was unloaded (a closed program); nothing was launched")
@@ -413,22 +460,102 @@ class Graph:
                 raise InvalidArgument("graph: bound memory was freed")
             if a.host_maps or a.host_dirty:
                 a.check_device_use(start, end, writes)
-        if self.owned and not inputs:
-            # The graph retains every allocation it binds: hold the graph instead.
-            with self._hold_lock:
-                self._holds += 1
-            held: Sequence[Any] = (_GraphHold(self),)
-        else:
-            for a in allocs:
-                a.retain()
-            held = allocs
-        value = stream.slot.encode(encode, held)
+        for a in allocs:
+            a.retain()
+        value = stream.slot.encode(encode, allocs)
         completion = stream._done(value)
         for a, start, end, writes in uses:
             a.note_use(completion, start, end, writes)
         self.launches += 1
         self.device.stats.graph_launches += 1
         return completion
+
+    def _input_binding(self, name: Any, value: Any) -> tuple[Buffer, View, Access]:
+        """(declared input, new view, access the graph makes) of one input binding:
+        a declared name, this device, the declared size, sufficient access."""
+        declared = self._inputs.get(name) if isinstance(name, str) else None
+        if declared is None:
+            raise InvalidArgument(f"inputs: {show(name)} is not a declared input ({', '.join(self._inputs) or 'none'})")
+        used = self._access.get(id(declared), Access.READ_WRITE)
+        binding = as_binding(f"inputs[{name!r}]", value, used)
+        view = binding.view
+        if view.buffer.device is not self.device:
+            raise InvalidArgument(f"inputs[{name!r}]: belongs to {view.buffer.device.name}, not {self.device.name}")
+        if view.length != declared.nbytes:
+            raise InvalidArgument(f"inputs[{name!r}]: has {view.length} bytes, the declared input has {declared.nbytes}")
+        if int(used) & ~int(binding.access):
+            raise InvalidArgument(f"inputs[{name!r}]: declared {binding.access.name.lower()}, the graph needs {used.name.lower()}")
+        return declared, view, used
+
+    def _validate_inputs(self, inputs: Mapping[str, Any]) -> dict[str, tuple[Allocation, int, int, bool]]:
+        """Each input binding checked once: declared name, device, size, access, host
+        mappings; overlap with other bound memory only where its allocation is bound
+        elsewhere in the graph. Returns name -> (allocation, start, end, writes)."""
+        if not isinstance(inputs, Mapping):
+            raise InvalidArgument("inputs: expected a mapping of input name to Buffer, View or Binding")
+        chosen: dict[str, tuple[Allocation, int, int, bool]] = {}
+        seen: set[int] = set()
+        shared = False
+        defaults = self._default_allocs or {id(b._alloc): b._alloc for b in self._buffers.values()}
+        for name, value in inputs.items():
+            _, view, used = self._input_binding(name, value)
+            alloc = view.buffer.allocation
+            writes = bool(int(used) & 2)
+            if alloc.host_maps or alloc.host_dirty:
+                alloc.check_device_use(view.start, view.end, writes)
+            if id(alloc) in seen or id(alloc) in defaults:
+                shared = True
+            seen.add(id(alloc))
+            chosen[name] = (alloc, view.start, view.end, writes)
+        if shared:
+            self._resolve(inputs)  # the full overlap check (raises Overlap)
+        return chosen
+
+    @property
+    def _rebound(self) -> bool:
+        """Whether the native graph holds other memory than the defaults for an input."""
+        return any(self._bound.get(n) != k for n, k in self._default_keys.items())
+
+    def _apply_inputs(self, chosen: Mapping[str, tuple[Allocation, int, int, bool]]) -> list[tuple[Allocation, int, int, bool]]:
+        """Make the native graph hold ``chosen`` (defaults for inputs not named);
+        returns the uses of memory other than the defaults. Under the queue lock."""
+        native = self._native
+        assert native is not None
+        patches: list[tuple[int, int, BufferArg]] = []
+        slow: set[int] = set()
+        changed: dict[str, tuple[int, int]] = {}
+        extra: list[tuple[Allocation, int, int, bool]] = []
+        for name, declared in self._inputs.items():
+            c = chosen.get(name)
+            if c is None:
+                alloc, start = declared._alloc, declared._base
+            else:
+                alloc, start = c[0], c[1]
+                if (id(alloc), start) != self._default_keys[name]:
+                    extra.append(c)
+            key = (id(alloc), start)
+            if self._bound.get(name) == key:
+                continue
+            changed[name] = key
+            slow.update(self._slow.get(name, ()))
+            for native_index, arg, off, n, acc in self._cells.get(name, ()):
+                patches.append((native_index, arg, BufferArg(alloc.native, start + off, n, acc)))
+        if patches and not native.patch_args(patches):
+            slow.update(self._node_of_native[i] for i, _, _ in patches)
+        if slow:
+            resolved = self._resolve(None)
+            for name, key in {**self._bound, **changed}.items():
+                declared = self._inputs[name]
+                c = chosen.get(name)
+                resolved[id(declared)] = (c[0], c[1]) if c is not None else (declared._alloc, declared._base)
+            limit = self.device.info.limits.max_transfer_bytes
+            for index in sorted(slow):
+                node = self.nodes[index]
+                deps = self._native_deps[index]
+                for i, (kind, params) in zip(self._native_map[index], self._expand(node, resolved, limit)):
+                    native.update(i, GraphNode(kind, deps, params))
+        self._bound.update(changed)
+        return extra
 
     def _make_plan(self, resolved: _Resolved, *, cache: bool) -> tuple[list[Allocation], list[tuple[Allocation, int, int, bool]], Any]:
         spans: dict[int, list[Any]] = {}
@@ -457,29 +584,48 @@ class Graph:
                         q.dispatch(p["executable"], p["grid"], p["block"], p["args"])
 
         plan = (allocs, uses, encode)  # type: ignore[assignment]
-        self._plan = plan if cache else None
+        if cache:
+            self._drop_record()
+            self._record = LaunchRecord(uses, check=None if self.owned else self._check_borrowed)  # type: ignore[arg-type]
+            self._default_allocs = {id(a): a for a in allocs}
+            self._plan = plan  # type: ignore[assignment]
         return plan  # type: ignore[return-value]
 
+    def _check_borrowed(self) -> None:
+        for buffer in self._buffers.values():
+            if buffer._closed:
+                raise InvalidArgument(f"graph: bound {buffer!r} was closed; use owned_graph() to retain buffers")
+
+    def _drop_record(self) -> None:
+        self._plan = None
+        record, self._record = self._record, None
+        if record is not None:
+            record.close()
+
     def _native_launch(self, resolved: _Resolved) -> Any:
-        bound = {key: (id(a), base) for key, (a, base) in resolved.items()}
+        """Build the native graph from the default bindings (once per topology) and
+        compile the rebind plans: per input, the dispatch argument cells it feeds."""
         if self._native is None:
             nodes, mapping = self._native_nodes(resolved)
             self._native = self.device.native.build_graph(nodes)
             self._native_map = mapping
             self._native_deps = [tuple(i for d in n.deps for i in mapping[d]) for n in self.nodes]
-            self._last_bound = bound
-        elif bound != self._last_bound:
-            changed = [key for key in bound if bound[key] != self._last_bound.get(key)]
-            limit = self.device.info.limits.max_transfer_bytes
-            touched = sorted({i for key in changed for i in self._nodes_of.get(key, ())})
-            update = self._native.update
-            for index in touched:
-                node = self.nodes[index]
-                deps = self._native_deps[index]
-                for i, (kind, params) in zip(self._native_map[index], self._expand(node, resolved, limit)):
-                    update(i, GraphNode(kind, deps, params))
-            self._last_bound = bound
-            self._plan = None  # the default bindings are no longer what the native graph holds
+            self._node_of_native = {i: index for index, mine in enumerate(mapping) for i in mine}
+            self._default_keys = {name: (id(b._alloc), b._base) for name, b in self._inputs.items()}
+            self._bound = dict(self._default_keys)
+            self._cells, self._slow = {}, {}
+            for name, declared in self._inputs.items():
+                cells: list[tuple[int, int, int, int, Access]] = []
+                slow: list[int] = []
+                for index in self._nodes_of.get(id(declared), ()):
+                    node = self.nodes[index]
+                    if node.kind != "dispatch" or len(mapping[index]) != 1:
+                        slow.append(index)
+                        continue
+                    for arg, (b, off, n, acc) in enumerate(node.refs):
+                        if b is declared:
+                            cells.append((mapping[index][0], arg, off, n, acc))
+                self._cells[name], self._slow[name] = cells, sorted(set(slow))
         return self._native.launch
 
     def close(self) -> None:
@@ -515,7 +661,7 @@ class Graph:
         self._buffers.clear()
         self.nodes = []
         self._prepared = []
-        self._plan = None
+        self._drop_record()
 
     def __enter__(self) -> Graph:
         return self

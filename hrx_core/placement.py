@@ -102,6 +102,7 @@ class AliasAllocation(Allocation):
         origin.host_dirty, origin.device_dirty = flags  # Allocation.__init__ wrote through
         self.pending = origin.pending
         self.host_maps = origin.host_maps
+        self.records = origin.records  # launch records of either count for both
         origin.retain()
         self.on_free.append(lambda _alias: origin.release())
 

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import transfer
-from .buffer import Allocation, Binding, Buffer, View, as_binding, backing_of, check_bool, check_int
+from .buffer import EPOCH, Allocation, Binding, Buffer, View, as_binding, backing_of, check_bool, check_int
 from .completion import Completion, Event
 from .engine import Access, BufferArg, CacheOp, KernelArg, NativeQueue
 from .errors import ArtifactError, InvalidArgument, OutOfBounds, Overlap, Unsupported, show
 from .kernel import Kernel
+from .record import LaunchRecord
 from .timeouts import check_timeout
 from .staging import MAX_CHUNK_BYTES, StagingRing, file_read_async, host_copy, host_copy_async, wait_all
 
@@ -79,8 +80,12 @@ def _narrower(kernel: Kernel, index: int, binding: Binding, access: Access) -> N
 class PreparedLaunch:
     """A dispatch bound once (kernel, geometry, bindings, scalars); launch repeatedly.
 
-    ``launch()`` re-checks only what can change between launches (freed buffers,
-    host mappings) and otherwise costs one native launch plus a little bookkeeping.
+    Validation and packing happen here, once. The bindings live in a
+    :class:`~hrx_core.record.LaunchRecord`: ``launch()`` checks one epoch counter
+    (it moves when a buffer is closed or freed, or a host mapping or host write could
+    conflict) and re-validates only then; otherwise it costs one native launch and a
+    little bookkeeping. Allocations are not retained per launch: the record answers
+    for them while launches are in flight. ``close()`` (or dropping it) unbinds.
     """
 
     def __init__(self, stream: Stream, kernel: Kernel, native: Any, allocs: list[Allocation],
@@ -92,8 +97,9 @@ class PreparedLaunch:
         self._launch = native.bind(stream.slot.native)
         self._exe = native.executable
         self._needs_submit = stream.slot.native.needs_submit
-        self._allocs = tuple(allocs)
         self._ranges = tuple(ranges)
+        self._stats = stream.device.stats
+        self._record = LaunchRecord(ranges)
 
     def rebind(self, index: int, binding: Buffer | View | Binding) -> None:
         """Point buffer ``index`` at another Buffer, View or Binding for later launches.
@@ -106,36 +112,57 @@ class PreparedLaunch:
         if type(index) is not int or not 0 <= index < len(expected):
             raise InvalidArgument(f"index: kernel {self._kernel.name!r} has buffers 0..{len(expected) - 1}, got {show(index)}")
         arg, use = self._stream._buffer_arg(self._kernel, index, binding, expected[index])
-        self._native.set_arg(index, arg)
+        if self._record.closed:
+            raise InvalidArgument("prepared launch: closed")
         ranges = list(self._ranges)
         ranges[index] = use
-        self._ranges = tuple(ranges)
-        self._allocs = tuple(dict.fromkeys(r[0] for r in ranges))
+        record = LaunchRecord(ranges)
+        with self._slot.lock:  # launches of other threads see old or new, never a mix
+            self._native.set_arg(index, arg)
+            old, self._record = self._record, record
+            self._ranges = tuple(ranges)
+        old.close()
 
     def launch(self) -> Completion:
         slot = self._slot
-        allocs = self._allocs
-        ranges = self._ranges
-        if self._exe.unloaded:
-            _unloaded(self._kernel)
-        if ranges:
-            for alloc, start, end, writes in ranges:
-                if alloc.freed:
-                    raise InvalidArgument("prepared launch: a bound buffer was freed")
-                if alloc.host_maps or alloc.host_dirty:
-                    alloc.check_device_use(start, end, writes)
         with slot.lock:
+            record = self._record
+            if record.epoch != EPOCH.value:
+                record.validate("prepared launch")
+            if self._exe.unloaded:
+                _unloaded(self._kernel)
             if slot.closed:
                 raise InvalidArgument(f"{slot.name}: device is closed")
             self._launch()
             if self._needs_submit:
                 slot._native.submit()  # type: ignore[union-attr]
-            for alloc in allocs:
-                alloc.retain()
-            value, done = slot.commit_locked(allocs)
+            value, done = slot.commit_locked(())
+            completion = self._stream._done(value)
+            record.last[slot] = completion
         for obj in done:
             obj.release()
-        return self._stream._dispatched(value, ranges)
+        self._stats.dispatches += 1
+        return completion
+
+    @property
+    def closed(self) -> bool:
+        return self._record.closed
+
+    def close(self) -> None:
+        """Unbind (launches in flight keep what they use until they retire)."""
+        self._record.close()
+
+    def __enter__(self) -> PreparedLaunch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 class Stream:

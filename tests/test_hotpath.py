@@ -169,7 +169,11 @@ def test_bad_declarations_fall_back(cache: Path) -> None:
 @needs_compiler
 def test_damaged_cache_entry_is_rebuilt(cache: Path) -> None:
     mod = hotpath.load("hrx_test", CDEF, SOURCE)
-    Path(mod.path).write_bytes(b"not a shared library")
+    # damaged by replacing the file: writing into it in place would change the pages of
+    # the library this process has loaded (SIGBUS at exit), which no build ever does
+    damaged = Path(mod.path).with_name("damaged.tmp")
+    damaged.write_bytes(b"not a shared library")
+    os.replace(damaged, mod.path)
     # a new process finds the damaged file, builds again and replaces it
     out = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120, env=dict(os.environ), check=False)
     assert out.returncode == 0, out.stderr
