@@ -9,7 +9,7 @@ import numpy as np
 import hrx_core as hrx
 from hrx_core.execution import Runtime, RuntimeOptions
 
-from .kernels import INC_BYTES
+from .kernels import INC_BYTES, launch_1d
 
 
 def test_owned_graph_prepares_each_node_while_recording(dev):
@@ -17,7 +17,8 @@ def test_owned_graph_prepares_each_node_while_recording(dev):
     buf = s.allocate_from(np.zeros(64, np.uint8))
     g = s.owned_graph()
     g.fill(buf.slice(0, 32), 1)
-    g.dispatch(INC_BYTES, 1, [buf], scalars=(64,))
+    grid, block = launch_1d(64)
+    g.dispatch(INC_BYTES, grid, [buf], block=block, scalars=(64,))
     assert len(g._prepared) == 2  # commands ready before any launch
     built = dev.stats.graph_launches
     g.prepare()  # the native graph (or the command list) now, not at the first launch
