@@ -425,6 +425,14 @@ class EngineDevice(abc.ABC):
         ``array`` alive and unchanged until the work using it completes."""
         return None
 
+    def wrap_pinned(self, array: np.ndarray, *, register: bool = False) -> NativeBuffer | None:
+        """A transient buffer over host memory this device's queues read directly
+        without staging: memory that is already pinned (page-locked and mapped for the
+        device), or -- with ``register`` -- pageable memory the engine pins for the
+        transfer. None when neither applies (the core stages the copy then). The core
+        waits for the copy before calling ``free()``, which ends a registration."""
+        return None
+
     def wrap_external(self, obj: Any) -> tuple[NativeBuffer, int] | None:
         """Wrap foreign memory (a torch/cupy tensor) as a buffer; None if unknown."""
         return None

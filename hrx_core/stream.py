@@ -34,6 +34,11 @@ if TYPE_CHECKING:
     from .graph import Graph
 
 
+#: ``allocate_from`` asks the engine to register (page-lock) pageable host data of at
+#: least this size for a direct copy instead of staging it (registration costs more
+#: than a memcpy for small data).
+REGISTER_MIN_BYTES = 8 << 20
+
 _DIMS: dict[tuple[Any, ...], tuple[int, int, int]] = {}
 
 
@@ -230,11 +235,27 @@ class Stream:
             self.device.stats.upload_bytes += src.nbytes
         else:
             try:
-                self.upload(buffer, src)
+                pinned = self.device.native.wrap_pinned(src, register=src.nbytes >= REGISTER_MIN_BYTES)
+                if pinned is None:
+                    self.upload(buffer, src)
+                else:
+                    self._copy_pinned(pinned, alloc, src.nbytes)
             except BaseException:
                 buffer.close()
                 raise
         return buffer
+
+    def _copy_pinned(self, pinned: Any, alloc: Allocation, n: int) -> None:
+        """Copy ``n`` bytes from host memory the queues read directly (already pinned,
+        or registered for this copy) into ``alloc``: no staging copy. Waits for the
+        copy, so the caller may reuse its data at once; then ends the registration."""
+        try:
+            with self._transfer_lock:
+                done = self._direct(pinned, 0, alloc, 0, n, writes_host=False)
+            done.wait()
+        finally:
+            pinned.free()
+        self.device.stats.upload_bytes += n
 
     # -- bookkeeping ------------------------------------------------------------
 

@@ -123,6 +123,8 @@ CUresult cuMemFree_v2(CUdeviceptr dptr);
 CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags);
 CUresult cuMemFreeHost(void *p);
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags);
+CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags);
+CUresult cuMemHostUnregister(void *p);
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
 CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr);
 
@@ -185,6 +187,8 @@ CU_STREAM_NON_BLOCKING = 0x1
 CU_EVENT_DISABLE_TIMING = 0x2
 CU_MEMHOSTALLOC_PORTABLE = 0x01
 CU_MEMHOSTALLOC_DEVICEMAP = 0x02
+CU_MEMHOSTREGISTER_PORTABLE = 0x01
+CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
 CU_STREAM_WAIT_VALUE_GEQ = 0x0
 CU_STREAM_WRITE_VALUE_DEFAULT = 0x0
 CU_MEMORYTYPE_UNIFIED = 4

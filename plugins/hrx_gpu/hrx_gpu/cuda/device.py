@@ -76,6 +76,7 @@ from .memory import (
     ExternalBuffer,
     allocate_device,
     allocate_shared,
+    wrap_pinned,
 )
 from .queue import CudaQueue
 from .timeline import CudaTimeline
@@ -290,6 +291,14 @@ class CudaDevice(EngineDevice):
         graph = CudaGraph(self, nodes)
         self._graphs.add(graph)
         return graph
+
+    def wrap_pinned(self, array: Any, *, register: bool = False) -> NativeBuffer | None:
+        """Host memory the GPU's copy engines read directly: already pinned, or (with
+        ``register``) registered for the transfer -- uploads then skip staging."""
+        buffer = wrap_pinned(self, array, register)
+        if buffer is not None:
+            self._buffers.add(buffer)
+        return buffer
 
     def wrap_external(self, obj: Any) -> tuple[NativeBuffer, int] | None:
         try:

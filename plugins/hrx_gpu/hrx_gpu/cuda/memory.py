@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from hrx_core.engine import NativeBuffer
 
-from ._driver import CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, EXIT
+from ._driver import (
+    CU_MEMHOSTALLOC_DEVICEMAP,
+    CU_MEMHOSTALLOC_PORTABLE,
+    CU_MEMHOSTREGISTER_DEVICEMAP,
+    CU_MEMHOSTREGISTER_PORTABLE,
+    EXIT,
+)
 from .errors import CUDA_ERROR_OUT_OF_MEMORY
 
 #: Kinds of memory whose release the device may defer (see CudaDevice.release_memory).
@@ -136,6 +142,49 @@ def _host_freer(device: CudaDevice, nbytes: int) -> Any:
             pass
 
     return free_host
+
+
+class HostPinnedView(CudaBuffer):
+    """Host memory of the caller the GPU reaches directly for one transfer: memory that
+    is already pinned (``cuMemHostAlloc``'d or registered elsewhere), or pageable
+    memory registered here (``cuMemHostRegister``) and unregistered on ``free()``."""
+
+    host_mapped = True
+
+    def __init__(self, device: CudaDevice, dptr: int, nbytes: int, owner: Any, host: int | None) -> None:
+        super().__init__(device, dptr, nbytes)
+        self.owner: Any = owner  # keeps the array alive while the copy may read it
+        self._registered = host  # host address registered here, if any
+
+    def _release(self) -> None:
+        host, self._registered = self._registered, None
+        self.owner = None
+        if host is not None and not self.device.closed and not EXIT.exiting:
+            lib, ffi = self.device.driver.lib, self.device.driver.ffi
+            self.device._activate()
+            lib.cuMemHostUnregister(ffi.cast("void *", host))
+
+
+def wrap_pinned(device: CudaDevice, array: np.ndarray, register: bool) -> HostPinnedView | None:
+    """A :class:`HostPinnedView` of ``array`` (contiguous uint8 host memory), or None
+    when it is pageable and ``register`` is false (or the driver refuses to register)."""
+    driver = device.driver
+    ffi, lib = driver.ffi, driver.lib
+    host = int(array.ctypes.data)
+    n = array.nbytes
+    dptr = ffi.new("CUdeviceptr *")
+    device._activate()
+    if lib.cuMemHostGetDevicePointer_v2(dptr, ffi.cast("void *", host), 0) == 0:
+        return HostPinnedView(device, int(dptr[0]), n, array, None)  # already pinned
+    if not register:
+        return None
+    flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP
+    if lib.cuMemHostRegister_v2(ffi.cast("void *", host), n, flags) != 0:
+        return None  # e.g. part of it is registered already: stage instead
+    if lib.cuMemHostGetDevicePointer_v2(dptr, ffi.cast("void *", host), 0) != 0:
+        lib.cuMemHostUnregister(ffi.cast("void *", host))
+        return None
+    return HostPinnedView(device, int(dptr[0]), n, array, host)
 
 
 class ExternalBuffer(CudaBuffer):
