@@ -26,7 +26,8 @@ class MemoryBudget:
         self.limit_bytes = limit_bytes
         self._used = 0
         self._peak = 0
-        self._lock = threading.Lock()
+        # reentrant: a buffer finalizer may release a charge while this thread holds it
+        self._lock = threading.RLock()
 
     @property
     def used_bytes(self) -> int:
@@ -53,7 +54,8 @@ class MemoryBudget:
                     f"over the limit of {self.limit_bytes} ({self._used} in use)"
                 )
             self._used += nbytes
-            self._peak = max(self._peak, self._used)
+            if self._used > self._peak:
+                self._peak = self._used
         return Charge(self, nbytes, what)
 
     def _release(self, nbytes: int) -> None:

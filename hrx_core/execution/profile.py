@@ -173,7 +173,10 @@ class RuntimeStats:
     _TRACKED = ("live_tracked_bytes", "peak_tracked_bytes")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # reentrant: a buffer finalizer (Python 3.12 runs the collector at any
+        # bytecode boundary) may untrack memory while this thread holds the lock;
+        # every update below is one in-place statement, so a nested one is never lost
+        self._lock = threading.RLock()
         self._counters: dict[str, int] = dict.fromkeys(self.COUNTERS, 0)
         self._lane_busy: dict[str, float] = {}
         self._lane_regions: dict[str, int] = {}
@@ -237,13 +240,14 @@ class RuntimeStats:
         if isinstance(delta, bool) or not isinstance(delta, int):
             raise InvalidArgument(f"delta: expected an int, got {show(delta)}")
         with self._lock:
-            live = self._counters["live_tracked_bytes"] + delta
+            counters = self._counters
+            counters["live_tracked_bytes"] += delta
+            live = counters["live_tracked_bytes"]
             if live < 0:
-                raise InvalidArgument(
-                    f"delta: {delta} would take live_tracked_bytes ({self._counters['live_tracked_bytes']}) below 0"
-                )
-            self._counters["live_tracked_bytes"] = live
-            self._counters["peak_tracked_bytes"] = max(self._counters["peak_tracked_bytes"], live)
+                counters["live_tracked_bytes"] -= delta
+                raise InvalidArgument(f"delta: {delta} would take live_tracked_bytes ({live - delta}) below 0")
+            if live > counters["peak_tracked_bytes"]:
+                counters["peak_tracked_bytes"] = live
             return live
 
     def snapshot(self) -> dict[str, Any]:

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Install HRX on an NVIDIA H200 image (python3 3.12 with numpy, torch, cupy; cffi and
+# pycparser carried as wheels in .whl/) and run the GPU tests and the benchmarks that
+# write bench/results/h200.json, each under its own time limit.
+#
+#   bash bench/h200.sh [tests] [hot] [launch] [graph] [runtime] [tensor] [image] [model] [npu] [artifacts] [amdgpu] [gpu-rest]
+#
+# With no argument it runs everything. Logs and the results file go to $OUT (or ./h200-out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-h200-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+python3 -m pip install -q --no-deps --no-build-isolation -e . -e plugins/hrx_amdf -e plugins/hrx_gpu -e plugins/hrx_npu \
+  -e plugins/hrx_tensor -e plugins/hrx_image -e plugins/hrx_models 2>&1 | grep -v WARNING
+hrx doctor 2>&1 | grep -i "cuda" | head -5
+steps=${*:-tests hot launch graph runtime tensor image model npu artifacts amdgpu gpu-rest}
+run() {  # name, seconds, command...
+  local name=$1 limit=$2; shift 2
+  echo "== $name ($(date +%T), limit ${limit}s)"
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -4 "$OUT/$name.log"
+  echo "== $name rc=$rc"
+}
+for step in $steps; do
+  case $step in
+    tests) run tests 240 python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 120 ;;
+    hot) HRX_HOT_PATH=0 run tests-no-hot-path 120 python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 60 \
+           tests/test_properties.py tests/test_records.py tests/test_graphs.py plugins/hrx_gpu/tests/test_cuda_hot.py ;;
+    launch) run gpu-launch 90 python3 bench/gpu.py --only launch --reps 7 ;;
+    graph) run gpu-graph 90 python3 bench/gpu.py --only graph --reps 7 ;
+           run gpu-graph-allocs 90 python3 bench/gpu.py --only graph_allocs --reps 5 ;;
+    runtime) run runtime 90 python3 bench/runtime.py --reps 7 ;;
+    tensor) run tensor 150 python3 bench/tensor.py --engine cuda ;;
+    image) run image 150 python3 bench/image.py --engine cuda ;;
+    model) run model 300 python3 bench/model.py ;;
+    npu) run npu 120 python3 bench/npu.py ;;
+    artifacts) run artifacts 150 python3 bench/artifacts.py --gpu ;;
+    amdgpu) run amdgpu 120 python3 bench/amdgpu.py ;;
+    gpu-rest) for only in transfer d2d memops; do run "gpu-$only" 150 python3 bench/gpu.py --only "$only"; done ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+  cp bench/results/h200.json "$OUT/h200.json"
+done
+python3 ../shared/tools/bench_check.py bench/results/h200.json > "$OUT/bench_check.log" 2>&1 || true
+tail -3 "$OUT/bench_check.log"
