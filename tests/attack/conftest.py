@@ -27,7 +27,7 @@ WATCHDOG_S = float(os.environ.get("HRX_ATTACK_WATCHDOG_S", "120"))
 # CI: bounded examples (the suite's budget is a few minutes on 2 cores); locally
 # HRX_ATTACK_PROFILE=attack-deep tries many more.
 settings.register_profile(
-    "attack", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    "attack", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
 settings.register_profile(
     "attack-deep", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]

@@ -221,7 +221,7 @@ ENTRY = st.fixed_dictionaries({
 })
 
 
-@settings(ATTACK, max_examples=60)
+@settings(ATTACK, max_examples=200)
 @given(header=st.one_of(JSON, st.dictionaries(st.text(max_size=6), ENTRY, max_size=3), st.binary(max_size=64)),
        data=st.binary(max_size=64), cut=st.integers(0, 200))
 def test_fuzzed_safetensors_headers_raise_artifact_errors(tmp_path_factory, header, data, cut):
@@ -243,7 +243,7 @@ def test_fuzzed_safetensors_headers_raise_artifact_errors(tmp_path_factory, head
             pass
 
 
-@settings(ATTACK, max_examples=60)
+@settings(ATTACK, max_examples=200)
 @given(blob=st.binary(max_size=256))
 def test_fuzzed_onnx_bytes_raise_artifact_errors(blob):
     tried("hostile-files", "onnx.Model.load (fuzzed)")
@@ -255,7 +255,7 @@ def test_fuzzed_onnx_bytes_raise_artifact_errors(blob):
         pass
 
 
-@settings(ATTACK, max_examples=60)
+@settings(ATTACK, max_examples=200)
 @given(config=JSON)
 def test_fuzzed_gpt2_configs_raise_typed_errors(tmp_path_factory, config):
     gpt2 = pytest.importorskip("hrx_models.gpt2")
