@@ -203,8 +203,6 @@ class _Inflight:
                     self._entries[id(alloc)] = keep
                 else:
                     del self._entries[id(alloc)]
-        # a read-only access has no entry of its own in ``accesses`` only when merged
-        # into a write of the same range, which the loop above covered
         return list(waits.values()), list(sources.values())
 
     def record(self, accesses: Sequence[tuple[Allocation, int, int, bool]], event: Event) -> None:
