@@ -30,7 +30,7 @@ from .engine import Access, BufferArg, Executable, GraphNode, NativeGraph, Nativ
 from .errors import InvalidArgument, OutOfBounds, Overlap, show
 from .hazards import HazardTracker
 from .kernel import Kernel
-from .record import LaunchRecord
+from .record import LaunchRecord, merge_uses
 from .stream import _dims, _narrower
 
 if TYPE_CHECKING:
@@ -558,15 +558,8 @@ class Graph:
         return extra
 
     def _make_plan(self, resolved: _Resolved, *, cache: bool) -> tuple[list[Allocation], list[tuple[Allocation, int, int, bool]], Any]:
-        spans: dict[int, list[Any]] = {}
-        for key, (off, end, writes) in self._spans.items():
-            a, base = resolved[key]
-            span = spans.get(id(a))
-            if span is None:
-                spans[id(a)] = [a, base + off, base + end, writes]
-            else:
-                span[1], span[2], span[3] = min(span[1], base + off), max(span[2], base + end), span[3] or writes
-        uses = [tuple(x) for x in spans.values()]
+        uses = merge_uses([(a, base + off, base + end, writes)
+                           for key, (off, end, writes) in self._spans.items() for a, base in (resolved[key],)])
         allocs = [u[0] for u in uses]
         if self.device.info.native_graphs:
             encode = self._native_launch(resolved)

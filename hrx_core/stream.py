@@ -93,8 +93,7 @@ class PreparedLaunch:
     for them while launches are in flight. ``close()`` (or dropping it) unbinds.
     """
 
-    def __init__(self, stream: Stream, kernel: Kernel, native: Any, allocs: list[Allocation],
-                 ranges: list[tuple[Allocation, int, int, bool]]) -> None:
+    def __init__(self, stream: Stream, kernel: Kernel, native: Any, ranges: list[tuple[Allocation, int, int, bool]]) -> None:
         self._stream = stream
         self._slot = stream.slot
         self._kernel = kernel
@@ -468,11 +467,11 @@ class Stream:
         b = _dims("block", block, limits.max_block)
         if b[0] * b[1] * b[2] > limits.max_threads_per_block:
             raise InvalidArgument(f"block: {b} has more than {limits.max_threads_per_block} threads")
-        args, allocs, ranges = self._dispatch_args(kernel, bindings, scalars)
+        args, _, ranges = self._dispatch_args(kernel, bindings, scalars)
         self._check_family("dispatch")
         exe = kernel.executable(self.device)
         native = self.device.native.prepare_dispatch(exe, g, b, args)
-        return PreparedLaunch(self, kernel, native, allocs, ranges)
+        return PreparedLaunch(self, kernel, native, ranges)
 
     # -- events and synchronization ---------------------------------------------
 
