@@ -37,8 +37,10 @@ def stream(dev):
 
 
 def live_bytes(dev) -> int:
-    """Tracked live bytes after collecting garbage from earlier tests."""
+    """Tracked live bytes after collecting garbage from earlier tests and retiring
+    their deferred frees on every queue."""
     import gc
 
     gc.collect()
+    dev.synchronize()
     return dev.stats.live_bytes

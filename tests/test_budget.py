@@ -132,3 +132,42 @@ def test_quarantined_work_keeps_its_charge(dev):
     rt.synchronize()
     assert budget.used_bytes == 0
     rt.close()
+
+
+def test_synchronize_waits_for_a_release_another_thread_started(dev, monkeypatch):
+    """Quarantined owners may be released by a completion callback's thread; a
+    synchronize that finds the quarantine empty meanwhile still returns only once that
+    release has freed the memory and returned the charge."""
+    import threading
+    import time
+
+    from hrx_core.buffer import Allocation
+    from hrx_core.execution import Runtime, RuntimeOptions
+
+    from .kernels import SLEEPY
+
+    started = threading.Event()
+    free_native = Allocation._free_native
+
+    def slow_free(self):
+        if threading.current_thread() is not threading.main_thread() and self.nbytes == 1024:
+            started.set()
+            time.sleep(0.3)
+        free_native(self)
+
+    monkeypatch.setattr(Allocation, "_free_native", slow_free)
+    budget = hrx.MemoryBudget(1 << 20)
+    rt = Runtime(dev, RuntimeOptions(memory_budget=budget))
+    x = rt.allocate(1024)
+    g = rt.graph()
+    g.compute("sleep", lambda r: r.dispatch(SLEEPY, 1, [x.slice(0, 4)], scalars=(200_000_000,)))
+    sub = rt.submit(g)
+    with pytest.raises(hrx.Timeout):  # a timed-out submission quarantines its owners
+        sub.wait(timeout=0.01)
+    g.close()
+    x.close()
+    sub.wait()
+    assert started.wait(10), "the completion callback did not release the quarantined owner"
+    rt.synchronize()
+    assert budget.used_bytes == 0
+    rt.close()

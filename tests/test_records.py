@@ -119,7 +119,7 @@ def test_memory_closed_during_a_launch_lives_until_it_retires(dev):
 
 def test_rebinding_a_prepared_launch_keeps_the_old_memory_busy(dev):
     s = dev.stream()
-    a = dev.allocate(4)
+    a = dev.allocate_shared(4)  # host-mappable on every engine
     b = dev.allocate(4)
     p = s.prepare(SLEEPY, 1, [a], scalars=(np.uint64(50_000_000),))
     done = p.launch()

@@ -273,6 +273,10 @@ class Runtime:
         self._room_taken = 0  # submissions past _make_room that are not in _pending yet
         self._space = threading.Condition(threading.Lock())
         self._quarantine_lock = threading.Lock()
+        # held while quarantined owners are released (by any thread), so a caller that
+        # finds the quarantine empty waits for releases in progress elsewhere
+        self._release_lock = threading.RLock()
+        self._releasing = 0
         # id(allocation) -> [allocation, fences, reason]: one entry per allocation however
         # often it is quarantined (its fences are the newest)
         self._quarantined: dict[int, list[Any]] = {}
@@ -584,9 +588,19 @@ class Runtime:
         self._prove_idle_later()
 
     def _prove_idle(self) -> int:
-        """Release quarantined owners whose work has provably retired; return how many."""
-        if not self._quarantined:
+        """Release quarantined owners whose work has provably retired; return how many.
+        Returns only once releases another thread started have finished too (their
+        memory freed and charges returned)."""
+        if not self._quarantined and not self._releasing:
             return 0
+        with self._release_lock:
+            self._releasing += 1
+            try:
+                return self._prove_idle_locked()
+            finally:
+                self._releasing -= 1
+
+    def _prove_idle_locked(self) -> int:
         with self._quarantine_lock:
             entries = list(self._quarantined.values())
         released: list[Allocation] = []

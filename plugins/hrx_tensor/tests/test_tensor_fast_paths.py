@@ -10,6 +10,8 @@ range check fused into the index write.
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 from hrx_tensor import DeviceTensor, TensorOps, native
@@ -187,7 +189,8 @@ def test_plan_dict_survives_eviction_in_use(ops, dev):
     local = TensorOps(ops.device, plan_cache=cache, stream=ops.stream)
     x, w = ops.upload(rand_bf16(rng, (1, 128))), ops.upload(rand_bf16(rng, (32, 128), 0.1))
     x.numpy()  # any staging memory of downloads exists from here on
-    ops.stream.synchronize()
+    gc.collect()  # earlier tests' garbage, and their deferred frees retired on every queue
+    dev.synchronize()
     live0 = dev.stats.live_bytes
     held = local.linear(x, w, out_dtype="f32")
     expect = held.numpy().copy()
@@ -202,7 +205,7 @@ def test_plan_dict_survives_eviction_in_use(ops, dev):
     held.close()  # the evicted plan's last use: its slot is freed now
     second.close()  # the new plan keeps its slot idle ...
     assert cache.evict_idle() == 1  # ... until evicted in turn
-    ops.stream.synchronize()
+    dev.synchronize()
     assert dev.stats.live_bytes == live0
 
 
