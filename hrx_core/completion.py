@@ -131,10 +131,16 @@ class Completion:
         """Call ``callback(self)`` once complete (from a notifier thread, or now)."""
         if not callable(callback):
             raise InvalidArgument(f"callback: expected a callable, got {type(callback).__name__}")
-        if self.refresh_quiet():
+        slot = self.slot
+        if slot.signaled < self.value:
+            slot.flush()
+        # work the timeline has not reached goes to the notifier without asking the
+        # driver first (a failure found later advances the timeline, so the notifier
+        # still sees it complete); finished work runs the callback now
+        if slot.timeline.completed() >= self.value and self.refresh_quiet():
             _call(callback, self, threading.current_thread())
         else:
-            self.slot.device._notifier().add(self, callback)
+            slot.device._notifier().add(self, callback)
 
     def __await__(self) -> Generator[Any, None, None]:
         return self._async_wait().__await__()

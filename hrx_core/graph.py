@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import transfer
 from .buffer import EPOCH, Allocation, Binding, Buffer, View, as_binding, backing_of
@@ -31,11 +31,7 @@ from .errors import InvalidArgument, OutOfBounds, Overlap, show
 from .hazards import HazardTracker
 from .kernel import Kernel
 from .record import LaunchRecord, merge_uses
-from .stream import _dims, _narrower
-
-if TYPE_CHECKING:
-    from .stream import Stream
-
+from .stream import Stream, _dims, _narrower
 
 class Node:
     """A recorded node; pass it in ``deps`` of later nodes (explicit graphs)."""
@@ -394,8 +390,6 @@ class Graph:
         overlap checks only where the new memory is bound elsewhere in the graph."""
         self._check_open()
         stream = self.stream if stream is None else stream
-        from .stream import Stream
-
         if not isinstance(stream, Stream):
             raise InvalidArgument(f"stream: expected a Stream or None, got {type(stream).__name__}")
         if stream.device is not self.device:

@@ -247,6 +247,8 @@ class TrackedGraph:
         self.regions: list[Region] = []
         self._hazards = HazardTracker()
         self._totals: dict[str, int] | None = None
+        # (lanes, owners, counters) of one submission, cached until a region is added
+        self._submit_plan: tuple[frozenset[str], list[Any], dict[str, int]] | None = None
         self._closed = False
 
     def __repr__(self) -> str:
@@ -279,7 +281,22 @@ class TrackedGraph:
         region.data_deps = tuple(d for d in region.deps if overlaps(self.regions[d].accesses, region.reads))
         self.regions.append(region)
         self._totals = None
+        self._submit_plan = None
         return region
+
+    def submit_plan(self) -> tuple[frozenset[str], list[Any], dict[str, int]]:
+        """What every submission of this graph needs, computed once: the lanes it uses,
+        the allocations it holds while in flight (each once), and the statistics
+        counters one submission adds."""
+        plan = self._submit_plan
+        if plan is None:
+            owners: dict[int, Any] = {}
+            for region in self.regions:
+                for alloc, *_ in region.accesses:
+                    owners[id(alloc)] = alloc
+            counters = {"submissions": 1, "regions": len(self.regions), **self.transfer_totals()}
+            plan = self._submit_plan = (frozenset(r.lane for r in self.regions), list(owners.values()), counters)
+        return plan
 
     def transfer_totals(self) -> dict[str, int]:
         """Bytes one submission moves, by statistics counter (cached per graph)."""

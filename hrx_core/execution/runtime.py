@@ -357,46 +357,46 @@ class Runtime:
         if not graph.regions:
             raise InvalidArgument(f"graph {graph.name!r} has no regions")
         deadline = None if timeout is None else time.monotonic() + timeout
-        lanes = {r.lane for r in graph.regions}
+        plan = graph.submit_plan()
+        lanes = plan[0]
         while True:
             self._make_room(block, deadline, timeout)
             try:
                 with self._submit_lock:
-                    if self._reserved_elsewhere(lanes):
+                    if self._reservations and self._reserved_elsewhere(lanes):
                         self._give_room_back()
                         self._wait_for_lanes(lanes, block, deadline, timeout)
                         continue  # room may be gone meanwhile: take it again
-                    submission = self._submit_locked(graph)
+                    submission = self._submit_locked(graph, plan[1], plan[2])
             except BaseException:
                 self._give_room_back()
                 raise
             break
         if self.options.observe:
             self._observe(graph.regions, submission.events, submission.submitted)
-        self._prove_idle()
+        if self._quarantined or self._releasing:
+            self._prove_idle()
         return submission
 
-    def _submit_locked(self, graph: TrackedGraph) -> Submission:
+    def _submit_locked(self, graph: TrackedGraph, owners: list[Allocation], counters: dict[str, int]) -> Submission:
         submitted = time.perf_counter()
         events: list[Event] = []
-        owners: dict[int, Allocation] = {}
         try:
             for region in graph.regions:
-                for alloc, *_ in region.accesses:
-                    owners[id(alloc)] = alloc
                 events.append(self._encode(region, events))
         except BaseException as exc:
             # Regions already accepted still run: their owners wait in quarantine.
             if events:
-                self._quarantine(list(owners.values()), f"failed submission: {exc!r}")
+                accepted = {id(a): a for r in graph.regions[:len(events) + 1] for a, *_ in r.accesses}
+                self._quarantine(list(accepted.values()), f"failed submission: {exc!r}")
             raise
-        submission = Submission(self, graph, events, list(owners.values()), submitted)
+        submission = Submission(self, graph, events, owners, submitted)
         submission.sequence = self._sequence
         self._sequence += 1
         with self._space:
             self._room_taken -= 1
             self._pending.append(submission)
-        self.stats.add_many(submissions=1, regions=len(events), **graph.transfer_totals())
+        self.stats.add_many(**counters)
         return submission
 
     # -- room (max_submissions) ----------------------------------------------------------
@@ -483,23 +483,24 @@ class Runtime:
 
     def _encode(self, region: Region, events: list[Event]) -> Event:
         lane = self.lanes[region.lane]
-        waits = [events[d] for d in region.deps]
-        sources = [events[d] for d in region.data_deps]
         live, read_from = self._inflight.conflicts(region.accesses, region.reads)
-        waits += live
+        waits = [events[d] for d in region.deps] + live if region.deps else live
+        stream = lane.stream
         with lane.lock:
+            own = stream.slot
             for ev in waits:
                 slot = ev.completion.slot
-                if slot is lane.stream.slot:
-                    continue
+                if slot is own:
+                    continue  # one FIFO queue: already ordered
                 if slot.device is lane.device:
-                    lane.stream.wait_event(ev)
+                    stream.wait_event(ev)
                 else:
                     ev.completion.wait_quiet()  # another engine: a host completion check
             region.encode(lane)
-            event = lane.stream.record_event()
-            lane.stream._forget_failures()  # a region's failures are reported by its Submission
-        event.upstream = tuple(sources + read_from)
+            event = stream.record_event()
+            stream._forget_failures()  # a region's failures are reported by its Submission
+        if region.data_deps or read_from:
+            event.upstream = tuple([events[d] for d in region.data_deps] + read_from)
         region.last = event
         self._inflight.record(region.accesses, event)
         return event

@@ -1,0 +1,66 @@
+"""The runtime's resubmission costs: what a replay of the same graph does per call.
+
+These check operations rather than time them (the machine may be busy): a graph's
+lanes, owners and counters are computed once; registering a completion callback on
+unfinished work asks the driver nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hrx_core.execution import Runtime, RuntimeOptions
+
+from .kernels import INC_BYTES, SLEEPY
+
+
+def test_the_submission_plan_is_computed_once_per_graph(dev):
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    x, y = rt.allocate(64), rt.allocate(64)
+    g = rt.graph("two")
+    g.compute("a", lambda r: r.dispatch(INC_BYTES, 1, [x], block=64, scalars=(np.uint32(64),)))
+    plan = g.submit_plan()
+    assert plan[0] == {"compute"} and [a for a in plan[1]] == [x.allocation]
+    assert plan[2]["submissions"] == 1 and plan[2]["regions"] == 1
+    rt.submit(g).wait()
+    assert g.submit_plan() is plan  # cached
+    g.compute("b", lambda r: r.dispatch(INC_BYTES, 1, [y], block=64, scalars=(np.uint32(64),)))
+    plan2 = g.submit_plan()  # a new region invalidates it
+    assert plan2 is not plan and plan2[1] == [x.allocation, y.allocation] and plan2[2]["regions"] == 2
+    sub = rt.submit(g)
+    sub.wait()
+    assert sub.owners == [x.allocation, y.allocation]
+    assert rt.stats.get("submissions") == 2 and rt.stats.get("regions") == 3
+    rt.close()
+
+
+def test_a_callback_on_unfinished_work_does_not_poll_the_driver(dev, monkeypatch):
+    s = dev.stream()
+    flag = dev.allocate(8)
+    done = s.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(np.uint64(50_000_000),))
+    timeline = done.slot.timeline
+    polls = [0]
+    poll = type(timeline).poll
+
+    def counted(self):
+        polls[0] += 1
+        return poll(self)
+
+    monkeypatch.setattr(type(timeline), "poll", counted)
+    fired = []
+    done.add_done_callback(fired.append)
+    assert polls[0] == 0 or done.is_complete  # registering asked the driver nothing
+    done.wait(timeout=30)
+    for _ in range(1000):
+        if fired:
+            break
+        hrx_sleep()
+    assert fired == [done]
+    done.wait()
+    flag.close()
+
+
+def hrx_sleep() -> None:
+    import time
+
+    time.sleep(0.005)
