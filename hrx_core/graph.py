@@ -497,8 +497,10 @@ class Graph:
             writes = bool(int(used) & 2)
             if alloc.host_maps or alloc.host_dirty:
                 alloc.check_device_use(view.start, view.end, writes)
-            if id(alloc) in seen or id(alloc) in defaults:
+            if id(alloc) in seen:
                 shared = True
+            elif id(alloc) in defaults and (id(alloc), view.start) != self._default_keys.get(name):
+                shared = True  # memory bound elsewhere (binding an input's own default is not)
             seen.add(id(alloc))
             chosen[name] = (alloc, view.start, view.end, writes)
         if shared:

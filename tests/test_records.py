@@ -194,6 +194,34 @@ def test_refused_rebinding_changes_nothing(dev):
     assert (_u32(s, x) == 202).all() and (_u32(s, y) == 20).all()
 
 
+def test_binding_an_inputs_own_default_needs_no_overlap_pass(dev, monkeypatch):
+    """Naming an input's default memory again is the recorded configuration: only
+    memory bound elsewhere in the graph needs the full overlap pass."""
+    s = dev.stream()
+    x, y = (s.allocate_from(np.zeros(N, np.uint32)) for _ in range(2))
+    g = _graph_with_inputs(s, x, y)
+    g.launch().wait()
+    passes = [0]
+    resolve = type(g)._resolve
+
+    def counted(self, inputs):
+        if inputs is not None:
+            passes[0] += 1
+        return resolve(self, inputs)
+
+    monkeypatch.setattr(type(g), "_resolve", counted)
+    g.launch(inputs={"x": x, "y": y}).wait()
+    g.launch(inputs={"x": x.binding()}).wait()
+    assert passes[0] == 0
+    with pytest.raises(hrx.Overlap):
+        g.launch(inputs={"x": y})  # y's memory is bound elsewhere: checked, refused
+    assert passes[0] == 1
+    with pytest.raises(hrx.Overlap):
+        g.launch(inputs={"x": x, "y": x})
+    g.launch().wait()
+    assert (_u32(s, x) == 4 * 101).all() and (_u32(s, y) == 40).all()
+
+
 def test_a_failed_launch_leaves_the_record_stale(dev):
     s = dev.stream()
     x = dev.allocate_shared(N * 4)

@@ -296,3 +296,25 @@ def test_pair_info_sites_must_be_of_this_memory(provider, gpu):
         m.pair_info(DeviceSite(m), object())  # type: ignore[arg-type]
     info = m.pair_info(DeviceSite(m), DeviceSite(m))
     assert info.reachable and info.atomic_scope_32 == AtomicScope.DEVICE
+
+
+def test_code_objects_may_forget_memory_from_inside_their_own_calls():
+    """A garbage-collected hrx Buffer frees its memory wherever the collector runs --
+    also inside a CodeObjects call on the same thread (found as a hang: a finalizer
+    ran during describe_kernargs). Forgetting memory there must not deadlock."""
+    import threading
+
+    from hrx_amdf.fake.kernels import CodeObjects
+
+    objects = CodeObjects()
+    done = threading.Event()
+
+    def inside() -> None:
+        with objects._lock:  # as describe_kernargs holds it
+            objects.forget_memory(object())
+        done.set()
+
+    worker = threading.Thread(target=inside, daemon=True)
+    worker.start()
+    worker.join(5)
+    assert done.is_set(), "forget_memory deadlocked inside a CodeObjects call"

@@ -99,7 +99,9 @@ class CodeObjects:
         self._by_descriptor: dict[int, tuple[LoadedCodeObject, Any]] = {}
         self._loaded: list[LoadedCodeObject] = []
         self._kernargs: dict[int, tuple[tuple[int, int], ...]] = {}
-        self._lock = threading.Lock()
+        # reentrant: a garbage-collected hrx Buffer may free device memory (and so call
+        # forget_memory) from inside any of these methods on the same thread
+        self._lock = threading.RLock()
 
     def register(self, loaded: LoadedCodeObject) -> None:
         with self._lock:
