@@ -101,3 +101,23 @@ def test_a_plugin_that_fails_to_load_is_logged(monkeypatch, caplog):
     (record,) = [r for r in caplog.records if r.name == "hrx.plugins"]
     assert record.levelno == logging.WARNING
     assert "plugin 'hrx-test-broken'" in record.getMessage() and "ModuleNotFoundError" in record.getMessage()
+
+
+def test_the_logging_page_runs(caplog):
+    """docs/logging.md: its Python block as written logs the engine choice."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "logging.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", page, re.S)
+    root = logging.getLogger()
+    handlers, hrx_level = list(root.handlers), logging.getLogger("hrx").level
+    plugins.reload()  # the block opens a device anew
+    try:
+        exec(compile(block, "docs/logging.md", "exec"), {})
+    finally:
+        for h in root.handlers[len(handlers):]:
+            root.removeHandler(h)
+        logging.getLogger("hrx").setLevel(hrx_level)
+    # (under pytest the root logger already has handlers, so basicConfig adds none: caplog sees it)
+    assert [r.getMessage().split(" (")[0] for r in caplog.records if r.name == "hrx.plugins"] == ["device host:0"]

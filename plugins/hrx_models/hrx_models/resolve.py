@@ -12,6 +12,7 @@ listing everything missing and how to fetch it.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -26,6 +27,7 @@ from .tokenizer import BPE_FILES, CHOICES, TOKENIZER_JSON, describe_choices
 #: What a repo id looks like ("name" or "org/name"); anything else is a path.
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 CHECKPOINT_FILES = (CONFIG_FILE, WEIGHTS_FILE)
+log = logging.getLogger("hrx.models")
 
 
 def is_repo_id(model: str) -> bool:
@@ -79,6 +81,7 @@ def resolve_checkpoint(
             raise
         # the repository has no tokenizer.json: GPT-2's vocab.json + merges.txt instead
         paths = resolver.resolve([*CHECKPOINT_FILES, *BPE_FILES])
+    log.info("model %r: %s from the hub cache (%s)", text, ", ".join(paths), paths[CONFIG_FILE].parent)
     return paths[CONFIG_FILE].parent
 
 

@@ -252,14 +252,16 @@ def test_repo_id_from_the_hub_cache_offline(text_dir, bpe_dir, tmp_path, engine)
                 assert "no network" in r.stderr and "serving" in r.stderr  # logged: the cache served it
 
 
-def test_repo_id_through_the_python_api(text_dir, tmp_path, monkeypatch):
+def test_repo_id_through_the_python_api(text_dir, tmp_path, monkeypatch, caplog):
     from hrx_models.gpt2 import Gpt2Decoder
     from hrx_models.resolve import resolve_checkpoint
 
     hub_cache(tmp_path, REPO, text_dir, ["config.json", "model.safetensors", "tokenizer.json"])
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    path = resolve_checkpoint(REPO, tokenizer=True, cache_dir=tmp_path)
+    with caplog.at_level("INFO", logger="hrx.models"):
+        path = resolve_checkpoint(REPO, tokenizer=True, cache_dir=tmp_path)
     assert path.name == COMMIT and (path / "tokenizer.json").is_file()
+    assert f"model {REPO!r}: config.json, model.safetensors, tokenizer.json from the hub cache" in caplog.text
     assert resolve_checkpoint(text_dir) == text_dir  # a local directory as it is
     with pytest.raises(InvalidArgument, match="revision"):
         resolve_checkpoint(text_dir, revision="main")
@@ -321,3 +323,15 @@ def test_paths_are_not_repo_ids(tmp_path):
         assert not is_repo_id(path)
     with pytest.raises(ConfigError, match="not a directory"):
         resolve_checkpoint(str(tmp_path / "nowhere"))
+
+
+def test_the_docs_text_section_runs(capsys):
+    """docs/model_gpt2.md, "Text prompts and hub models": its Python block as written."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[3] / "docs" / "model_gpt2.md").read_text()
+    section = page.split("## Text prompts and hub models", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    exec(compile(block, "docs/model_gpt2.md", "exec"), {})
+    assert capsys.readouterr().out.startswith("'")
