@@ -102,7 +102,8 @@ def _run_generate(args: argparse.Namespace) -> int:
     from .tokenizer import MissingTokenizer, Tokenizer
 
     text = args.prompt is not None
-    directory = resolve_checkpoint(args.model, tokenizer=text, revision=args.revision, progress=progress.enabled())
+    directory = resolve_checkpoint(args.model, tokenizer=True if text else None, revision=args.revision,
+                                   progress=progress.enabled())
     tokenizer: Tokenizer | None = None
     if text:
         tokenizer = Tokenizer.load(directory)

@@ -38,7 +38,7 @@ def is_repo_id(model: str) -> bool:
 def resolve_checkpoint(
     model: str | os.PathLike[str],
     *,
-    tokenizer: bool = False,
+    tokenizer: bool | None = False,
     revision: str | None = None,
     offline: bool | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
@@ -46,12 +46,14 @@ def resolve_checkpoint(
 ) -> Path:
     """The directory of checkpoint ``model``: a local directory, or a hub repo id resolved
     into the hub cache (``revision``, ``offline``, ``cache_dir`` and ``progress`` go to
-    :class:`~hrx_core.artifacts.hf.Resolver`). With ``tokenizer=True`` the tokenizer files
-    (``tokenizer.json``, else ``vocab.json`` + ``merges.txt``) are required too.
+    :class:`~hrx_core.artifacts.hf.Resolver`). The tokenizer files (``tokenizer.json``,
+    else ``vocab.json`` + ``merges.txt``) are required with ``tokenizer=True``, fetched
+    where the repository and the network (or cache) have them with ``None``, and left
+    alone with ``False``.
     """
     text = fspath("model", model)
-    if not isinstance(tokenizer, bool):
-        raise InvalidArgument(f"tokenizer: expected a bool, got {show(tokenizer)}")
+    if tokenizer is not None and not isinstance(tokenizer, bool):
+        raise InvalidArgument(f"tokenizer: expected a bool or None, got {show(tokenizer)}")
     if os.path.isdir(text):
         if revision is not None:
             raise InvalidArgument(f"revision: {revision!r} applies to hub repo ids, and {text!r} is a local directory")
@@ -63,24 +65,32 @@ def resolve_checkpoint(
 
     resolver = Resolver(text, revision=revision, offline=offline, cache_dir=cache_dir, progress=progress)
     wanted = list(CHECKPOINT_FILES)
-    if tokenizer:  # the first tokenizer form fully cached, else tokenizer.json
+    if tokenizer is not False:  # the first tokenizer form fully cached, else tokenizer.json
         wanted += next((list(c) for c in CHOICES if not resolver.missing(list(c))), [TOKENIZER_JSON])
+    tokenizer_files = {TOKENIZER_JSON, *BPE_FILES}
     try:
         paths = resolver.resolve(wanted)
     except MissingFiles as exc:
-        missing = [describe_choices() if tokenizer and n == TOKENIZER_JSON else n for n in exc.missing]
-        raise MissingFiles(
-            f"{text!r} is not a local directory, and {exc.reason}: the hub cache {str(resolver.cache_dir)!r} "
-            f"lacks {', '.join(missing)} of that repo (revision {resolver.commit or resolver.revision!r}); {exc.hint}",
-            exc.missing,
-            reason=exc.reason,
-            hint=exc.hint,
-        ) from None
+        if tokenizer is None and set(exc.missing) <= tokenizer_files:
+            paths = resolver.resolve(list(CHECKPOINT_FILES))  # cached: the tokenizer is optional
+        else:
+            missing = [describe_choices() if tokenizer is not False and n == TOKENIZER_JSON else n for n in exc.missing]
+            raise MissingFiles(
+                f"{text!r} is not a local directory, and {exc.reason}: the hub cache {str(resolver.cache_dir)!r} "
+                f"lacks {', '.join(missing)} of that repo (revision {resolver.commit or resolver.revision!r}); {exc.hint}",
+                exc.missing,
+                reason=exc.reason,
+                hint=exc.hint,
+            ) from None
     except ArtifactError as exc:
-        if not (tokenizer and TOKENIZER_JSON in wanted and _entry_not_found(exc)):
+        if tokenizer is False or TOKENIZER_JSON not in wanted or not _entry_not_found(exc):
             raise
-        # the repository has no tokenizer.json: GPT-2's vocab.json + merges.txt instead
-        paths = resolver.resolve([*CHECKPOINT_FILES, *BPE_FILES])
+        try:  # the repository has no tokenizer.json: GPT-2's vocab.json + merges.txt instead
+            paths = resolver.resolve([*CHECKPOINT_FILES, *BPE_FILES])
+        except ArtifactError as again:
+            if tokenizer is not None or not _entry_not_found(again):
+                raise
+            paths = resolver.resolve(list(CHECKPOINT_FILES))  # none at all: optional
     log.info("model %r: %s from the hub cache (%s)", text, ", ".join(paths), paths[CONFIG_FILE].parent)
     return paths[CONFIG_FILE].parent
 

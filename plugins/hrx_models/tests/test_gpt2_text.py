@@ -335,3 +335,25 @@ def test_the_docs_text_section_runs(capsys):
     (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
     exec(compile(block, "docs/model_gpt2.md", "exec"), {})
     assert capsys.readouterr().out.startswith("'")
+
+
+def test_the_tokenizer_is_optional_for_token_ids(text_dir, tmp_path, monkeypatch):
+    """A repo cached without tokenizer files still loads (and generates from ids); text is refused."""
+    from hrx_models.gpt2 import Gpt2Decoder
+    from hrx_models.resolve import resolve_checkpoint
+    from hrx_models.tokenizer import MissingTokenizer
+
+    from hrx_core.artifacts.hf import MissingFiles
+
+    hub_cache(tmp_path, REPO, text_dir, ["config.json", "model.safetensors"])
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(MissingFiles, match=r"tokenizer.json \(or vocab.json \+ merges.txt\)"):
+        resolve_checkpoint(REPO, tokenizer=True)
+    assert not (resolve_checkpoint(REPO, tokenizer=None) / "tokenizer.json").exists()
+    with pytest.raises(InvalidArgument, match="tokenizer"):
+        resolve_checkpoint(REPO, tokenizer="yes")  # type: ignore[arg-type]
+    with Gpt2Decoder.load(REPO, hrx.device("host")) as dec:
+        assert len(dec.generate([1, 2, 3], 4).tokens) == 4
+        with pytest.raises(MissingTokenizer):
+            dec.generate_text("kato", 4)

@@ -445,7 +445,7 @@ class Gpt2Decoder:
         from ..resolve import is_repo_id, resolve_checkpoint
 
         if isinstance(directory, str) and not os.path.exists(directory) and is_repo_id(directory):
-            directory = resolve_checkpoint(directory)
+            directory = resolve_checkpoint(directory, tokenizer=None)  # its tokenizer too, where it has one
         device = hrx.device() if device is None else device
         stream = device.stream()
         try:
