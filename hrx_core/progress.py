@@ -56,7 +56,7 @@ class _NullBar:
     """What :func:`bar` returns where tqdm is not installed."""
 
     disable = True
-    n = 0
+    n: float = 0
 
     def update(self, n: float = 1) -> None:
         self.n += n
@@ -81,7 +81,7 @@ def bar(*, total: float | None, desc: str, unit: str = "it", unit_scale: bool = 
     """A tqdm progress bar on stderr, disabled unless :func:`enabled`; ``leave=False``
     so finished bars do not stay between a command's output lines."""
     try:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]
     except ImportError:
         return _NullBar()
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit_scale, leave=False,
