@@ -444,3 +444,26 @@ def test_no_network_serves_the_cache_and_fails_fast(server, cache, caplog):
     assert server.requests == []
     with pytest.raises(InvalidArgument, match="probe_timeout"):
         _resolver(server, cache, probe_timeout=0)
+
+
+def test_a_hub_probe_that_hangs_is_bounded(monkeypatch):
+    """A name lookup or connect that never answers counts as unreachable after the timeout."""
+    import time
+
+    from hrx_core.artifacts import hf
+
+    release = threading.Event()
+
+    def hang(address, timeout=None):
+        release.wait(10)
+        raise OSError("released")
+
+    monkeypatch.setattr(hf.socket, "create_connection", hang)
+    t0 = time.monotonic()
+    try:
+        why = hf.unreachable("https://hub.invalid", timeout=0.2)
+    finally:
+        release.set()
+    assert time.monotonic() - t0 < 1.0
+    assert why == "cannot reach https://hub.invalid: no connection within 0.2 s"
+    assert hf.unreachable("http://127.0.0.1:99999") is not None  # a bad port is a reason, not a crash

@@ -111,15 +111,32 @@ def _sha256_file(path: Path) -> str:
 
 def unreachable(url: str, timeout: float = PROBE_TIMEOUT) -> str | None:
     """Why ``url``'s host (or the proxy the environment names for it) cannot be reached
-    by one TCP connection within ``timeout`` seconds; None when it can."""
-    parts = urllib.parse.urlsplit(url)
-    host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
-    proxies = urllib.request.getproxies()
-    proxy = proxies.get(parts.scheme) or proxies.get("all")
-    via = ""
-    if proxy and not urllib.request.proxy_bypass(host):
-        p = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-        host, port, via = p.hostname or "", p.port or (443 if p.scheme == "https" else 80), " (the proxy)"
+    by one TCP connection within ``timeout`` seconds; None when it can. The name lookup
+    counts against ``timeout`` too (it runs on a helper thread that is not waited for
+    longer)."""
+    result: list[str | None] = []
+
+    def probe() -> None:
+        result.append(_connect(url, timeout))
+
+    worker = threading.Thread(target=probe, name="hrx-hub-probe", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return result[0] if result else f"cannot reach {url}: no connection within {timeout:g} s"
+
+
+def _connect(url: str, timeout: float) -> str | None:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+        proxies = urllib.request.getproxies()
+        proxy = proxies.get(parts.scheme) or proxies.get("all")
+        via = ""
+        if proxy and not urllib.request.proxy_bypass(host):
+            p = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+            host, port, via = p.hostname or "", p.port or (443 if p.scheme == "https" else 80), " (the proxy)"
+    except ValueError as exc:  # a malformed port in the URL or a proxy variable
+        return f"cannot reach {url}: {exc}"
     try:
         with socket.create_connection((host, port), timeout=timeout):
             return None
