@@ -244,7 +244,7 @@ def test_repo_id_from_the_hub_cache_offline(text_dir, bpe_dir, tmp_path, engine)
             r = hrx_cli("generate", "--model", repo, "--prompt", TEXTS[0], "--max-new-tokens", "8", "--engine", engine,
                         env={"HF_HOME": str(home), **env})
             assert r.returncode == 0, r.stdout + r.stderr
-            assert time.monotonic() - t0 < 20  # not huggingface_hub's retries on top of the run
+            assert time.monotonic() - t0 < 45  # not huggingface_hub's retries (23 s a file) on top of the run
             line = next(l for l in r.stdout.splitlines() if l.startswith("request 0: text: "))
             if engine == "host":
                 assert json.loads(line.split(" -> ")[1]) == want
