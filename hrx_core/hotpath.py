@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import importlib.util
+import logging
 import os
 import platform
 import re
@@ -51,6 +52,7 @@ COMPILE_TIMEOUT = 300.0
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _OFF = frozenset({"0", "off", "false", "no"})
+log = logging.getLogger("hrx.kernels")
 
 
 class HotModule:
@@ -156,6 +158,7 @@ def load(name: str, cdef: str, source: str) -> HotModule:
         if not isinstance(text, str):
             raise InvalidArgument(f"{label}: expected C text (str), got {type(text).__name__}")
     if not enabled():
+        log.debug("hot path %r: disabled by %s=%s", name, ENV, os.environ.get(ENV))
         return HotModule(name, None, None, f"disabled by {ENV}={os.environ.get(ENV)}", None)
     try:
         root = cache_root()
@@ -180,6 +183,9 @@ def load(name: str, cdef: str, source: str) -> HotModule:
             except Exception as exc:  # noqa: BLE001 - a hot path must never break its caller
                 module = HotModule(name, None, None, f"unexpected {type(exc).__name__}: {exc}", None)
             _modules[key if module.compiled else failure_key] = module
+            if not module.compiled:  # said once per extension and compiler
+                log.warning("hot path %r: not compiled (%s); the pure-Python path runs instead (same results, "
+                            "more time per call)", name, module.reason)
     return module
 
 

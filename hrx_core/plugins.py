@@ -8,6 +8,7 @@ plugins. Each entry point is loaded on its own: one that fails to import is reco
 from __future__ import annotations
 
 import importlib.metadata as md
+import logging
 import os
 import threading
 from typing import Any
@@ -21,6 +22,8 @@ from .engine import Artifact, Engine, EngineStatus
 from .errors import EngineNotFound, InvalidArgument, PluginError, show
 
 ENV_ENGINE = "HRX_ENGINE"
+
+log = logging.getLogger("hrx.plugins")
 
 
 @attrs.frozen
@@ -75,7 +78,10 @@ class Registry:
                 obj = ep.load()
                 self.pm.register(obj, name=ep.name)
             except Exception as exc:  # a broken plugin must not break discovery
-                self.failures.append(PluginFailure(ep.name, ep.value, dist_name, version, f"{type(exc).__name__}: {exc}"))
+                failure = PluginFailure(ep.name, ep.value, dist_name, version, f"{type(exc).__name__}: {exc}")
+                self.failures.append(failure)
+                log.warning("plugin %r (%s %s, %s) failed to load: %s; its engines, kernels and commands are missing "
+                            "(hrx doctor lists it)", ep.name, dist_name, version, ep.value, failure.error)
                 continue
             self.plugins.append(PluginInfo(ep.name, ep.value, dist_name, version))
 
@@ -239,7 +245,28 @@ def device(engine: str | None = None, index: int = 0, **options: Any) -> Any:
             return dev
         dev = open_device(name, index, **options)
         reg._devices[key] = dev
-        return dev
+    if log.isEnabledFor(logging.INFO):
+        log.info("device %s:%d (%s): %s", name, index, dev.info.name, _why_engine(name, engine))
+    return dev
+
+
+def _why_engine(name: str, asked: str | None) -> str:
+    """Why ``name`` serves a device() call, for the log."""
+    if asked is not None:
+        return "the engine asked for"
+    if os.environ.get(ENV_ENGINE, "").strip():
+        return f"chosen by {ENV_ENGINE}"
+    others = []
+    for other, status in engine_status().items():
+        if other == name:
+            continue
+        engine = registry().engines()[other]
+        reason = status.reason if len(status.reason) <= 80 else status.reason[:77] + "..."
+        state = ("unavailable: " + reason) if not status.available else \
+            "not a default (simulated hardware)" if not status.default else f"priority {engine.priority}"
+        others.append(f"{other} ({state})")
+    chosen = registry().engines()[name].priority
+    return f"the best available engine (priority {chosen}); others: {'; '.join(others) or 'none'}"
 
 
 def devices() -> list[Any]:

@@ -417,3 +417,53 @@ def test_invalid_arguments(server, cache):
     with pytest.raises(InvalidArgument, match="not one of"):
         r.resolve("config.json", sha256={"weights.bin": "0" * 64})
     assert server.requests == []
+
+
+def test_no_network_serves_the_cache_and_fails_fast(server, cache, caplog):
+    """An unreachable hub (nobody listens at the endpoint) is found with one connection
+    attempt: cached files of a branch are served, missing ones listed at once -- not after
+    huggingface_hub's retries (about 23 s)."""
+    import time
+
+    _populate(server, cache, ["config.json"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    r = _resolver(server, cache, endpoint=dead)
+    assert not r.offline
+    t0 = time.monotonic()
+    with caplog.at_level("WARNING", logger="hrx.artifacts"):
+        paths = r.resolve(["config.json"])
+    assert paths["config.json"].read_bytes() == FILES["config.json"][0]
+    assert "no network (cannot reach 127.0.0.1:" in caplog.text and "from the cache" in caplog.text
+    with pytest.raises(MissingFiles) as exc:
+        r.resolve(["config.json", "weights.bin"])
+    assert time.monotonic() - t0 < 2.0
+    assert exc.value.missing == ("weights.bin",) and exc.value.reason.startswith("no network")
+    assert f"hf download {REPO} weights.bin" in str(exc.value) and "\n" not in str(exc.value)
+    assert server.requests == []
+    with pytest.raises(InvalidArgument, match="probe_timeout"):
+        _resolver(server, cache, probe_timeout=0)
+
+
+def test_a_hub_probe_that_hangs_is_bounded(monkeypatch):
+    """A name lookup or connect that never answers counts as unreachable after the timeout."""
+    import time
+
+    from hrx_core.artifacts import hf
+
+    release = threading.Event()
+
+    def hang(address, timeout=None):
+        release.wait(10)
+        raise OSError("released")
+
+    monkeypatch.setattr(hf.socket, "create_connection", hang)
+    t0 = time.monotonic()
+    try:
+        why = hf.unreachable("https://hub.invalid", timeout=0.2)
+    finally:
+        release.set()
+    assert time.monotonic() - t0 < 1.0
+    assert why == "cannot reach https://hub.invalid: no connection within 0.2 s"
+    assert hf.unreachable("http://127.0.0.1:99999") is not None  # a bad port is a reason, not a crash

@@ -108,12 +108,17 @@ def test_hrx_hot_path_0_forces_the_fallback(cache: Path, monkeypatch: pytest.Mon
     assert hotpath.enabled()
 
 
-def test_missing_compiler_falls_back_with_the_reason(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_compiler_falls_back_with_the_reason(cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("CC", "/nonexistent/cc")
-    mod = hotpath.load("hrx_test", CDEF, SOURCE)
-    assert not mod.compiled and mod.path is None
-    assert mod.reason == "no C compiler: '/nonexistent/cc' not found (set CC)"
-    assert hotpath.load("hrx_test", CDEF, SOURCE) is mod  # remembered: no second attempt
+    with caplog.at_level("WARNING", logger="hrx.kernels"):
+        mod = hotpath.load("hrx_test", CDEF, SOURCE)
+        assert not mod.compiled and mod.path is None
+        assert mod.reason == "no C compiler: '/nonexistent/cc' not found (set CC)"
+        assert hotpath.load("hrx_test", CDEF, SOURCE) is mod  # remembered: no second attempt
+    (record,) = [r for r in caplog.records if r.name == "hrx.kernels"]  # the fallback, said once
+    assert "hot path 'hrx_test': not compiled (no C compiler" in record.getMessage()
+    assert "pure-Python path runs instead" in record.getMessage()
     assert _entries(cache) == []
 
 

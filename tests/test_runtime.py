@@ -150,14 +150,16 @@ def test_submission_is_awaitable(dev):
     rt.close()
 
 
-def test_timeout_keeps_work_alive_and_quarantines(dev):
+def test_timeout_keeps_work_alive_and_quarantines(dev, caplog):
     rt = _rt(dev)
     x = rt.allocate(8)
     g = rt.graph()
     g.compute("sleep", lambda r: r.dispatch(SLEEPY, 1, [x.slice(0, 4)], scalars=(300_000_000,)))
     sub = rt.submit(g)
-    with pytest.raises(hrx.Timeout):
+    with caplog.at_level("WARNING", logger="hrx.runtime"), pytest.raises(hrx.Timeout):
         sub.wait(timeout=0.01)
+    (record,) = [r for r in caplog.records if r.name == "hrx.runtime"]  # the quarantine, logged once
+    assert "quarantined 1 allocation(s)" in record.getMessage() and "timeout" in record.getMessage()
     assert rt.stats.snapshot()["quarantined_owners"] >= 1
     assert x._alloc.quarantined
     pool = dev.buffer_pool()

@@ -14,7 +14,13 @@ itself (``hf_hub_download``, ``try_to_load_from_cache``); what this module adds:
   consistent snapshot and a repeated ``resolve`` makes no request.
 * **Offline.** With ``offline=True`` (or ``HF_HUB_OFFLINE`` set and ``offline=None``) nothing
   touches the network; files missing from the cache raise :class:`MissingFiles` (an
-  ``ArtifactError``) whose message and ``missing`` attribute list exactly the missing files.
+  ``ArtifactError``) whose message and ``missing`` attribute list exactly the missing files,
+  with the command that fetches them.
+* **No network, fast.** Before its first request a ``resolve`` checks, with one TCP
+  connection bounded by ``probe_timeout`` (to the endpoint, or to the proxy the
+  environment names for it), that the hub can be reached; where it cannot, the call
+  behaves as offline (cached files are served, missing ones raise :class:`MissingFiles`
+  naming the reason) instead of spending ``huggingface_hub``'s retries (about 23 s).
 * **Verification.** Every returned file is checked against the SHA-256 given in
   ``resolve(..., sha256={name: hex})`` and against the hub's LFS SHA-256 (the ETag that
   names an LFS blob in the cache), both right after a download and when served from the
@@ -31,9 +37,13 @@ Errors from ``huggingface_hub`` (HTTP errors, missing repo, revision or file) ar
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
+import socket
 import threading
+import urllib.parse
+import urllib.request
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -49,14 +59,22 @@ _REPO_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]
 _DEFAULT_REVISION = "main"
 _HASH_CHUNK = 8 << 20
 _TRUE = {"1", "ON", "YES", "TRUE"}
+#: Seconds the reachability check of the hub may take (see the module docstring).
+PROBE_TIMEOUT = 1.5
+
+log = logging.getLogger("hrx.artifacts")
 
 
 class MissingFiles(ArtifactError):
-    """Offline resolution found files missing from the cache; ``missing`` names them."""
+    """Offline resolution found files missing from the cache; ``missing`` names them,
+    ``reason`` says why the network was not used (``"offline"``, ``"no network (...)"``)
+    and ``hint`` how to fetch them."""
 
-    def __init__(self, message: str, missing: Iterable[str]) -> None:
+    def __init__(self, message: str, missing: Iterable[str], *, reason: str = "offline", hint: str = "") -> None:
         super().__init__(message)
         self.missing: tuple[str, ...] = tuple(missing)
+        self.reason = reason
+        self.hint = hint
 
 
 def _hub() -> Any:
@@ -91,6 +109,42 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def unreachable(url: str, timeout: float = PROBE_TIMEOUT) -> str | None:
+    """Why ``url``'s host (or the proxy the environment names for it) cannot be reached
+    by one TCP connection within ``timeout`` seconds; None when it can. The name lookup
+    counts against ``timeout`` too (it runs on a helper thread that is not waited for
+    longer)."""
+    result: list[str | None] = []
+
+    def probe() -> None:
+        result.append(_connect(url, timeout))
+
+    worker = threading.Thread(target=probe, name="hrx-hub-probe", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return result[0] if result else f"cannot reach {url}: no connection within {timeout:g} s"
+
+
+def _connect(url: str, timeout: float) -> str | None:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+        proxies = urllib.request.getproxies()
+        proxy = proxies.get(parts.scheme) or proxies.get("all")
+        via = ""
+        if proxy and not urllib.request.proxy_bypass(host):
+            p = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+            host, port, via = p.hostname or "", p.port or (443 if p.scheme == "https" else 80), " (the proxy)"
+    except ValueError as exc:  # a malformed port in the URL or a proxy variable
+        return f"cannot reach {url}: {exc}"
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except (OSError, UnicodeError, ValueError) as exc:
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        return f"cannot reach {host}:{port}{via}: {detail}"
+
+
 def _check_filename(name: object) -> str:
     if not isinstance(name, str):
         raise InvalidArgument(f"filenames: each entry must be a str, got {type(name).__name__}")
@@ -122,6 +176,7 @@ class Resolver:
         endpoint: hub endpoint URL; ``None`` uses huggingface_hub's (``HF_ENDPOINT``).
         token: passed to huggingface_hub (``None``: its default lookup; ``False``: none).
         progress: show download progress bars.
+        probe_timeout: seconds the reachability check before a download may take.
     """
 
     def __init__(
@@ -135,6 +190,7 @@ class Resolver:
         endpoint: str | None = None,
         token: str | bool | None = None,
         progress: bool = True,
+        probe_timeout: float = PROBE_TIMEOUT,
     ) -> None:
         if not isinstance(repo_id, str) or not _REPO_ID_RE.fullmatch(repo_id):
             raise InvalidArgument(f"repo_id: expected 'org/name' or 'name', got {show(repo_id)}")
@@ -144,6 +200,8 @@ class Resolver:
             raise InvalidArgument(f"pin: expected a bool, got {type(pin).__name__}")
         if not isinstance(progress, bool):
             raise InvalidArgument(f"progress: expected a bool, got {type(progress).__name__}")
+        if isinstance(probe_timeout, bool) or not isinstance(probe_timeout, (int, float)) or not 0 < probe_timeout <= 60:
+            raise InvalidArgument(f"probe_timeout: expected seconds in (0, 60], got {show(probe_timeout)}")
         if offline is not None and not isinstance(offline, bool):
             raise InvalidArgument(f"offline: expected a bool or None, got {show(offline)}")
         if endpoint is not None and (not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://"))):
@@ -164,6 +222,7 @@ class Resolver:
         self._endpoint = None if endpoint is None else endpoint.rstrip("/")
         self._token = token
         self._progress = bool(progress)
+        self._probe_timeout = float(probe_timeout)
         self._commit: str | None = rev if _COMMIT_RE.fullmatch(rev) else None
         self._lock = threading.Lock()
         # realpath -> ((dev, ino, size, mtime_ns), sha256 hex)
@@ -232,7 +291,8 @@ class Resolver:
         expected = self._expected(names, sha256)
         hub = _hub()
         out: dict[str, Path] = {}
-        if self.offline:
+        why_offline = "offline" if self.offline else self._unreachable(hub, names)
+        if why_offline:
             missing = []
             for name in names:
                 path = self._cached(hub, name)
@@ -241,12 +301,17 @@ class Resolver:
                 else:
                     out[name] = path
             if missing:
+                hint = self._hint(missing)
                 raise MissingFiles(
-                    f"offline: {len(missing)} of {len(names)} file(s) of {self._repo_id!r} at "
+                    f"{why_offline}: {len(missing)} of {len(names)} file(s) of {self._repo_id!r} at "
                     f"revision {self._commit or self._revision!r} are missing from the cache "
-                    f"{str(self.cache_dir)!r}: {', '.join(missing)}",
+                    f"{str(self.cache_dir)!r}: {', '.join(missing)}; {hint}",
                     missing,
+                    reason=why_offline,
+                    hint=hint,
                 )
+            if why_offline != "offline":
+                log.warning("%s; serving %s of %r from the cache", why_offline, ", ".join(names), self._repo_id)
         else:
             for name in names:
                 out[name] = self._fetch(hub, name)
@@ -255,6 +320,25 @@ class Resolver:
         return out
 
     # -- internals -------------------------------------------------------------------
+
+    def _unreachable(self, hub: Any, names: list[str]) -> str | None:
+        """Why the hub cannot be reached, checked only where ``names`` need a request."""
+        with self._lock:
+            commit = self._commit
+        if commit is not None and all(self._cached(hub, n) is not None for n in names):
+            return None  # served from the cache without a request
+        endpoint = self._endpoint or str(getattr(hub.constants, "ENDPOINT", "https://huggingface.co"))
+        reason = unreachable(endpoint, self._probe_timeout)
+        return None if reason is None else f"no network ({reason})"
+
+    def _hint(self, missing: list[str]) -> str:
+        """How to get ``missing`` files, as one clause."""
+        rev = self._commit or self._revision
+        revision = "" if rev == _DEFAULT_REVISION else f" --revision {rev}"
+        return (
+            f"get them with 'hf download {self._repo_id} {' '.join(missing)}{revision}' where there is network "
+            f"(HF_HUB_OFFLINE unset; then copy HF_HOME here), or use a local checkpoint directory"
+        )
 
     @staticmethod
     def _names(filenames: str | Iterable[str]) -> list[str]:

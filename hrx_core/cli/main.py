@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from .. import progress
 from ..errors import HRXError
 from . import CliCommand
 from .args import Parser, count, debug
+from .logs import cli_logging, verbosity
 
 BUILTIN = ("doctor", "prepare", "pipeline")
 
@@ -70,7 +72,39 @@ def main(argv: list[str] | None = None) -> int:
     """Run the ``hrx`` command. Errors are one line on stderr and a non-zero exit:
     2 for bad arguments and HRX errors, 130 for Ctrl-C, 1 for anything else
     (``HRX_DEBUG=1`` prints its traceback)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    verbose, quiet = verbosity(argv)
+    with cli_logging(verbose, quiet):
+        previous = progress.set_quiet(quiet)
+        try:
+            return _main(argv)
+        finally:
+            progress.set_quiet(previous)
+
+
+def _add_output_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """-v/--verbose and -q/--quiet, on ``hrx`` and after every subcommand (subcommands
+    leave the values given before them in place)."""
+    default: object = argparse.SUPPRESS
+    parser.add_argument("-v", "--verbose", action="count", default=0 if top else default,
+                        help="log more: -v for INFO (engine choice, native kernels), -vv for DEBUG")
+    parser.add_argument("-q", "--quiet", action="store_true", default=False if top else default,
+                        help="no progress bars, and only errors logged")
+
+
+def _add_to_subcommands(parser: argparse.ArgumentParser) -> None:
+    """-v/-q on every subcommand, nested ones (``hrx model init``) included."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                if not any("--quiet" in a.option_strings for a in subparser._actions):
+                    _add_output_options(subparser, top=False)
+                _add_to_subcommands(subparser)
+
+
+def _main(argv: list[str]) -> int:
     parser = Parser(prog="hrx", description="HRX for Python: GPU/NPU inference runtime")
+    _add_output_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True)
     doctor = sub.add_parser("doctor", help="show plugins, engines, devices, queues, limits and what is missing")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
@@ -88,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd.configure(sub.add_parser(cmd.name, help=cmd.help))
         except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the others
             print(f"hrx: ignoring the command {cmd.name!r}: configuring it failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+    _add_to_subcommands(parser)
     args = parser.parse_args(argv)
     try:
         if args.command == "doctor":

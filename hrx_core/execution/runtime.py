@@ -18,6 +18,7 @@ retired); then they are released. ``close()`` that cannot drain quarantines too.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Generator, Sequence
@@ -32,6 +33,8 @@ from ..timeouts import check_timeout, remaining
 from .failures import event_failure, mark_delivered, own_failure, pending_failure, raise_event_failure
 from .graph import ReadRange, Region, TrackedGraph
 from .lanes import LANES, Lane
+
+log = logging.getLogger("hrx.runtime")
 
 if TYPE_CHECKING:
     from ..completion import Event
@@ -586,6 +589,8 @@ class Runtime:
         if added:
             self.stats.add("quarantined_owners", added)
             self.stats.add("quarantined_bytes", nbytes)
+            log.warning("quarantined %d allocation(s), %d bytes, until their queued work is proven finished: %s",
+                        added, nbytes, reason)
         self._prove_idle_later()
 
     def _prove_idle(self) -> int:

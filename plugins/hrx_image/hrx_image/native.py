@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -93,6 +95,7 @@ _CTYPES = {np.dtype(np.uint32): ctypes.c_uint32, np.dtype(np.int32): ctypes.c_in
 _lock = threading.Lock()
 _libs: dict[tuple[str, ...], Any] = {}
 _failed: dict[tuple[str, ...], str] = {}
+log = logging.getLogger("hrx.kernels")
 _pool: ThreadPoolExecutor | None = None
 
 
@@ -147,7 +150,24 @@ def library(sources: Sequence[str]) -> Any:
                     _libs[key] = build(sources, cache_dir() / "host-native")
                 except Exception as exc:  # noqa: BLE001 - no compiler: the numpy kernels serve
                     _failed[key] = f"{type(exc).__name__}: {exc}"
+            if key in _failed:  # said once per set of sources
+                disabled = _failed[key].startswith("disabled")
+                log.log(logging.INFO if disabled else logging.WARNING,
+                        "hrx_image: the host engine's compiled image kernels (%s) are unavailable (%s); "
+                        "the numpy kernels run instead (same results, slower)",
+                        ", ".join(entries(sources)) or "none", " ".join(_failed[key].split())[:500])
     return _libs.get(key)
+
+
+def entries(sources: Sequence[str]) -> list[str]:
+    """The kernel names (``extern "C" __global__`` functions) defined in ``sources``."""
+    return [m for s in sources for m in re.findall(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)', s)]
+
+
+def status(sources: Sequence[str]) -> tuple[str, str]:
+    """``("compiled", library path)`` or ``("numpy fallback", reason)`` (builds on first call)."""
+    lib = library(sources)
+    return ("compiled", str(lib._name)) if lib is not None else ("numpy fallback", _failed[tuple(sources)])
 
 
 def why_unavailable(sources: Sequence[str]) -> str | None:

@@ -9,9 +9,10 @@ import threading
 import time
 from typing import Any
 
+from hrx_core import progress
 from hrx_core.cli import CliCommand
 from hrx_core.cli.args import check_host_memory, count, number, output_dir, output_file
-from hrx_core.errors import InvalidArgument
+from hrx_core.errors import InvalidArgument, Unsupported
 
 
 def _configure_model(parser: argparse.ArgumentParser) -> None:
@@ -67,9 +68,16 @@ def _prompt_ids(text: str) -> list[int]:
 
 
 def _configure_generate(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="GPT-2 checkpoint directory (config.json + model.safetensors)")
-    parser.add_argument("--prompt-ids", action="append", required=True,
-                        help="prompt token ids, comma or space separated; repeat for several concurrent requests")
+    parser.add_argument("--model", required=True,
+                        help="GPT-2 checkpoint directory (config.json + model.safetensors) or a Hugging Face repo id "
+                             "such as 'gpt2' (from the hub cache; downloaded unless HF_HUB_OFFLINE is set)")
+    parser.add_argument("--revision", default=None, help="branch, tag or commit of a repo id (default: main)")
+    prompts = parser.add_mutually_exclusive_group(required=True)
+    prompts.add_argument("--prompt", action="append",
+                         help="prompt text, encoded with the checkpoint's tokenizer (tokenizer.json, or vocab.json + "
+                              "merges.txt); the output is decoded text; repeat for several concurrent requests")
+    prompts.add_argument("--prompt-ids", action="append",
+                         help="prompt token ids, comma or space separated; repeat for several concurrent requests")
     parser.add_argument("--max-new-tokens", type=count("--max-new-tokens", limit=1 << 20), default=32)
     parser.add_argument("--engine", default=None, help="engine (default: the best available; HRX_ENGINE also works)")
     parser.add_argument("--concurrency", choices=["threads", "asyncio"], default="threads",
@@ -88,16 +96,34 @@ def _run_generate(args: argparse.Namespace) -> int:
     from hrx_core.budget import MemoryBudget
 
     from .gpt2.config import Gpt2Config
-    from .gpt2.decoder import Generation, Gpt2Decoder, check_request
+    from .gpt2.decoder import Generation, Gpt2Decoder, check_request, encode_prompt
 
-    prompts = [_prompt_ids(p) for p in args.prompt_ids]
-    config = Gpt2Config.load(args.model)
+    from .resolve import resolve_checkpoint
+    from .tokenizer import MissingTokenizer, Tokenizer
+
+    text = args.prompt is not None
+    directory = resolve_checkpoint(args.model, tokenizer=True if text else None, revision=args.revision,
+                                   progress=progress.enabled())
+    tokenizer: Tokenizer | None = None
+    if text:
+        tokenizer = Tokenizer.load(directory)
+        prompts = [encode_prompt(tokenizer, p) for p in args.prompt]
+    else:
+        prompts = [_prompt_ids(p) for p in args.prompt_ids]
+        try:  # decoded text beside the ids where the checkpoint has a tokenizer
+            tokenizer = Tokenizer.load(directory)
+        except (MissingTokenizer, Unsupported):
+            tokenizer = None
+    config = Gpt2Config.load(directory)
+    if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
+        raise InvalidArgument(f"--model: the tokenizer ({tokenizer.source}) has {tokenizer.vocab_size} tokens, "
+                              f"more than the model's vocab_size {config.vocab_size}")
     for p in prompts:  # before anything is loaded
         check_request(config, args.context or config.n_positions, p, args.max_new_tokens)
     budget = None if args.budget_mb is None else MemoryBudget(int(args.budget_mb * (1 << 20)), name="generate")
     dev = hrx.device(args.engine)
     t0 = time.perf_counter()
-    dec = Gpt2Decoder.load(args.model, dev, budget=budget, context=args.context, max_slots=len(prompts))
+    dec = Gpt2Decoder.load(directory, dev, budget=budget, context=args.context, max_slots=len(prompts))
     load_s = time.perf_counter() - t0
     trace = None
     if args.trace:
@@ -145,13 +171,18 @@ def _run_generate(args: argparse.Namespace) -> int:
             "model": args.model, "device": dev.name, "load_s": load_s, "wall_s": wall,
             "tokens_per_s": total / wall if wall > 0 else None,
             "requests": [{"prompt": list(r.prompt), "tokens": list(r.tokens), "prefill_s": r.prefill_s,
-                          "decode_s": r.decode_s, "tokens_per_s": r.tokens_per_s} for r in done],
+                          "decode_s": r.decode_s, "tokens_per_s": r.tokens_per_s,
+                          **({} if tokenizer is None else {"prompt_text": tokenizer.decode(r.prompt),
+                                                           "text": tokenizer.decode(r.tokens)})} for r in done],
         }))
         return 0
     c = dec.config
     print(f"model {args.model}: GPT-2 {c.n_layer} layers x {c.n_embd}, vocab {c.vocab_size}, on {dev.name}; "
           f"loaded {dec.weights.nbytes / 1e6:.1f} MB in {load_s:.2f} s")
     for i, r in enumerate(done):
+        if tokenizer is not None:
+            print(f"request {i}: text: {json.dumps(tokenizer.decode(r.prompt), ensure_ascii=False)} -> "
+                  f"{json.dumps(tokenizer.decode(r.tokens), ensure_ascii=False)}")
         print(f"request {i}: tokens: {' '.join(str(t) for t in r.tokens)}")
         print(f"request {i}: {len(r.tokens)} tokens in {r.decode_s:.4f} s, {r.tokens_per_s:.1f} tokens/s "
               f"(prefill of {len(r.prompt)} tokens {r.prefill_s:.4f} s)")

@@ -96,7 +96,7 @@ def test_argument_errors_in_process(cli_model, tmp_path):
                               n_positions=None, vocab_size=None, seed=0, std=0.02, dtype="f32", prefix=False, attn_bias=False)
     with pytest.raises(ConfigError, match="not a multiple of n_head"):
         cli._run_model(init)
-    gen = argparse.Namespace(model=str(cli_model), prompt_ids=["1"], max_new_tokens=4, engine="host", concurrency="threads",
+    gen = argparse.Namespace(model=str(cli_model), revision=None, prompt=None, prompt_ids=["1"], max_new_tokens=4, engine="host", concurrency="threads",
                              budget_mb=0.1, context=None, trace=None, json=False)
     with pytest.raises(BudgetExceeded):
         cli._run_generate(gen)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hrx_core import progress
 from hrx_core.cli import CliCommand
 from hrx_core.cli.args import check_host_memory, count, output_file
 
@@ -52,8 +53,10 @@ def run(args: argparse.Namespace) -> int:
     check_host_memory("--n/--m/--requests", 16 * n + m * 64 * 8 * (requests + 2))
     engines = {"gpu_engine": args.gpu_engine, "npu_engine": args.npu_engine, "columns": args.columns}
     print(f"hrx demo: gpu_npu_parallel N={n} M={m} x{samples} pairs, then gemm_pipeline ...", flush=True)
-    par = gpu_npu_parallel.run(n, m, samples, args.trace or None, **engines)
-    gem = gemm_pipeline.run(m, requests, _pick(args, "rounds", 5), **engines)
+    rounds = _pick(args, "rounds", 5)
+    with progress.bar(total=samples + rounds, desc="hrx demo", unit="sample") as bar:
+        par = gpu_npu_parallel.run(n, m, samples, args.trace or None, **engines, tick=bar.update)
+        gem = gemm_pipeline.run(m, requests, rounds, **engines, tick=bar.update)
     print(render(par, gem))
     return 0 if par["ok"] and gem["ok"] else 1
 

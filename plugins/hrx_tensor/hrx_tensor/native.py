@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import os
 import sys
 import sysconfig
@@ -96,6 +97,9 @@ int hrx_copy_indices_i64(const int64_t *src, int64_t *dst, int64_t n, uint64_t r
 int hrx_copy_indices_i32(const int32_t *src, int64_t *dst, int64_t n, uint64_t rows);
 """
 
+#: What the compiled module serves: the BF16 GEMV of linear / linear_many, gather_rows' index copy.
+KERNELS = ("hrx_gemv_bf16", "hrx_copy_indices_i64", "hrx_copy_indices_i32")
+log = logging.getLogger("hrx.kernels")
 _lock = threading.Lock()
 _module: Any = None
 _failed: str | None = None
@@ -163,7 +167,18 @@ def _load() -> Any:
                     _module = _build()
                 except Exception as exc:  # no compiler, no cffi: the numpy path serves
                     _failed = f"{type(exc).__name__}: {exc}"
+            if _failed is not None:  # said once: the state is kept for the process
+                log.log(logging.INFO if _failed.startswith("disabled") else logging.WARNING,
+                        "hrx_tensor: the host engine's compiled kernels (%s) are unavailable (%s); numpy runs "
+                        "them instead (same results, slower: BF16 linear layers widen every weight to F32)",
+                        ", ".join(KERNELS), " ".join(_failed.split())[:500])
     return _module
+
+
+def status() -> tuple[str, str]:
+    """``("compiled", path)`` or ``("numpy fallback", reason)`` (builds on first call)."""
+    module = _load()
+    return ("compiled", str(module.__file__)) if module is not None else ("numpy fallback", str(_failed))
 
 
 def gemv(w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, k: int) -> bool:

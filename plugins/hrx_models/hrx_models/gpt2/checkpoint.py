@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from ml_dtypes import bfloat16
 
+from hrx_core import progress
 from hrx_core.errors import InvalidArgument
 
 from .config import CONFIG_FILE, WEIGHTS_FILE, Gpt2Config
@@ -104,13 +105,18 @@ def write_random_checkpoint(
     except OSError as exc:
         raise ArtifactError(f"directory: cannot create {str(out)!r}: {exc.strerror or exc}") from None
     tensors: dict[str, Any] = {}
-    for name, a in random_tensors(config, seed=seed, std=std).items():
-        tensors[prefix + name] = a.astype(DTYPES[dtype]) if dtype != "f32" else a
-    if attn_bias:
-        p = config.n_positions
-        mask = np.tril(np.ones((p, p), dtype=np.float32)).reshape(1, 1, p, p).astype(DTYPES[dtype])
-        for i in range(config.n_layer):
-            tensors[f"{prefix}h.{i}.attn.bias"] = mask
-    save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+    shapes = tensor_shapes(config)
+    # one bar over the parameters generated, then the write (drawn on a terminal only)
+    with progress.bar(total=config.parameters, desc="init weights", unit="param", unit_scale=True) as bar:
+        for name, a in random_tensors(config, seed=seed, std=std).items():
+            tensors[prefix + name] = a.astype(DTYPES[dtype]) if dtype != "f32" else a
+            bar.update(int(np.prod(shapes[name])))
+        if attn_bias:
+            p = config.n_positions
+            mask = np.tril(np.ones((p, p), dtype=np.float32)).reshape(1, 1, p, p).astype(DTYPES[dtype])
+            for i in range(config.n_layer):
+                tensors[f"{prefix}h.{i}.attn.bias"] = mask
+        bar.set_description(f"writing {WEIGHTS_FILE}")
+        save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     (out / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=2) + "\n")
     return out

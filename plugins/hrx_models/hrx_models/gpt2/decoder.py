@@ -42,12 +42,13 @@ from hrx_tensor.kernels import GATHER_THREADS
 from ml_dtypes import bfloat16
 
 from hrx_core.budget import MemoryBudget
-from hrx_core.errors import HRXError, InvalidArgument, Timeout, Unsupported, show
+from hrx_core.errors import ArtifactError, HRXError, InvalidArgument, Timeout, Unsupported, show
 from hrx_core.timeouts import check_timeout
 
 from . import kernels as K
 from .config import Gpt2Config
 from .layout import Layout
+from ..tokenizer import Tokenizer
 from .loader import Gpt2Weights, load_weights
 
 BF16 = np.dtype(bfloat16)
@@ -69,6 +70,16 @@ class Generation:
     @property
     def tokens_per_s(self) -> float:
         return len(self.tokens) / self.decode_s if self.decode_s > 0 else float("inf")
+
+
+@attrs.frozen
+class TextGeneration:
+    """The result of one greedy request on text: the prompt, the decoded continuation
+    and the token-level :class:`Generation` behind them."""
+
+    prompt: str
+    text: str
+    generation: Generation
 
 
 def slot_layout(config: Gpt2Config, context: int) -> Layout:
@@ -205,6 +216,16 @@ def check_request(config: Gpt2Config, context: int, prompt: Sequence[int], max_n
     return ids
 
 
+def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
+    """The token ids of a text prompt (InvalidArgument for a non-str or an empty encoding)."""
+    if not isinstance(prompt, str):
+        raise InvalidArgument(f"prompt: expected a str, got {type(prompt).__name__}")
+    ids = tokenizer.encode(prompt)
+    if not ids:
+        raise InvalidArgument(f"prompt: {show(prompt)} encodes to no tokens")
+    return ids
+
+
 async def _settled(done: Any) -> None:
     """Await ``done`` without raising its failure (the stream reports it, once)."""
     try:
@@ -337,6 +358,13 @@ class DecoderSlot:
             t2 = time.perf_counter_ns()
         return Generation(tuple(int(t) for t in ids), tuple(int(t) for t in out), (t1 - t0) / 1e9, (t2 - t1) / 1e9)
 
+    def generate_text(self, prompt: str, max_new_tokens: int, **options: Any) -> TextGeneration:
+        """:meth:`generate` on text: ``prompt`` encoded and the new tokens decoded with the
+        checkpoint's tokenizer (:attr:`Gpt2Decoder.tokenizer`)."""
+        ids = encode_prompt(self.decoder.tokenizer, prompt)
+        gen = self.generate(ids, max_new_tokens, **options)
+        return TextGeneration(prompt, self.decoder.tokenizer.decode(gen.tokens), gen)
+
     async def generate_async(self, prompt: Sequence[int], max_new_tokens: int) -> Generation:
         """:meth:`generate` for asyncio: the steps are launched, then awaited (the event
         loop runs other tasks -- other slots -- meanwhile)."""
@@ -400,16 +428,24 @@ class Gpt2Decoder:
         self._idle: list[DecoderSlot] = []
         self._cond = threading.Condition()
         self._closed = False
+        self._tokenizer: Tokenizer | None = None
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str], device: Any = None, *, budget: MemoryBudget | None = None,
              context: int | None = None, max_slots: int = 8) -> Gpt2Decoder:
-        """Load a Hugging Face GPT-2 checkpoint directory onto ``device`` (default: the best one).
+        """Load a Hugging Face GPT-2 checkpoint onto ``device`` (default: the best one).
 
+        ``directory`` is a checkpoint directory or a Hugging Face repo id (``"gpt2"``),
+        resolved through :func:`hrx_models.resolve.resolve_checkpoint` (cache first; offline
+        or without network a missing file fails at once, listing what is missing).
         ``budget`` is charged for the weights and every slot.
         """
         import hrx_core as hrx
 
+        from ..resolve import is_repo_id, resolve_checkpoint
+
+        if isinstance(directory, str) and not os.path.exists(directory) and is_repo_id(directory):
+            directory = resolve_checkpoint(directory, tokenizer=None)  # its tokenizer too, where it has one
         device = hrx.device() if device is None else device
         stream = device.stream()
         try:
@@ -425,6 +461,20 @@ class Gpt2Decoder:
     def __repr__(self) -> str:
         c = self.config
         return f"<hrx_models.Gpt2Decoder {c.n_layer}x{c.n_embd} heads={c.n_head} V={c.vocab_size} on {self.device.name}>"
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The checkpoint's tokenizer (loaded on first use from its directory); raises
+        :class:`~hrx_models.tokenizer.MissingTokenizer` where the checkpoint has none."""
+        if self._tokenizer is None:
+            tok = Tokenizer.load(self.weights.source)
+            if tok.vocab_size > self.config.vocab_size:
+                raise ArtifactError(
+                    f"{tok.source}: the tokenizer has {tok.vocab_size} tokens, more than the model's "
+                    f"vocab_size {self.config.vocab_size}: it belongs to another model"
+                )
+            self._tokenizer = tok
+        return self._tokenizer
 
     # -- slots ----------------------------------------------------------------------
 
@@ -505,6 +555,13 @@ class Gpt2Decoder:
         check_request(self.config, self.context, prompt, max_new_tokens)  # before a slot is made
         with self.slot() as s:
             return s.generate(prompt, max_new_tokens, **options)
+
+    def generate_text(self, prompt: str, max_new_tokens: int, **options: Any) -> TextGeneration:
+        """Greedy decoding of text on a pooled slot (see :meth:`DecoderSlot.generate_text`)."""
+        ids = encode_prompt(self.tokenizer, prompt)
+        check_request(self.config, self.context, ids, max_new_tokens)  # before a slot is made
+        with self.slot() as s:
+            return s.generate_text(prompt, max_new_tokens, **options)
 
     async def generate_async(self, prompt: Sequence[int], max_new_tokens: int) -> Generation:
         check_request(self.config, self.context, prompt, max_new_tokens)  # before a slot is made

@@ -23,7 +23,7 @@ import attrs
 import numpy as np
 from ml_dtypes import bfloat16
 
-from hrx_core import artifacts
+from hrx_core import artifacts, progress
 from hrx_core.budget import MemoryBudget
 from hrx_core.buffer import Buffer, View
 from hrx_core.errors import InvalidArgument, Unsupported
@@ -168,9 +168,12 @@ def load_weights(
             raise InvalidArgument(f"budget: expected a MemoryBudget or None, got {type(charge_to).__name__}")
         buffer = stream.device.allocate(layout.nbytes, budget=charge_to)
         try:
-            for name in layout.entries:
-                stream.upload(layout.view(buffer, name), _device_bytes(view.numpy(found[name]), name))
-            stream.synchronize()
+            with progress.bar(total=layout.nbytes, desc=f"loading {path.name}", unit="B", unit_scale=True) as bar:
+                for name in layout.entries:
+                    target = layout.view(buffer, name)
+                    stream.upload(target, _device_bytes(view.numpy(found[name]), name))
+                    bar.update(target.length)
+                stream.synchronize()
         except BaseException:
             buffer.close()
             raise

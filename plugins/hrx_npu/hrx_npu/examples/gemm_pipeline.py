@@ -74,7 +74,7 @@ class Request:
 
 
 def run(m: int = 1024, requests: int = 4, rounds: int = 5, *, gpu_engine: str | None = None, npu_engine: str | None = None,
-        columns: int = 1, seed: int = 0, log: Any = None) -> dict[str, Any]:
+        columns: int = 1, seed: int = 0, log: Any = None, tick: Any = None) -> dict[str, Any]:
     gpu, npu = engines(gpu_engine, npu_engine)
     fabric = Fabric()
     profiles = fabric.allocation_profiles([gpu, npu], coherent=True)
@@ -126,6 +126,8 @@ def run(m: int = 1024, requests: int = 4, rounds: int = 5, *, gpu_engine: str | 
             times[mode].append(timed(concurrent if mode == "concurrent" else serial))
             for s in slots:
                 check(s)
+        if tick is not None:  # after each round (a progress bar's update)
+            tick()
     created = new_native_objects(gpu, npu, before)
     ser, con = median_ms(times["serial"]), median_ms(times["concurrent"])
     result = {

@@ -46,8 +46,10 @@ def run(
     columns: int = 1,
     seed: int = 0,
     log: Any = None,
+    tick: Any = None,
 ) -> dict[str, Any]:
-    """Run the example; returns timings (ms), speedups and checks."""
+    """Run the example; returns timings (ms), speedups and checks. ``tick()`` (if given)
+    is called after each timed sample, e.g. a progress bar's ``update``."""
     for name, value in (("n", n), ("m", m), ("samples", samples)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}: expected an int >= 1, got {show(value)}")
@@ -121,6 +123,8 @@ def run(
         # alternate the order; the branches alone, timed under the same conditions, give the ideal
         for mode in (MODES if i % 2 == 0 else MODES[::-1]):
             times[mode].append(sample(mode))
+        if tick is not None:
+            tick()
     created = new_native_objects(gpu, npu, before)
     if trace:
         rt.write_trace(trace)
