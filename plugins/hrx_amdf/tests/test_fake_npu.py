@@ -365,3 +365,11 @@ def test_context_lifetime(npu):
         context.destroy()
     with pytest.raises(AmdfInvalidArgument, match="context destroyed"):
         context.create_kernel_queue(0)
+
+
+def test_a_destroyed_queue_answers_no_status(h):
+    h.queue.destroy()
+    with pytest.raises(AmdfInvalidArgument, match="destroyed"):
+        h.queue.status()
+    with pytest.raises(AmdfInvalidArgument, match="destroyed"):
+        h.queue.refresh()

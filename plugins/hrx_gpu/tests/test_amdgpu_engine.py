@@ -285,6 +285,37 @@ def test_import_of_provider_memory_and_refusal_of_foreign_buffers(dev):
     assert dev.native.import_buffer(host) is None
 
 
+def test_a_refused_import_releases_the_export(dev, monkeypatch):
+    """The export made for an import is move-owned: when the import is refused, the
+    engine releases it (on libamdf, the dma-buf's file descriptor) and falls back."""
+    from hrx_amdf.constants import AddressKind, EngineKind, MemoryFlag
+    from hrx_amdf.errors import AmdfError
+    from hrx_amdf.fake.memory import FakeExternalMemory
+    from hrx_amdf.provider import DeviceAccess
+
+    p = provider()
+    npu = p.endpoint(EngineKind.XDNA).create_xdna_device()
+    scope = p.system_scopes()[0]
+    memory = scope.create(4096, profile=1, accesses=[DeviceAccess(npu, address_kinds=frozenset({AddressKind.XDNA_DMA}))], flags=MemoryFlag.SHAREABLE)
+    backing = memory.backing
+    refs = backing.references
+    released = []
+    release = FakeExternalMemory.release
+    monkeypatch.setattr(FakeExternalMemory, "release", lambda self: (released.append(self), release(self)))
+
+    def refuse(*args, **kwargs):
+        raise AmdfError("memory_import: refused by the test")
+
+    monkeypatch.setattr(dev.native._system, "import_memory", refuse)
+
+    class Foreign:
+        nbytes = 4096
+        amdf_memory = memory
+
+    assert dev.native.import_buffer(Foreign()) is None  # type: ignore[arg-type]
+    assert len(released) == 1 and backing.references == refs
+
+
 def test_graph_rebind_never_changes_an_in_flight_replay(dev):
     s = dev.stream()
     a = s.allocate_from(np.full(256, 1, dtype=np.uint32))

@@ -218,6 +218,8 @@ class FakeGpuDevice(_FakeDevice, GpuDevice):
         call = "gpu.user_queue_create"
         if self.destroyed:
             raise fail(call, StatusCode.INVALID_ARGUMENT, "device destroyed")
+        if self.lost:
+            raise fail(call, StatusCode.DEVICE_LOST, "the device was lost; destroy it and create another")
         families = self.endpoint.queue_families()
         if not isinstance(family, int) or not 0 <= family < len(families):
             raise fail(call, StatusCode.OUT_OF_RANGE, f"queue family {family!r} of {len(families)}")

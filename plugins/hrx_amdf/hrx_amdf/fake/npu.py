@@ -344,6 +344,8 @@ class FakeNpuQueue(KernelQueue):
         return frontier
 
     def status(self) -> KernelQueueStatus:
+        if self._destroyed:
+            raise fail("kernel_queue_query_status", StatusCode.INVALID_ARGUMENT, "queue destroyed")
         with self._cond:
             return KernelQueueStatus(retired_submission=self._retired, state=self.state, terminal=self.terminal, detail=self.detail)
 

@@ -248,9 +248,14 @@ class AmdgpuDevice(EngineDevice):
             return None
         try:
             external = memory.export()
+        except AmdfError:
+            return None
+        try:
             imported = self._system.import_memory(external, profile=self._coherent_profile, accesses=[DeviceAccess(self.gpu, RWX)])
         except AmdfError:
             return None
+        finally:
+            external.release()  # a no-op once imported (the import consumed it); else frees the dma-buf
         coherent = bool(imported.info.flags & MemoryFlag.HOST_COHERENT)
         return AmdgpuBuffer(self, imported, other.nbytes, coherent=coherent, imported=other)
 
