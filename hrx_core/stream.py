@@ -22,7 +22,7 @@ from . import transfer
 from .buffer import EPOCH, Allocation, Binding, Buffer, View, as_binding, backing_of, check_bool, check_int
 from .completion import Completion, Event
 from .engine import Access, BufferArg, CacheOp, KernelArg, NativeQueue
-from .errors import ArtifactError, InvalidArgument, OutOfBounds, Overlap, Unsupported, show
+from .errors import ArtifactError, DeviceError, InvalidArgument, OutOfBounds, Overlap, Unsupported, show
 from .kernel import Kernel
 from .record import LaunchRecord
 from .timeouts import check_timeout
@@ -181,6 +181,9 @@ class Stream:
         self._values: list[int] = []
         # _values[:_reported] were checked for failures by a download (see _report_failures)
         self._reported = 0
+        # work of other streams this stream waited for (wait_event): its failure is this
+        # stream's too -- later work here read what it should have written
+        self._waited: list[Completion] = []
         self._last: Completion | None = None
         family = device.info.family(slot.family)
         self._operations = family.operations if family is not None else frozenset()
@@ -498,11 +501,12 @@ class Stream:
         if not isinstance(event, Event):
             raise InvalidArgument(f"event: expected an Event, got {type(event).__name__}")
         other = event.completion.slot
+        if other.device is not self.device:
+            event.completion.wait()  # across devices: a host completion check (raises its failure)
+            return
+        self._note_waited(event.completion)
         if other is self.slot:
             return  # one FIFO queue: already ordered
-        if other.device is not self.device:
-            event.completion.wait()  # across devices: a host completion check
-            return
         other.flush()
         timeline, value = other.timeline, event.completion.value
         if timeline.completed() >= value:
@@ -519,12 +523,43 @@ class Stream:
             for v in values[start:]:
                 error = timeline.error(v)
                 if error is not None:
+                    self._waited = []  # one failure per synchronize; this one says more
                     Completion(self.slot, v)._raise_failure()
+            self._report_waited()
 
     def _forget_failures(self) -> None:
         """Treat the failures of work issued so far as reported elsewhere (the runtime
         reports its regions' failures through their submissions)."""
         self._reported = len(self._values)
+        self._waited = []
+
+    def _note_waited(self, completion: Completion) -> None:
+        waited = self._waited
+        if len(waited) >= 64:  # bounded: forget waits that finished cleanly
+            waited[:] = [c for c in waited if not c.done_now() or c.slot.timeline.error(c.value) is not None]
+        waited.append(completion)
+
+    def _report_waited(self) -> None:
+        """Raise (once) the failure of finished work this stream waited for: work issued
+        here after the wait consumed what the failed work should have produced."""
+        if not self._waited:
+            return
+        keep: list[Completion] = []
+        failed: tuple[Completion, BaseException] | None = None
+        for c in self._waited:
+            if not c.done_now():
+                keep.append(c)
+                continue
+            error = c.slot.timeline.error(c.value)
+            if error is not None and failed is None:
+                failed = (c, error)
+        self._waited = keep
+        if failed is not None:
+            c, error = failed
+            raise DeviceError(
+                f"{self.slot.name}: waited for work on {c.slot.name} (value {c.value}) that failed "
+                f"({type(error).__name__}: {error}); work issued here after the wait may have read stale data"
+            ) from error
 
     def _first_failure_after(self, value: int) -> int | None:
         """The first value after ``value`` at which this stream's (complete) work failed."""
@@ -753,8 +788,9 @@ class Stream:
                 done.wait()
             else:
                 done = self._download_locked(sa, sv.start, n, dst)
-            # the bytes depend on everything before them on this stream
+            # the bytes depend on everything before them on this stream, and on what it waited for
             self._report_failures(done.value)
+            self._report_waited()
         self.device.stats.download_bytes += n
         return out
 

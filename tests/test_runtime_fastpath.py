@@ -64,3 +64,43 @@ def hrx_sleep() -> None:
     import time
 
     time.sleep(0.005)
+
+
+def test_observation_folds_in_when_read(dev, monkeypatch):
+    """observe=True (the default) stamps each region's end in its completion callback
+    and adds lane time, latency and trace slices only when they are read -- with the
+    same figures as adding them at once."""
+    import time
+
+    from hrx_core.execution.profile import RuntimeStats
+
+    folded = [0]
+    lane_busy = RuntimeStats.lane_busy
+
+    def counted(self, *args, **kwargs):
+        folded[0] += 1
+        return lane_busy(self, *args, **kwargs)
+
+    monkeypatch.setattr(RuntimeStats, "lane_busy", counted)
+    rt = Runtime(dev, RuntimeOptions())
+    x, y = rt.allocate(64), rt.allocate(64)
+    g = rt.graph("two lanes")
+    g.compute("a", lambda r: r.dispatch(INC_BYTES, 1, [x], block=64, scalars=(np.uint32(64),)))
+    g.compute("b", lambda r: r.dispatch(INC_BYTES, 1, [y], block=64, scalars=(np.uint32(64),)))
+    subs = [rt.submit(g) for _ in range(5)]
+    for s in subs:
+        s.wait()
+    ends = rt._observed
+    for _ in range(400):  # the notifier stamps every region
+        if len(ends) == 5 and all(0.0 not in e[1] for e in ends):
+            break
+        time.sleep(0.005)
+    assert folded[0] == 0  # the callbacks stamped, nothing was added yet
+    summary = rt.profile.summary()  # reading folds everything in
+    assert folded[0] == 10 and summary["a"]["count"] == 5 and summary["b"]["count"] == 5
+    snap = rt.stats.snapshot()
+    assert snap["lane_regions"]["compute"] == 10 and snap["lane_busy_seconds"]["compute"] > 0
+    trace = rt.trace.to_json()["traceEvents"]
+    assert sum(1 for e in trace if e.get("ph") == "X" and e.get("name") in ("a", "b")) == 10
+    assert folded[0] == 10  # folded once
+    rt.close()

@@ -433,6 +433,45 @@ def test_failed_kernel_raises_and_stream_recovers(dev):
     assert (s.download(buf) == 1).all()
 
 
+def test_a_failure_crosses_wait_event(dev):
+    """Work that waited for failed work on another stream reports that failure: its
+    inputs were never written, so its results must not be returned as good."""
+    if dev.kind != "host":
+        pytest.skip("a failing host callable is the host engine's fault model")
+
+    def boom(buf):
+        raise RuntimeError("producer exploded")
+
+    bad = hrx.Kernel("boom", buffers=1, host=boom)
+    producer, consumer = dev.stream(), dev.stream()
+    data = producer.allocate_from(np.zeros(16, np.uint8))
+    out = consumer.allocate_from(np.zeros(16, np.uint8))
+    producer.dispatch(bad, 1, [data])
+    consumer.wait_event(producer.record_event())
+    consumer.copy(data, out)
+    with pytest.raises(hrx.DeviceError, match="waited for work .* that failed .*producer exploded"):
+        consumer.synchronize()
+    consumer.synchronize()  # reported once
+    with pytest.raises(hrx.DeviceError, match="exploded"):
+        producer.synchronize()  # the producer reports its own failure as before
+    # a download after such a wait raises too; a clean wait does not
+    producer.dispatch(bad, 1, [data])
+    consumer.wait_event(producer.record_event())
+    consumer.copy(data, out)
+    with pytest.raises(hrx.DeviceError, match="waited for work"):
+        consumer.download(out)
+    producer.fill(data, 7)
+    consumer.wait_event(producer.record_event())
+    consumer.copy(data, out)
+    assert (consumer.download(out) == 7).all()
+    same = dev.stream()  # streams sharing a queue are ordered, and still inherit the failure
+    if same.slot is producer.slot:
+        producer.dispatch(bad, 1, [data])
+        same.wait_event(producer.record_event())
+        with pytest.raises(hrx.DeviceError, match="waited for work"):
+            same.synchronize()
+
+
 @pytest.mark.parametrize("threads", ["1", "4"])
 def test_staged_transfers_round_trip(monkeypatch, threads):
     """The staging pipelines (what a discrete GPU uses) on the host engine."""

@@ -24,6 +24,19 @@ from ..errors import InvalidArgument, show
 __all__ = ["LatencyProfile", "RuntimeStats", "format_bytes", "format_seconds"]
 
 
+class _Deferred:
+    """Readers first fold in what an owner deferred: the runtime stamps region end
+    times in completion callbacks and adds them to profiles, statistics and traces
+    only when one of them is read (``_before_read``, set by the owner)."""
+
+    _before_read: Any = None
+
+    def _settle(self) -> None:
+        hook = self._before_read
+        if hook is not None:
+            hook()
+
+
 def format_bytes(nbytes: float) -> str:
     """``nbytes`` in binary units: ``"512 B"``, ``"1.5 KiB"``, ``"2.0 GiB"``."""
     value = float(nbytes)
@@ -57,7 +70,7 @@ class _Series:
         self.samples: list[float] = []
 
 
-class LatencyProfile:
+class LatencyProfile(_Deferred):
     """Host-observed latency per region name, with percentiles.
 
     Each name keeps at most ``max_samples`` samples: a uniform reservoir over every
@@ -104,11 +117,13 @@ class LatencyProfile:
 
     def names(self) -> list[str]:
         """The region names recorded so far, in first-recorded order."""
+        self._settle()
         with self._lock:
             return list(self._series)
 
     def percentiles(self, name: str) -> dict[str, float | int]:
         """``{"count", "mean", "p50", "p90", "p99", "max"}`` for ``name`` (seconds)."""
+        self._settle()
         with self._lock:
             series = self._series.get(name)
             if series is None:
@@ -131,6 +146,7 @@ class LatencyProfile:
 
     def clear(self) -> None:
         """Forget every recorded latency."""
+        self._settle()
         with self._lock:
             self._series.clear()
 
@@ -150,7 +166,7 @@ class LatencyProfile:
         return "\n".join(lines) + ">"
 
 
-class RuntimeStats:
+class RuntimeStats(_Deferred):
     """The runtime's counters, safe to update from any thread.
 
     Tracked bytes are extents HRX allocated (buffers, staging, pools), not process
@@ -216,6 +232,7 @@ class RuntimeStats:
 
     def get(self, name: str) -> int:
         """The current value of counter ``name``."""
+        self._settle()
         if name not in self._counters:
             raise InvalidArgument(f"name: unknown counter {name!r}; expected one of {', '.join(self.COUNTERS)}")
         return self._counters[name]
@@ -256,6 +273,7 @@ class RuntimeStats:
         The counters at top level, plus ``lane_busy_seconds`` and ``lane_regions``
         (dicts keyed by lane name).
         """
+        self._settle()
         with self._lock:
             snap: dict[str, Any] = dict(self._counters)
             snap["lane_busy_seconds"] = dict(self._lane_busy)

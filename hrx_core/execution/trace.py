@@ -145,12 +145,23 @@ class TraceRecorder:
         self._next_slice_id = 1
         self._next_flow_id = 1
 
+    #: Set by an owner that defers recording (the runtime's observation): called
+    #: before anything reads the events.
+    _before_read: Callable[[], None] | None = None
+
+    def _settle(self) -> None:
+        hook = self._before_read
+        if hook is not None:
+            hook()
+
     @property
     def dropped(self) -> int:
         """How many events the ring has dropped to stay within ``max_events``."""
+        self._settle()
         return self._dropped
 
     def __len__(self) -> int:
+        self._settle()
         return len(self._events)
 
     def now(self) -> int:
@@ -296,6 +307,7 @@ class TraceRecorder:
 
     def to_json(self) -> dict[str, Any]:
         """The trace as a Chrome trace-event JSON object (a fresh dict each call)."""
+        self._settle()
         with self._lock:
             events = list(self._events)
             tracks = list(self._tracks)
@@ -327,6 +339,7 @@ class TraceRecorder:
         return path
 
     def __repr__(self) -> str:
+        self._settle()
         return (
             f"<hrx.TraceRecorder {len(self._events)}/{self.max_events} events, "
             f"{len(self._tracks)} tracks, {self._dropped} dropped>"
