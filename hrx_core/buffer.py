@@ -57,10 +57,10 @@ def check_int(name: str, value: Any, *, minimum: int = 0) -> int:
     """Validate a non-negative (or >= minimum) integer argument."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise InvalidArgument(f"{name}: expected an int, got {type(value).__name__} {show(value)}")
-    value = int(value)
-    if value < minimum:
-        raise InvalidArgument(f"{name}: must be >= {minimum}, got {value}")
-    return value
+    number = int(value)
+    if number < minimum:
+        raise InvalidArgument(f"{name}: must be >= {minimum}, got {number}")
+    return number
 
 
 class Allocation:
@@ -520,7 +520,7 @@ class Binding:
         return self.view.buffer
 
     def __repr__(self) -> str:
-        return f"<hrx.Binding {self.access.name.lower()} {self.view!r}>"
+        return f"<hrx.Binding {self.access.label} {self.view!r}>"
 
 
 Bindable = Union[Buffer, View, Binding]

@@ -49,6 +49,11 @@ class Access(enum.IntFlag):
     def writes(self) -> bool:
         return bool(int(self) & 2)  # int arithmetic: enum's own __and__ is slow on hot paths
 
+    @property
+    def label(self) -> str:
+        """``read``, ``write`` or ``read_write`` (for messages and reprs)."""
+        return (self.name or str(int(self))).lower()
+
 
 class CacheOp(enum.Enum):
     """Host cache maintenance around direct host access to ordinary buffers."""
@@ -151,7 +156,7 @@ class HostReference:
 
     function: Callable[..., Any]
     buffers: tuple[Access, ...]
-    scalars: tuple[np.dtype, ...]  # type: ignore[type-arg]
+    scalars: tuple[np.dtype[Any], ...]
 
 
 @attrs.frozen

@@ -31,7 +31,6 @@ import logging
 import os
 import platform
 import re
-import shlex
 import shutil
 import sys
 import sysconfig
@@ -116,13 +115,11 @@ def digest(name: str, cdef: str, source: str, flags: tuple[str, ...] = ()) -> st
 
 
 def compiler_command() -> list[str]:
-    """The C compiler to run: ``CC``, else the interpreter's ``CC``, else ``cc``."""
-    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
-    try:
-        argv = shlex.split(cc)
-    except ValueError:
-        argv = [cc]
-    return argv or ["cc"]
+    """The C compiler to run: ``CC``, else the interpreter's ``CC``, else ``cc``
+    (:func:`hrx_core.native.compiler_command`)."""
+    from . import native
+
+    return native.compiler_command("c")
 
 
 def _python_include() -> list[str]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import numpy as np
@@ -274,10 +274,10 @@ def _convert_scalar(i: int, value: Any, dtype: np.dtype) -> np.generic:
     if ok:
         try:
             with np.errstate(over="raise", invalid="ignore"):
-                converted = np.array(value, dtype=dtype)[()]
+                converted = cast(np.generic, np.asarray(value, dtype=dtype)[()])
             if kind in "iub" and converted != value:
                 raise ValueError("out of range")
-            return converted  # type: ignore[no-any-return]
+            return converted
         except (ValueError, TypeError, OverflowError, FloatingPointError):
             pass
     shown = repr(value) if isinstance(value, (int, float, bool, complex, np.generic)) else type(value).__name__

@@ -351,7 +351,7 @@ def visibility(buffer: Buffer | View | Binding, producer: Agent, consumer: Agent
     unsupported: tuple[str, ...] = ()
     if coherent:
         for agent in (producer, consumer):
-            if agent != HOST:
+            if not isinstance(agent, str):  # a Device (HOST is the only str agent)
                 caveats = agent.info.properties.get("coherent_unsupported_atomics", ())
                 unsupported += tuple(x for x in caveats if x not in unsupported)
     return Visibility(p, c, True, coherent, tuple(release), tuple(acquire), {4: scope, 8: scope}, note, unsupported)

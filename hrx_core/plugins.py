@@ -11,7 +11,7 @@ import importlib.metadata as md
 import logging
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pluggy
@@ -20,6 +20,9 @@ from . import hookspecs
 from .compiler import CompileCache, Compiler
 from .engine import Artifact, Engine, EngineStatus
 from .errors import EngineNotFound, InvalidArgument, PluginError, show
+
+if TYPE_CHECKING:
+    from .device import Device
 
 ENV_ENGINE = "HRX_ENGINE"
 
@@ -61,7 +64,7 @@ class Registry:
         self._load_entry_points()
         self._engines: dict[str, Engine] | None = None
         self._compilers: dict[str, Compiler] | None = None
-        self._devices: dict[tuple[Any, ...], Any] = {}
+        self._devices: dict[tuple[Any, ...], Device] = {}
         self._lock = threading.Lock()
         self.compile_cache = CompileCache()
 
@@ -213,10 +216,8 @@ def _engine_for(engine: str | None) -> tuple[str, Engine]:
     return name, eng
 
 
-def open_device(engine: str | None = None, index: int = 0, **options: Any) -> Any:
+def open_device(engine: str | None = None, index: int = 0, **options: Any) -> Device:
     """Open a new, uncached device (its own queues, stats and queue-count setting)."""
-    from .device import Device
-
     name, eng = _engine_for(engine)
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise InvalidArgument(f"index: expected an int >= 0, got {show(index)}")
@@ -225,10 +226,12 @@ def open_device(engine: str | None = None, index: int = 0, **options: Any) -> An
         raise EngineNotFound(f"engine {name!r} is installed but unavailable: {status.reason}")
     if index >= max(status.device_count, 1):
         raise InvalidArgument(f"index: engine {name!r} has {status.device_count} devices, asked for {index}")
+    from .device import Device
+
     return Device(eng, eng.open_device(index, **options))
 
 
-def device(engine: str | None = None, index: int = 0, **options: Any) -> Any:
+def device(engine: str | None = None, index: int = 0, **options: Any) -> Device:
     """The device ``index`` of ``engine`` (default: the best available engine).
 
     Devices are cached per (engine, index, options): every call with the same
@@ -269,9 +272,9 @@ def _why_engine(name: str, asked: str | None) -> str:
     return f"the best available engine (priority {chosen}); others: {'; '.join(others) or 'none'}"
 
 
-def devices() -> list[Any]:
+def devices() -> list[Device]:
     """Device 0.. of every available engine."""
-    out = []
+    out: list[Device] = []
     for name, status in engine_status().items():
         if status.available:
             out.extend(device(name, i) for i in range(max(status.device_count, 1)))

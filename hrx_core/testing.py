@@ -11,7 +11,10 @@ called. ``amdgpu`` runs wherever its provider does: on the simulated Strix Halo 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .device import Device
 
 #: Engines the conformance suites run on (host always; cuda where a GPU is present;
 #: amdgpu where its provider is, the simulation included).
@@ -27,7 +30,7 @@ def engine_params(engines: Sequence[str] = ENGINES) -> list[Any]:
     return [pytest.param(n, marks=[pytest.mark.gpu] if n in HARDWARE_ENGINES else [], id=n) for n in engines]
 
 
-def open_device(name: str, **options: Any) -> Any:
+def open_device(name: str, **options: Any) -> Device:
     """A device of engine ``name``, or ``pytest.skip`` saying why there is none."""
     import pytest
 

@@ -242,7 +242,7 @@ class PlanCache:
         excess = len(self._plans) - limit
         if excess <= 0:
             return []
-        victims = []
+        victims: list[Any] = []
         for entry in list(self._plans.values()):
             if len(victims) == excess:
                 break

@@ -161,7 +161,7 @@ async def _await_quietly(event: Event) -> None:
     future: asyncio.Future[None] = loop.create_future()
 
     def done(_: Any) -> None:
-        loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+        loop.call_soon_threadsafe(lambda: None if future.done() else future.set_result(None))
 
     completion.add_done_callback(done)
     await future

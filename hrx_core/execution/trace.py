@@ -252,7 +252,7 @@ class TraceRecorder:
     @overload
     def counter(self, name: str, ts_ns: int, /, **series: float) -> None: ...
 
-    def counter(self, *args: Any, **series: float) -> None:
+    def counter(self, /, *args: Any, **series: float) -> None:
         """Record a counter sample.
 
         ``counter(track_or_group, name, ts_ns, value)`` records one value in the
@@ -652,7 +652,7 @@ class _ThreadSpans:
 def _check_flows(
     events: list[dict[str, Any]],
     flows: list[tuple[int, int]],
-    intervals: dict[tuple[object, object], list[tuple[int, int, int]]],
+    intervals: dict[tuple[int, int], list[tuple[int, int, int]]],
 ) -> None:
     threads = {thread: _ThreadSpans(spans) for thread, spans in intervals.items()}
     nothing = _ThreadSpans([])
