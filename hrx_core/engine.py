@@ -460,6 +460,14 @@ class Engine(abc.ABC):
     name: str
     #: Higher wins when :func:`hrx_core.device` picks the best engine.
     priority: int = 0
+    #: Whether :func:`hrx_core.device` may pick this engine by priority: an explicit
+    #: opt-in saying its devices run what users run on a default device (the stock
+    #: plugins' kernels, ``hrx pipeline``, models). Without it the engine is used only
+    #: when named (``device(name)``, ``HRX_ENGINE``), whatever its priority.
+    default_capable: bool = False
+    #: Set to replace a built-in engine of the same name (``host``); any other name
+    #: clash between plugins is a PluginError.
+    replaces_builtin: bool = False
 
     @abc.abstractmethod
     def probe(self) -> EngineStatus:

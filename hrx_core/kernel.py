@@ -28,6 +28,7 @@ import numpy as np
 
 from .buffer import coerce_access
 from .engine import Access, Executable, HostReference
+from .engine_rules import check_executable
 from .errors import InvalidArgument, Unsupported
 from .errors import show as _show
 
@@ -170,7 +171,9 @@ class Kernel:
             if picked is None:
                 raise Unsupported(
                     f"kernel {self.name!r} has sources for {', '.join(self.sources)}; "
-                    f"{device.name} runs {', '.join(device.info.targets) or 'nothing'}"
+                    f"{device.name} runs {', '.join(device.info.targets) or 'nothing'} (a kernel runs on a "
+                    "target it gives a source for, sources={target: ...}, or whose registered compiler reads "
+                    "one of its sources; a device that runs host callables lists 'host' among its targets)"
                 )
             target, source = picked
             from .plugins import compile as compile_source
@@ -183,6 +186,7 @@ class Kernel:
             if target != "host" and getattr(device.native, "wants_host_reference", False):
                 artifact = attrs.evolve(artifact, reference=self._host_reference())
             exe = device.native.load_executable(artifact)
+            check_executable(device.info.engine, exe)
             self._image_bytes[key] = code_bytes(artifact.code, self.sources[source])
             self._executables[key] = exe
             # keyed by id: forget the entry when the device goes, so a later device that

@@ -220,6 +220,7 @@ class HostDevice(EngineDevice):
 class HostEngine(Engine):
     name = "host"
     priority = 0
+    default_capable = True
 
     def probe(self) -> EngineStatus:
         return EngineStatus(True, "built in", 1)
