@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Generator, Sequence
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -444,11 +445,11 @@ class Runtime:
 
     # -- lane reservations (NativeSession) --------------------------------------------------
 
-    def _reserved_elsewhere(self, lanes: set[str]) -> bool:
+    def _reserved_elsewhere(self, lanes: AbstractSet[str]) -> bool:
         me = threading.get_ident()
         return any((r := self._reservations.get(name)) is not None and r[0] != me for name in lanes)
 
-    def _wait_for_lanes(self, lanes: set[str], block: bool, deadline: float | None, timeout: float | None) -> None:
+    def _wait_for_lanes(self, lanes: AbstractSet[str], block: bool, deadline: float | None, timeout: float | None) -> None:
         """Wait (the submit lock released meanwhile) until no other thread reserves ``lanes``."""
         if not block:
             raise QueueFull(f"lanes {sorted(lanes)}: reserved by a native session of another thread")
