@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .budget import Charge
     from .completion import Completion
     from .device import Device
+    from .placement import Visibility
 
 
 class Epoch:
@@ -373,7 +374,7 @@ class Buffer:
         """True when no device work on this buffer is pending."""
         return not self.allocation.busy()
 
-    def visibility(self, producer: Any, consumer: Any) -> Any:
+    def visibility(self, producer: Device | str, consumer: Device | str) -> Visibility:
         """Reach, release/acquire actions and atomic scopes of this buffer's backing
         from ``producer`` to ``consumer`` (devices or "host"); see hrx_core.placement."""
         from .placement import visibility

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .buffer import Allocation, Buffer, check_int
 from .completion import Completion, Notifier
-from .engine import DeviceInfo, Engine, EngineDevice, NativeQueue, QueueFamily, Timeline
+from .engine import DeviceInfo, Engine, EngineDevice, Limits, NativeQueue, QueueFamily, Timeline
 from .errors import DeviceError, HRXError, InvalidArgument, Unsupported
 from .timeouts import check_timeout
 
@@ -271,7 +271,7 @@ class Device:
         return self.info.queue_families
 
     @property
-    def limits(self):  # type: ignore[no-untyped-def]
+    def limits(self) -> Limits:
         return self.info.limits
 
     # -- queues -----------------------------------------------------------------

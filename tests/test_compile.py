@@ -8,7 +8,6 @@ import pytest
 import hrx_core as hrx
 from hrx_core import plugins
 from hrx_core.compiler import Compiler
-from hrx_core.engine import Executable
 from hrx_core.hookspecs import hookimpl
 
 
@@ -111,22 +110,15 @@ def toy_compiler():
         reg._compilers = None
 
 
-class _Loaded(Executable):
-    """What the stand-in device's load_executable returns: the artifact it loaded."""
-
-    def __init__(self, artifact):
-        self.artifact, self.name, self.target = artifact, artifact.entry, artifact.target
-
-
 def _toy_device(targets):
     from types import SimpleNamespace
 
     loaded = []
     native = SimpleNamespace(
         compile_options=lambda target: ("--dev",) if target == "toy" else (),
-        load_executable=lambda artifact: loaded.append(artifact) or _Loaded(artifact),
+        load_executable=lambda artifact: loaded.append(artifact) or artifact,
     )
-    return SimpleNamespace(name="toy0", info=SimpleNamespace(targets=targets, engine="toy"), native=native), loaded
+    return SimpleNamespace(name="toy0", info=SimpleNamespace(targets=targets), native=native), loaded
 
 
 def test_compiler_declares_the_source_target_it_reads(toy_compiler):
@@ -136,12 +128,11 @@ def test_compiler_declares_the_source_target_it_reads(toy_compiler):
     assert k.source_for(("host", "toy")) == ("host", "host")
     assert hrx.Kernel("hostonly", host=lambda: None).source_for(("toy",)) is None
     device, loaded = _toy_device(("toy",))
-    exe = k.executable(device)
-    artifact = exe.artifact
+    artifact = k.executable(device)
     # the cuda source, cuda options, then the target's own and the device's options
     assert toy_compiler.calls == [("__global__ void toyk() {}", "toyk", ("-c1", "-t1", "--dev"))]
     assert artifact.target == "toy" and artifact.code == b"toy:toyk" and loaded == [artifact]
-    assert k.executable(device) is exe  # loaded once per device
+    assert k.executable(device) is artifact  # loaded once per device
 
 
 def test_explicit_source_for_the_target_wins(toy_compiler):

@@ -241,6 +241,16 @@ def test_the_skeleton_mistakes_are_plugin_errors_not_attribute_errors(clean, gui
         dev.stream().fill(dev.allocate(16), 0)
 
 
+def test_load_executable_must_return_an_executable(clean, guide) -> None:
+    def load_executable(self, artifact):
+        return artifact  # the Artifact itself, not an Executable
+
+    plugins.register(_plugin(_engine_with(guide, "raw", load_executable=load_executable)), "raw")
+    dev = hrx.open_device("raw")
+    with pytest.raises(PluginError, match=r"load_executable returned Artifact, not an hrx_core.engine.Executable"):
+        dev.stream().dispatch(hrx.Kernel("k", buffers=1, host=lambda x: None), 1, [dev.allocate(16)])
+
+
 def test_a_custom_target_without_sources_says_how_to_serve_it(clean, guide) -> None:
     plugins.register(_plugin(_engine_with(guide, "myisa", targets=("myisa",))), "myisa")
     dev = hrx.open_device("myisa")

@@ -31,6 +31,8 @@ reveal_type(s.upload(buf, np.zeros(4, dtype=np.float32)))
 reveal_type(hrx.devices())
 reveal_type(hrx.open_device("host"))
 reveal_type(TensorOps(dev))
+reveal_type(dev.limits)
+reveal_type(s.record_event())
 """
 
 EXPECTED = [
@@ -42,6 +44,8 @@ EXPECTED = [
     'Revealed type is "list[hrx_core.device.Device]"',
     'Revealed type is "hrx_core.device.Device"',
     'Revealed type is "hrx_tensor.ops.TensorOps"',
+    'Revealed type is "hrx_core.engine.Limits"',
+    'Revealed type is "hrx_core.completion.Event"',
 ]
 
 
