@@ -75,6 +75,21 @@ def test_the_guide_engine_passes_the_conformance_suite(tmp_path: Path) -> None:
     assert re.search(r"\b1[0-9] passed\b", summary) and "skipped" not in summary and "failed" not in summary, summary
 
 
+def test_the_guide_engine_passes_hrx_cores_own_stream_and_buffer_suites(tmp_path: Path) -> None:
+    """``--hrx-engine`` reaches this repository's suites too (their conftest parametrizes
+    over hrx_core.testing.engines())."""
+    (tmp_path / "tiny_guide.py").write_text("\n\n".join(_blocks()[:3]))
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hrx-engine", "tiny",
+         "--hrx-plugin", "tiny_guide", "tests/test_streams.py", "tests/test_buffers.py"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+        env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    summary = out.stdout.strip().splitlines()[-1]
+    assert "failed" not in summary and int(re.search(r"(\d+) passed", summary).group(1)) >= 30, summary
+
+
 def test_hrx_engine_chooses_the_engines_at_run_time() -> None:
     try:
         testing.set_engines(["tiny", "host"])
