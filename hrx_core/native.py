@@ -214,7 +214,7 @@ def doctor_rows() -> list[tuple[str, str, str]]:
             continue
         why = probe(language)
         state = "builds" if not why else f"does not build (missing): {why}"
-        rows.append(("native", f"{language} compiler", f"{' '.join(argv)} ({compiler_version(language)}): {state}"))
+        rows.append(("native", f"{language} compiler", f"{' '.join(argv)}, {compiler_version(language)}: {state}"))
     try:
         rows.append(("native", "cache", str(cache_root())))
     except Exception as exc:  # noqa: BLE001 - no home directory
