@@ -106,7 +106,7 @@ class AliasAllocation(Allocation):
         origin.retain()
         self.on_free.append(lambda _alias: origin.release())
 
-    @property  # type: ignore[override]
+    @property
     def host_dirty(self) -> bool:
         return self.origin.host_dirty
 
@@ -114,7 +114,7 @@ class AliasAllocation(Allocation):
     def host_dirty(self, value: bool) -> None:
         self.origin.host_dirty = value
 
-    @property  # type: ignore[override]
+    @property
     def device_dirty(self) -> bool:
         return self.origin.device_dirty
 

@@ -42,7 +42,8 @@ def check_key(key: Any) -> Hashable:
         hash(key)
     except TypeError:
         raise InvalidArgument(f"key: expected a hashable key, got {type(key).__name__} {key!r}") from None
-    return key
+    checked: Hashable = key
+    return checked
 
 
 def close_quietly(obj: Any, what: str) -> None:

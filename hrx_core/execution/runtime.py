@@ -334,7 +334,7 @@ class Runtime:
         self.stats.track_bytes(-alloc.nbytes)
 
     def live_tracked_bytes(self) -> int:
-        return self.stats.snapshot()["live_tracked_bytes"]
+        return int(self.stats.snapshot()["live_tracked_bytes"])
 
     # -- graphs and submission ----------------------------------------------------
 

@@ -552,7 +552,7 @@ def _fail(i: int, rule: str) -> NoReturn:
 def _check_event(i: int, event: object) -> None:
     if not isinstance(event, dict):
         _fail(i, f"an event must be a dict, got {type(event).__name__}")
-    ph = event.get("ph")  # type: ignore[union-attr]
+    ph = event.get("ph")
     if ph is None:
         _fail(i, "missing 'ph'")
     if not isinstance(ph, str) or ph not in _PHASES:
@@ -587,7 +587,7 @@ def _check_event(i: int, event: object) -> None:
         args = event.get("args")
         if not isinstance(args, dict) or not args:
             _fail(i, f"'C' event needs non-empty 'args', got {show(args)}")
-        for key, value in args.items():  # type: ignore[union-attr]
+        for key, value in args.items():
             if not _is_number(value):
                 _fail(i, f"'C' event series {key!r} has non-numeric value {value!r}")
     elif ph == "M":
