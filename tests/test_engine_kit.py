@@ -5,6 +5,7 @@ engine rules are errors where the core first meets them."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -62,14 +63,19 @@ def test_the_guide_runs_as_written(clean) -> None:
     assert hrx.device("tiny").info.engine == "tiny"
 
 
-def test_the_guide_engine_passes_the_conformance_suite(tmp_path: Path) -> None:
+def _pytest_on_the_guide_engine(tmp_path: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """pytest in a new process with the guide's engine as the plugin module ``tiny_guide``."""
     (tmp_path / "tiny_guide.py").write_text("\n\n".join(_blocks()[:3]))
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "hrx_core.conformance",
-         "--hrx-engine", "tiny", "--hrx-plugin", "tiny_guide"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
-        env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)},
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hrx-engine", "tiny",
+         "--hrx-plugin", "tiny_guide", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
     )
+
+
+def test_the_guide_engine_passes_the_conformance_suite(tmp_path: Path) -> None:
+    out = _pytest_on_the_guide_engine(tmp_path, tmp_path, "--pyargs", "hrx_core.conformance")
     assert out.returncode == 0, out.stdout + out.stderr
     summary = out.stdout.strip().splitlines()[-1]
     assert re.search(r"\b1[0-9] passed\b", summary) and "skipped" not in summary and "failed" not in summary, summary
@@ -78,13 +84,7 @@ def test_the_guide_engine_passes_the_conformance_suite(tmp_path: Path) -> None:
 def test_the_guide_engine_passes_hrx_cores_own_stream_and_buffer_suites(tmp_path: Path) -> None:
     """``--hrx-engine`` reaches this repository's suites too (their conftest parametrizes
     over hrx_core.testing.engines())."""
-    (tmp_path / "tiny_guide.py").write_text("\n\n".join(_blocks()[:3]))
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hrx-engine", "tiny",
-         "--hrx-plugin", "tiny_guide", "tests/test_streams.py", "tests/test_buffers.py"],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-        env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)},
-    )
+    out = _pytest_on_the_guide_engine(tmp_path, REPO, "tests/test_streams.py", "tests/test_buffers.py")
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     summary = out.stdout.strip().splitlines()[-1]
     assert "failed" not in summary and int(re.search(r"(\d+) passed", summary).group(1)) >= 30, summary
