@@ -366,7 +366,9 @@ def _why_engine(name: str, asked: str | None) -> str:
         engine = registry().engines()[other]
         reason = status.reason if len(status.reason) <= 80 else status.reason[:77] + "..."
         state = ("unavailable: " + reason) if not status.available else \
-            "not a default (simulated hardware)" if not status.default else f"priority {engine.priority}"
+            "not a default (simulated hardware)" if not status.default else \
+            "not a default (no default_capable opt-in)" if engine.default_capable is not True else \
+            f"priority {engine.priority}"
         others.append(f"{other} ({state})")
     chosen = registry().engines()[name].priority
     return f"the best available engine (priority {chosen}); others: {'; '.join(others) or 'none'}"
