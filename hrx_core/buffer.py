@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .budget import Charge
     from .completion import Completion
     from .device import Device
+    from .placement import Visibility
 
 
 class Epoch:
@@ -57,10 +58,10 @@ def check_int(name: str, value: Any, *, minimum: int = 0) -> int:
     """Validate a non-negative (or >= minimum) integer argument."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise InvalidArgument(f"{name}: expected an int, got {type(value).__name__} {show(value)}")
-    value = int(value)
-    if value < minimum:
-        raise InvalidArgument(f"{name}: must be >= {minimum}, got {value}")
-    return value
+    number = int(value)
+    if number < minimum:
+        raise InvalidArgument(f"{name}: must be >= {minimum}, got {number}")
+    return number
 
 
 class Allocation:
@@ -373,7 +374,7 @@ class Buffer:
         """True when no device work on this buffer is pending."""
         return not self.allocation.busy()
 
-    def visibility(self, producer: Any, consumer: Any) -> Any:
+    def visibility(self, producer: Device | str, consumer: Device | str) -> Visibility:
         """Reach, release/acquire actions and atomic scopes of this buffer's backing
         from ``producer`` to ``consumer`` (devices or "host"); see hrx_core.placement."""
         from .placement import visibility
@@ -520,7 +521,7 @@ class Binding:
         return self.view.buffer
 
     def __repr__(self) -> str:
-        return f"<hrx.Binding {self.access.name.lower()} {self.view!r}>"
+        return f"<hrx.Binding {self.access.label} {self.view!r}>"
 
 
 Bindable = Union[Buffer, View, Binding]

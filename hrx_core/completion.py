@@ -286,7 +286,7 @@ class Notifier:
             _sleep_until(first, 0.005)
             ready: list[tuple[Completion, Callable[[Completion], Any], threading.Thread]] = []
             with self._cond:
-                keep = []
+                keep: list[tuple[Completion, Callable[[Completion], Any], threading.Thread]] = []
                 for item in self._pending:
                     try:
                         done = item[0].is_complete

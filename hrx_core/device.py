@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .buffer import Allocation, Buffer, check_int
 from .completion import Completion, Notifier
-from .engine import DeviceInfo, Engine, EngineDevice, NativeQueue, QueueFamily, Timeline
+from .engine import DeviceInfo, Engine, EngineDevice, Limits, NativeQueue, QueueFamily, Timeline
 from .errors import DeviceError, HRXError, InvalidArgument, Unsupported
 from .timeouts import check_timeout
 
@@ -76,12 +76,17 @@ class QueueSlot:
                 if self._native is None:
                     if self.closed:
                         raise InvalidArgument(f"{self.name}: device is closed")
+                    from .engine_rules import check_queue
+
                     timeline = self.device.native.create_timeline()
                     try:
-                        self._native = self.device.native.create_queue(self.family, self.index)
+                        queue = self.device.native.create_queue(self.family, self.index)
+                        check_queue(self.device.info.engine, queue, timeline)
                     except BaseException:
-                        timeline.close()
+                        if isinstance(timeline, Timeline):
+                            timeline.close()
                         raise
+                    self._native = queue
                     self._timeline = timeline
                 native = self._native
         assert native is not None
@@ -249,6 +254,8 @@ class Device:
         self._streams: weakref.WeakSet[Stream] = weakref.WeakSet()
         self.stats = DeviceStats()
         self.closed = False
+        #: First ordinary / shared allocation checked against the engine rules.
+        self._allocations_checked = [False, False]
 
     def __repr__(self) -> str:
         return f"<hrx.Device {self.name} {self.info.name!r} ({self.info.kind})>"
@@ -264,7 +271,7 @@ class Device:
         return self.info.queue_families
 
     @property
-    def limits(self):  # type: ignore[no-untyped-def]
+    def limits(self) -> Limits:
         return self.info.limits
 
     # -- queues -----------------------------------------------------------------
@@ -357,6 +364,19 @@ class Device:
             if charge is not None:
                 charge.release()
             raise
+        if not self._allocations_checked[shared]:
+            from .engine_rules import check_allocation
+
+            try:
+                check_allocation(self.info.engine, self.info, native, nbytes, shared)
+            except BaseException:
+                if charge is not None:
+                    charge.release()
+                free = getattr(native, "free", None)
+                if callable(free):
+                    free()
+                raise
+            self._allocations_checked[shared] = True
         stats = self.stats
         with self._lock:
             stats.live_bytes += nbytes

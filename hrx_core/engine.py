@@ -49,6 +49,11 @@ class Access(enum.IntFlag):
     def writes(self) -> bool:
         return bool(int(self) & 2)  # int arithmetic: enum's own __and__ is slow on hot paths
 
+    @property
+    def label(self) -> str:
+        """``read``, ``write`` or ``read_write`` (for messages and reprs)."""
+        return (self.name or str(int(self))).lower()
+
 
 class CacheOp(enum.Enum):
     """Host cache maintenance around direct host access to ordinary buffers."""
@@ -151,7 +156,7 @@ class HostReference:
 
     function: Callable[..., Any]
     buffers: tuple[Access, ...]
-    scalars: tuple[np.dtype, ...]  # type: ignore[type-arg]
+    scalars: tuple[np.dtype[Any], ...]
 
 
 @attrs.frozen
@@ -455,6 +460,14 @@ class Engine(abc.ABC):
     name: str
     #: Higher wins when :func:`hrx_core.device` picks the best engine.
     priority: int = 0
+    #: Whether :func:`hrx_core.device` may pick this engine by priority: an explicit
+    #: opt-in saying its devices run what users run on a default device (the stock
+    #: plugins' kernels, ``hrx pipeline``, models). Without it the engine is used only
+    #: when named (``device(name)``, ``HRX_ENGINE``), whatever its priority.
+    default_capable: bool = False
+    #: Set to replace a built-in engine of the same name (``host``); any other name
+    #: clash between plugins is a PluginError.
+    replaces_builtin: bool = False
 
     @abc.abstractmethod
     def probe(self) -> EngineStatus:

@@ -60,7 +60,7 @@ class _GraphHold:
     __slots__ = ("graph",)
 
     def __init__(self, graph: Graph) -> None:
-        self.graph = graph
+        self.graph: Graph | None = graph
 
     def release(self) -> None:
         graph, self.graph = self.graph, None
@@ -478,7 +478,7 @@ class Graph:
         if view.length != declared.nbytes:
             raise InvalidArgument(f"inputs[{name!r}]: has {view.length} bytes, the declared input has {declared.nbytes}")
         if int(used) & ~int(binding.access):
-            raise InvalidArgument(f"inputs[{name!r}]: declared {binding.access.name.lower()}, the graph needs {used.name.lower()}")
+            raise InvalidArgument(f"inputs[{name!r}]: declared {binding.access.label}, the graph needs {used.label}")
         return declared, view, used
 
     def _validate_inputs(self, inputs: Mapping[str, Any]) -> dict[str, tuple[Allocation, int, int, bool]]:
@@ -572,13 +572,13 @@ class Graph:
                     elif kind == "dispatch":
                         q.dispatch(p["executable"], p["grid"], p["block"], p["args"])
 
-        plan = (allocs, uses, encode)  # type: ignore[assignment]
+        plan = (allocs, uses, encode)
         if cache:
             self._drop_record()
-            self._record = LaunchRecord(uses, check=None if self.owned else self._check_borrowed)  # type: ignore[arg-type]
+            self._record = LaunchRecord(uses, check=None if self.owned else self._check_borrowed)
             self._default_allocs = {id(a): a for a in allocs}
-            self._plan = plan  # type: ignore[assignment]
-        return plan  # type: ignore[return-value]
+            self._plan = plan
+        return plan
 
     def _check_borrowed(self) -> None:
         for buffer in self._buffers.values():

@@ -7,7 +7,10 @@ it under the entry-point group ``hrx``::
     [project.entry-points.hrx]
     myengine = "my_package.plugin"
 
-The built-in host engine is registered through the same hooks.
+The built-in host engine is registered through the same hooks. An implementation may
+return None (it provides nothing this time). Every function a plugin marks with
+:data:`hookimpl` must be named like a spec below: a misspelled one is a PluginError
+naming it when plugins load.
 """
 
 from __future__ import annotations
@@ -27,32 +30,32 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def hrx_engines() -> Sequence[Engine]:
+def hrx_engines() -> Sequence[Engine] | None:
     """Return the engines this plugin provides."""
 
 
 @hookspec
-def hrx_compilers() -> Sequence[Compiler]:
+def hrx_compilers() -> Sequence[Compiler] | None:
     """Return compilers, one per target they produce code for."""
 
 
 @hookspec
-def hrx_kernels(engine: str) -> dict[str, Any]:
+def hrx_kernels(engine: str) -> dict[str, Any] | None:
     """Return kernels an op family provides for ``engine``, by name."""
 
 
 @hookspec
-def hrx_artifact_loaders() -> Sequence[Any]:
+def hrx_artifact_loaders() -> Sequence[Any] | None:
     """Return loaders for model-file formats."""
 
 
 @hookspec
-def hrx_doctor() -> Sequence[tuple[str, str, str]]:
+def hrx_doctor() -> Sequence[tuple[str, str, str]] | None:
     """Return extra ``hrx doctor`` rows as (section, item, detail)."""
 
 
 @hookspec
-def hrx_cli_commands() -> Sequence[Any]:
+def hrx_cli_commands() -> Sequence[Any] | None:
     """Return extra ``hrx`` subcommands as :class:`hrx_core.cli.CliCommand` objects.
 
     Each one names the subcommand, its one-line help, a ``configure(parser)`` that

@@ -2,7 +2,8 @@
 
 An engine whose per-call Python cost matters (a prepared launch, a graph replay with
 rebinding) hands :func:`load` a few lines of C and their cffi declarations. The first
-use compiles them with the system C compiler into the compile cache,
+use compiles them with the system C compiler (through :mod:`hrx_core.native`, the one
+way HRX builds host code) into the compile cache,
 ``hrx_core.compiler.cache_dir()/hot/<digest>/``, and imports the result; later uses in
 the process answer from memory, later processes from the cache. The extension is
 engine-neutral C: native entry points reach it as function pointers (an engine that
@@ -30,15 +31,14 @@ import logging
 import os
 import platform
 import re
-import shlex
 import shutil
-import subprocess
 import sys
 import sysconfig
 import threading
 import time
 import uuid
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from .errors import InvalidArgument
@@ -47,8 +47,6 @@ from .errors import InvalidArgument
 ENV = "HRX_HOT_PATH"
 #: Bumped when the way extensions are built changes (part of the digest).
 BUILDER_VERSION = "1"
-#: Longest a compiler run may take (seconds) before the fallback is used.
-COMPILE_TIMEOUT = 300.0
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _OFF = frozenset({"0", "off", "false", "no"})
@@ -94,7 +92,7 @@ def cache_root() -> Path:
     return cache_dir() / "hot"
 
 
-def digest(name: str, cdef: str, source: str) -> str:
+def digest(name: str, cdef: str, source: str, flags: tuple[str, ...] = ()) -> str:
     """The cache key of an extension: its text, the cffi version and the interpreter ABI."""
     try:
         import cffi
@@ -111,18 +109,17 @@ def digest(name: str, cdef: str, source: str) -> str:
         sys.implementation.cache_tag or "",
         str(sysconfig.get_config_var("EXT_SUFFIX")),
         platform.machine(),
+        *flags,
     )
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 def compiler_command() -> list[str]:
-    """The C compiler to run: ``CC``, else the interpreter's ``CC``, else ``cc``."""
-    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
-    try:
-        argv = shlex.split(cc)
-    except ValueError:
-        argv = [cc]
-    return argv or ["cc"]
+    """The C compiler to run: ``CC``, else the interpreter's ``CC``, else ``cc``
+    (:func:`hrx_core.native.compiler_command`)."""
+    from . import native
+
+    return native.compiler_command("c")
 
 
 def _python_include() -> list[str]:
@@ -144,8 +141,9 @@ def forget() -> None:
         _modules.clear()
 
 
-def load(name: str, cdef: str, source: str) -> HotModule:
-    """The extension ``name`` built from ``cdef`` (cffi declarations) and ``source`` (C).
+def load(name: str, cdef: str, source: str, *, flags: Sequence[str] = ()) -> HotModule:
+    """The extension ``name`` built from ``cdef`` (cffi declarations) and ``source`` (C),
+    compiled by :func:`hrx_core.native.build_shared` with ``-O2`` then ``flags``.
 
     Built on first use into the cache and imported; never raises for a missing
     compiler, headers or cffi, a failed build or ``HRX_HOT_PATH=0``: the result then
@@ -157,6 +155,9 @@ def load(name: str, cdef: str, source: str) -> HotModule:
     for label, text in (("cdef", cdef), ("source", source)):
         if not isinstance(text, str):
             raise InvalidArgument(f"{label}: expected C text (str), got {type(text).__name__}")
+    if isinstance(flags, str) or not all(isinstance(f, str) for f in flags):
+        raise InvalidArgument(f"flags: expected a sequence of str, got {flags!r}")
+    flags = tuple(flags)
     if not enabled():
         log.debug("hot path %r: disabled by %s=%s", name, ENV, os.environ.get(ENV))
         return HotModule(name, None, None, f"disabled by {ENV}={os.environ.get(ENV)}", None)
@@ -164,7 +165,7 @@ def load(name: str, cdef: str, source: str) -> HotModule:
         root = cache_root()
     except Exception as exc:  # noqa: BLE001 - no home directory, odd HRX_CACHE_DIR
         return HotModule(name, None, None, f"no compile cache: {exc}", None)
-    key_digest = digest(name, cdef, source)
+    key_digest = digest(name, cdef, source, flags)
     key = (str(root), key_digest)
     module = _modules.get(key)
     if module is not None:
@@ -179,7 +180,7 @@ def load(name: str, cdef: str, source: str) -> HotModule:
         module = _modules.get(key) or _modules.get(failure_key)
         if module is None:
             try:
-                module = _load_or_build(name, cdef, source, root, key_digest)
+                module = _load_or_build(name, cdef, source, root, key_digest, flags)
             except Exception as exc:  # noqa: BLE001 - a hot path must never break its caller
                 module = HotModule(name, None, None, f"unexpected {type(exc).__name__}: {exc}", None)
             _modules[key if module.compiled else failure_key] = module
@@ -193,7 +194,8 @@ def _module_name(name: str, key_digest: str) -> str:
     return f"_hrx_hot_{name}_{key_digest[:16]}"
 
 
-def _load_or_build(name: str, cdef: str, source: str, root: Path, key_digest: str) -> HotModule:
+def _load_or_build(name: str, cdef: str, source: str, root: Path, key_digest: str,
+                   flags: tuple[str, ...]) -> HotModule:
     try:
         import cffi
     except ImportError:
@@ -207,7 +209,7 @@ def _load_or_build(name: str, cdef: str, source: str, root: Path, key_digest: st
             return _import(name, modname, library, "loaded from the cache")
         except Exception as exc:  # noqa: BLE001 - a damaged cache entry: build it again
             stale = f"{type(exc).__name__}: {exc}"
-    built = _build(cffi, name, modname, cdef, source, root, library.name)
+    built = _build(cffi, name, modname, cdef, source, root, library.name, flags)
     if isinstance(built, HotModule):
         return built
     try:
@@ -220,9 +222,13 @@ def _load_or_build(name: str, cdef: str, source: str, root: Path, key_digest: st
         shutil.rmtree(built, ignore_errors=True)
 
 
-def _build(cffi: Any, name: str, modname: str, cdef: str, source: str, root: Path, filename: str) -> Path | HotModule:
+def _build(cffi: Any, name: str, modname: str, cdef: str, source: str, root: Path, filename: str,
+           flags: tuple[str, ...]) -> Path | HotModule:
     """Compile into a private temporary directory; its path, or a fallback HotModule."""
     global builds
+    from . import native
+    from .errors import CompileError
+
     argv = compiler_command()
     if shutil.which(argv[0]) is None:
         return HotModule(name, None, None, f"no C compiler: {argv[0]!r} not found (set CC)", None)
@@ -240,29 +246,18 @@ def _build(cffi: Any, name: str, modname: str, cdef: str, source: str, root: Pat
         ffi.cdef(cdef)
         c_file = tmp / f"{modname}.c"
         _emit_c(ffi, modname, source, c_file)
-        command = [
-            *argv,
-            "-shared",
-            "-fPIC",
-            "-O2",
-            *(f"-I{p}" for p in includes),
-            str(c_file),
-            "-o",
-            str(tmp / filename),
-        ]
         builds += 1
         started = time.monotonic()
-        out = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT, check=False)
-        if out.returncode != 0 or not (tmp / filename).is_file():
-            log = (out.stderr or out.stdout).strip().splitlines()
-            detail = " | ".join(log[:4]) or f"exit status {out.returncode}"
-            raise _BuildFailed(f"{argv[0]} failed after {time.monotonic() - started:.1f} s: {detail}")
+        try:
+            native.build_shared(c_file.read_text(), tmp / filename, language="c", flags=("-O2", *flags),
+                                includes=includes)
+        except CompileError as exc:
+            log = (exc.log or str(exc)).strip().splitlines()
+            detail = " | ".join(log[:4])
+            raise _BuildFailed(f"{argv[0]} failed after {time.monotonic() - started:.1f} s: {detail}") from None
     except _BuildFailed as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         return HotModule(name, None, None, str(exc), None)
-    except subprocess.TimeoutExpired:
-        shutil.rmtree(tmp, ignore_errors=True)
-        return HotModule(name, None, None, f"{argv[0]} ran past {COMPILE_TIMEOUT:.0f} s", None)
     except Exception as exc:  # noqa: BLE001 - cffi parse errors, OSError running the compiler
         shutil.rmtree(tmp, ignore_errors=True)
         return HotModule(name, None, None, f"build failed: {type(exc).__name__}: {exc}", None)

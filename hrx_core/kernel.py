@@ -21,13 +21,14 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import numpy as np
 
 from .buffer import coerce_access
-from .engine import Access, Executable, HostReference
+from .engine import Access, EngineDevice, Executable, HostReference
+from .engine_rules import check_executable
 from .errors import InvalidArgument, Unsupported
 from .errors import show as _show
 
@@ -170,7 +171,9 @@ class Kernel:
             if picked is None:
                 raise Unsupported(
                     f"kernel {self.name!r} has sources for {', '.join(self.sources)}; "
-                    f"{device.name} runs {', '.join(device.info.targets) or 'nothing'}"
+                    f"{device.name} runs {', '.join(device.info.targets) or 'nothing'} (a kernel runs on a "
+                    "target it gives a source for, sources={target: ...}, or whose registered compiler reads "
+                    "one of its sources; a device that runs host callables lists 'host' among its targets)"
                 )
             target, source = picked
             from .plugins import compile as compile_source
@@ -183,6 +186,8 @@ class Kernel:
             if target != "host" and getattr(device.native, "wants_host_reference", False):
                 artifact = attrs.evolve(artifact, reference=self._host_reference())
             exe = device.native.load_executable(artifact)
+            if isinstance(device.native, EngineDevice):  # an engine's device (not a test stand-in)
+                check_executable(device.info.engine, exe)
             self._image_bytes[key] = code_bytes(artifact.code, self.sources[source])
             self._executables[key] = exe
             # keyed by id: forget the entry when the device goes, so a later device that
@@ -274,10 +279,10 @@ def _convert_scalar(i: int, value: Any, dtype: np.dtype) -> np.generic:
     if ok:
         try:
             with np.errstate(over="raise", invalid="ignore"):
-                converted = np.array(value, dtype=dtype)[()]
+                converted = cast(np.generic, np.asarray(value, dtype=dtype)[()])
             if kind in "iub" and converted != value:
                 raise ValueError("out of range")
-            return converted  # type: ignore[no-any-return]
+            return converted
         except (ValueError, TypeError, OverflowError, FloatingPointError):
             pass
     shown = repr(value) if isinstance(value, (int, float, bool, complex, np.generic)) else type(value).__name__

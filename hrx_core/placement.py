@@ -106,7 +106,7 @@ class AliasAllocation(Allocation):
         origin.retain()
         self.on_free.append(lambda _alias: origin.release())
 
-    @property  # type: ignore[override]
+    @property
     def host_dirty(self) -> bool:
         return self.origin.host_dirty
 
@@ -114,7 +114,7 @@ class AliasAllocation(Allocation):
     def host_dirty(self, value: bool) -> None:
         self.origin.host_dirty = value
 
-    @property  # type: ignore[override]
+    @property
     def device_dirty(self) -> bool:
         return self.origin.device_dirty
 
@@ -351,7 +351,7 @@ def visibility(buffer: Buffer | View | Binding, producer: Agent, consumer: Agent
     unsupported: tuple[str, ...] = ()
     if coherent:
         for agent in (producer, consumer):
-            if agent != HOST:
+            if not isinstance(agent, str):  # a Device (HOST is the only str agent)
                 caveats = agent.info.properties.get("coherent_unsupported_atomics", ())
                 unsupported += tuple(x for x in caveats if x not in unsupported)
     return Visibility(p, c, True, coherent, tuple(release), tuple(acquire), {4: scope, 8: scope}, note, unsupported)

@@ -44,7 +44,7 @@ def merge_uses(uses: Sequence[Use]) -> list[Use]:
             merged[id(alloc)] = [alloc, start, end, writes]
         else:
             m[1], m[2], m[3] = min(m[1], start), max(m[2], end), m[3] or writes
-    return [tuple(m) for m in merged.values()]  # type: ignore[misc]
+    return [tuple(m) for m in merged.values()]
 
 
 class LaunchRecord:

@@ -91,7 +91,7 @@ MIN_FILE_PIECE_BYTES = 4 << 20
 def pread_into(fd: int, dst: np.ndarray, offset: int) -> None:
     """Read ``dst.nbytes`` bytes of file ``fd`` at ``offset`` into ``dst`` (uint8,
     contiguous); short reads continue, end of file raises EOFError."""
-    view = memoryview(dst).cast("B")
+    view = dst.data.cast("B")
     done = 0
     n = len(view)
     while done < n:

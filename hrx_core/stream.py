@@ -77,8 +77,8 @@ def _unloaded(kernel: Kernel) -> None:
 def _narrower(kernel: Kernel, index: int, binding: Binding, access: Access) -> None:
     verb = {Access.READ: "reads", Access.WRITE: "writes"}.get(access, "reads and writes")
     raise InvalidArgument(
-        f"bindings[{index}]: declared {binding.access.name.lower()} but kernel {kernel.name!r} "
-        f"{verb} this buffer (declare .{access.name.lower()}())"
+        f"bindings[{index}]: declared {binding.access.label} but kernel {kernel.name!r} "
+        f"{verb} this buffer (declare .{access.label}())"
     )
 
 

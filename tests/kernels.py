@@ -5,20 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import hrx_core as hrx
-
-_ADD_U32_CUDA = r"""
-extern "C" __global__ void add_u32(unsigned int* data, unsigned int value, unsigned int n) {
-    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) data[i] += value;
-}
-"""
-
-
-def _add_u32(data: np.ndarray, value: np.uint32, n: np.uint32) -> None:
-    data.view(np.uint32)[:n] += value
-
-
-ADD_U32 = hrx.Kernel("add_u32", buffers=("read_write",), scalars=(np.uint32, np.uint32), host=_add_u32, cuda=_ADD_U32_CUDA)
+from hrx_core.testing import ADD_U32  # noqa: F401 - shared with the shipped conformance suite
 
 _XOR_BYTES_CUDA = r"""
 extern "C" __global__ void xor_bytes(const unsigned char* src, unsigned char* dst, unsigned char key, unsigned int n) {

@@ -131,7 +131,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def parse_header(
-    path: str, data: bytes | memoryview | mmap.mmap, file_size: int
+    path: str, data: bytes | bytearray | memoryview | mmap.mmap, file_size: int
 ) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
     """Check a safetensors header: (tensors by name in file order, metadata, data start)."""
     if file_size < 8:

@@ -8,7 +8,8 @@ from typing import Any
 from .. import plugins as reg
 
 
-def _fmt_bytes(n: int) -> str:
+def _fmt_bytes(nbytes: int) -> str:
+    n = float(nbytes)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

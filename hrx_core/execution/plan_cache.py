@@ -42,7 +42,8 @@ def check_key(key: Any) -> Hashable:
         hash(key)
     except TypeError:
         raise InvalidArgument(f"key: expected a hashable key, got {type(key).__name__} {key!r}") from None
-    return key
+    checked: Hashable = key
+    return checked
 
 
 def close_quietly(obj: Any, what: str) -> None:
@@ -242,7 +243,7 @@ class PlanCache:
         excess = len(self._plans) - limit
         if excess <= 0:
             return []
-        victims = []
+        victims: list[Any] = []
         for entry in list(self._plans.values()):
             if len(victims) == excess:
                 break

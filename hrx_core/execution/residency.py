@@ -457,7 +457,7 @@ class ResidencyManager:
     def __contains__(self, key: object) -> bool:
         with self._lock:
             try:
-                unit = self._units.get(key)  # type: ignore[arg-type]
+                unit = self._units.get(key)
             except TypeError:
                 return False
             return unit is not None and unit.state == _READY

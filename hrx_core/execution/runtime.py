@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -173,7 +174,7 @@ async def _await_quietly(event: Event) -> None:
     future: asyncio.Future[None] = loop.create_future()
 
     def done(_: Any) -> None:
-        loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+        loop.call_soon_threadsafe(lambda: None if future.done() else future.set_result(None))
 
     completion.add_done_callback(done)
     await future
@@ -352,7 +353,7 @@ class Runtime:
         self.stats.track_bytes(-alloc.nbytes)
 
     def live_tracked_bytes(self) -> int:
-        return self.stats.snapshot()["live_tracked_bytes"]
+        return int(self.stats.snapshot()["live_tracked_bytes"])
 
     # -- graphs and submission ----------------------------------------------------
 
@@ -463,11 +464,11 @@ class Runtime:
 
     # -- lane reservations (NativeSession) --------------------------------------------------
 
-    def _reserved_elsewhere(self, lanes: set[str]) -> bool:
+    def _reserved_elsewhere(self, lanes: AbstractSet[str]) -> bool:
         me = threading.get_ident()
         return any((r := self._reservations.get(name)) is not None and r[0] != me for name in lanes)
 
-    def _wait_for_lanes(self, lanes: set[str], block: bool, deadline: float | None, timeout: float | None) -> None:
+    def _wait_for_lanes(self, lanes: AbstractSet[str], block: bool, deadline: float | None, timeout: float | None) -> None:
         """Wait (the submit lock released meanwhile) until no other thread reserves ``lanes``."""
         if not block:
             raise QueueFull(f"lanes {sorted(lanes)}: reserved by a native session of another thread")

@@ -263,7 +263,7 @@ class TraceRecorder:
     @overload
     def counter(self, name: str, ts_ns: int, /, **series: float) -> None: ...
 
-    def counter(self, *args: Any, **series: float) -> None:
+    def counter(self, /, *args: Any, **series: float) -> None:
         """Record a counter sample.
 
         ``counter(track_or_group, name, ts_ns, value)`` records one value in the
@@ -565,7 +565,7 @@ def _fail(i: int, rule: str) -> NoReturn:
 def _check_event(i: int, event: object) -> None:
     if not isinstance(event, dict):
         _fail(i, f"an event must be a dict, got {type(event).__name__}")
-    ph = event.get("ph")  # type: ignore[union-attr]
+    ph = event.get("ph")
     if ph is None:
         _fail(i, "missing 'ph'")
     if not isinstance(ph, str) or ph not in _PHASES:
@@ -600,7 +600,7 @@ def _check_event(i: int, event: object) -> None:
         args = event.get("args")
         if not isinstance(args, dict) or not args:
             _fail(i, f"'C' event needs non-empty 'args', got {show(args)}")
-        for key, value in args.items():  # type: ignore[union-attr]
+        for key, value in args.items():
             if not _is_number(value):
                 _fail(i, f"'C' event series {key!r} has non-numeric value {value!r}")
     elif ph == "M":
@@ -665,7 +665,7 @@ class _ThreadSpans:
 def _check_flows(
     events: list[dict[str, Any]],
     flows: list[tuple[int, int]],
-    intervals: dict[tuple[object, object], list[tuple[int, int, int]]],
+    intervals: dict[tuple[int, int], list[tuple[int, int, int]]],
 ) -> None:
     threads = {thread: _ThreadSpans(spans) for thread, spans in intervals.items()}
     nothing = _ThreadSpans([])

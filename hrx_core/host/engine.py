@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -189,6 +189,7 @@ class HostDevice(EngineDevice):
         if artifact.target != "host" or not callable(artifact.code):
             raise InvalidArgument(f"host engine loads 'host' callables, got target {artifact.target!r}")
         fn = artifact.code
+        params: Mapping[str, inspect.Parameter]
         try:
             params = inspect.signature(fn).parameters
         except (TypeError, ValueError):
@@ -219,6 +220,7 @@ class HostDevice(EngineDevice):
 class HostEngine(Engine):
     name = "host"
     priority = 0
+    default_capable = True
 
     def probe(self) -> EngineStatus:
         return EngineStatus(True, "built in", 1)

@@ -20,6 +20,14 @@ def hrx_compilers():  # type: ignore[no-untyped-def]
 
 
 @hookimpl
+def hrx_doctor():  # type: ignore[no-untyped-def]
+    """How HRX builds native host code here: each compiler, whether it builds, the cache."""
+    from .. import native
+
+    return native.doctor_rows()
+
+
+@hookimpl
 def hrx_kernels(engine):  # type: ignore[no-untyped-def]
     """hrx_core's own kernels (the `hrx pipeline` check), for every engine."""
     from ..cli.pipeline import AXPY

@@ -190,12 +190,12 @@ class ModelFragment:
                 f"{list(self.outputs)}{' (reuses scratch)' if self.reuse_private_scratch else ''}>")
 
     def _check_tensor(self, what: str, tensor: Any, spec: TensorSpec) -> DeviceTensor:
-        tensor = check_tensor(what, tensor, self.definition.device)
-        if not spec.matches(tensor):
+        checked = check_tensor(what, tensor, self.definition.device)
+        if not spec.matches(checked):
             raise InvalidArgument(
-                f"{what}: {list(tensor.shape)} {tensor.dtype} does not match the declared {list(spec.shape)} {spec.dtype}"
+                f"{what}: {list(checked.shape)} {checked.dtype} does not match the declared {list(spec.shape)} {spec.dtype}"
             )
-        return tensor
+        return checked
 
     def record(self, graph: TrackedGraph, inputs: Mapping[str, DeviceTensor], *,
                outputs: Mapping[str, DeviceTensor] | None = None, after: Sequence[Region] = ()) -> dict[str, DeviceTensor]:

@@ -21,18 +21,23 @@ if TYPE_CHECKING:
     from .definition import ModelDefinition
 
 
-def _named_tensors(what: str) -> Any:
-    def convert(value: Any) -> Mapping[str, DeviceTensor]:
-        if not isinstance(value, Mapping):
-            raise InvalidArgument(f"{what}: expected a mapping of names to DeviceTensors, got {type(value).__name__}")
-        for key, tensor in value.items():
-            if not isinstance(key, str) or not key:
-                raise InvalidArgument(f"{what}: names must be nonempty strings, got {show(key)}")
-            if not isinstance(tensor, DeviceTensor):
-                raise InvalidArgument(f"{what}[{key!r}]: expected a DeviceTensor, got {type(tensor).__name__}")
-        return MappingProxyType(dict(value))
+def _named_tensors(what: str, value: Any) -> Mapping[str, DeviceTensor]:
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(f"{what}: expected a mapping of names to DeviceTensors, got {type(value).__name__}")
+    for key, tensor in value.items():
+        if not isinstance(key, str) or not key:
+            raise InvalidArgument(f"{what}: names must be nonempty strings, got {show(key)}")
+        if not isinstance(tensor, DeviceTensor):
+            raise InvalidArgument(f"{what}[{key!r}]: expected a DeviceTensor, got {type(tensor).__name__}")
+    return MappingProxyType(dict(value))
 
-    return convert
+
+def _inputs(value: Any) -> Mapping[str, DeviceTensor]:
+    return _named_tensors("inputs", value)
+
+
+def _outputs(value: Any) -> Mapping[str, DeviceTensor]:
+    return _named_tensors("outputs", value)
 
 
 @attrs.frozen
@@ -41,8 +46,8 @@ class InferenceGraph:
     (DeviceTensors by name; contiguous; slices and in-place pairs allowed) and the
     tracked ``graph`` that turns the inputs into the outputs."""
 
-    inputs: Mapping[str, DeviceTensor] = attrs.field(converter=_named_tensors("inputs"))
-    outputs: Mapping[str, DeviceTensor] = attrs.field(converter=_named_tensors("outputs"))
+    inputs: Mapping[str, DeviceTensor] = attrs.field(converter=_inputs)
+    outputs: Mapping[str, DeviceTensor] = attrs.field(converter=_outputs)
     graph: TrackedGraph = attrs.field()
 
     @graph.validator

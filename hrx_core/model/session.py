@@ -80,7 +80,7 @@ class ModelSession:
         self._weights: dict[str, DeviceTensor] = {}
         self._tensors: dict[str, DeviceTensor] = {}
         self._held: dict[int, HeldMemory] = {}  # id(allocation) -> the arena's handle
-        self._graphs: PlanCache[TrackedGraph] = PlanCache(max_plans=check_int("graph_cache_size", graph_cache_size, minimum=1))
+        self._graphs: PlanCache = PlanCache(max_plans=check_int("graph_cache_size", graph_cache_size, minimum=1))
         self._budgets: list[MemoryBudget | None] = []
         # charges for loaded code (executable images, private workspace), shared with
         # the definitions frozen from this session

@@ -33,15 +33,16 @@ DTYPE_NAMES = {"bf16": np.dtype(bfloat16), "bfloat16": np.dtype(bfloat16), "f32"
                "float32": np.dtype(np.float32)}
 
 
-def as_dtype(name: str, value: Any) -> np.dtype:
+def as_dtype(name: str, value: Any) -> np.dtype[Any]:
     """A numpy dtype of fixed-size elements from a dtype, a numpy name or one of
     :data:`DTYPE_NAMES` (object, string and structured dtypes are refused)."""
     if isinstance(value, str) and value in DTYPE_NAMES:
-        return DTYPE_NAMES[value]
+        named: np.dtype[Any] = DTYPE_NAMES[value]
+        return named
     if value is None:  # numpy would read None as float64
         raise InvalidArgument(f"{name}: expected a dtype, got None")
     try:
-        dt = np.dtype(value)
+        dt: np.dtype[Any] = np.dtype(value)
     except (TypeError, ValueError, SyntaxError, RecursionError):
         raise InvalidArgument(f"{name}: {show(value)} is not a dtype") from None
     if dt.hasobject or dt.itemsize == 0 or dt.kind not in "biufcV" or dt.shape != () or dt.fields is not None:
@@ -116,12 +117,20 @@ class SharedHold:
             action()
 
 
+def _spec_shape(value: Any) -> tuple[int, ...]:
+    return as_shape("shape", value)
+
+
+def _spec_dtype(value: Any) -> np.dtype[Any]:
+    return as_dtype("dtype", value)
+
+
 @attrs.frozen
 class TensorSpec:
     """The declared shape and dtype of a fragment input, output or scratch tensor."""
 
-    shape: tuple[int, ...] = attrs.field(converter=lambda v: as_shape("shape", v))
-    dtype: np.dtype = attrs.field(converter=lambda v: as_dtype("dtype", v))
+    shape: tuple[int, ...] = attrs.field(converter=_spec_shape)
+    dtype: np.dtype[Any] = attrs.field(converter=_spec_dtype)
 
     @property
     def nbytes(self) -> int:

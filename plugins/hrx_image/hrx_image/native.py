@@ -10,19 +10,17 @@ nearest even, as on the GPU, so the host engine runs the very source the GPU run
 and the tests check it byte for byte against the numpy kernels in :mod:`.host`,
 which remain the fallback where no compiler exists (or ``HRX_IMAGE_NATIVE=0``).
 
-The library is cached under the HRX cache directory, keyed by the sources, flags and
-compiler; ctypes releases the GIL during each call.
+The library is built by :mod:`hrx_core.native` (the one way HRX builds host code) and
+cached under the HRX cache directory, keyed by the sources, flags and compiler; ctypes
+releases the GIL during each call.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import os
 import re
-import shutil
-import subprocess
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from hrx_core import native as native_build
 
 PRELUDE = r"""
 #include <math.h>
@@ -76,7 +76,7 @@ static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline void __syncthreads() {}
 """
 
-FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-w", "-std=c++14")
+FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-w", "-std=c++14")
 
 
 def _cpu_flags() -> tuple[str, ...]:
@@ -100,7 +100,8 @@ _pool: ThreadPoolExecutor | None = None
 
 
 def compiler() -> str | None:
-    return shutil.which(os.environ.get("CXX", "")) or shutil.which("g++") or shutil.which("clang++")
+    """The C++ compiler :mod:`hrx_core.native` runs (``CXX``, else ``c++``/``g++``/``clang++``)."""
+    return native_build.compiler_path("c++")
 
 
 def source(sources: Sequence[str]) -> str:
@@ -109,27 +110,16 @@ def source(sources: Sequence[str]) -> str:
 
 
 def build(sources: Sequence[str], folder: Path) -> ctypes.CDLL:
-    """Compile ``sources`` into a shared library in ``folder`` (cached by content)."""
-    cxx = compiler()
-    if cxx is None:
-        raise OSError("no C++ compiler (g++ or clang++) found")
+    """Compile ``sources`` into a shared library in ``folder`` (cached by content and
+    compiler) with :func:`hrx_core.native.build_shared`."""
+    if compiler() is None:
+        raise OSError("no C++ compiler (CXX, c++, g++ or clang++) found")
     text = source(sources)
     flags = (*FLAGS, *_cpu_flags())
-    key = hashlib.sha256("\0".join([text, cxx, *flags]).encode()).hexdigest()[:16]
-    folder.mkdir(parents=True, exist_ok=True)
-    lib = folder / f"hrx_image_{key}.so"
+    key = native_build.cache_key(text, language="c++", flags=flags)[:16]
+    lib = Path(folder) / f"hrx_image_{key}.so"
     if not lib.exists():
-        src = folder / f"hrx_image_{key}.{os.getpid()}.cpp"
-        tmp = folder / f"hrx_image_{key}.{os.getpid()}.so"
-        src.write_text(text)
-        try:
-            done = subprocess.run([cxx, *flags, "-o", str(tmp), str(src)], capture_output=True, text=True, timeout=300, check=False)
-            if done.returncode:
-                raise OSError(f"{cxx} failed: {done.stderr.strip()[:2000]}")
-            os.replace(tmp, lib)
-        finally:
-            src.unlink(missing_ok=True)
-            tmp.unlink(missing_ok=True)
+        native_build.build_shared(text, lib, language="c++", flags=flags)
     return ctypes.CDLL(str(lib))
 
 
@@ -145,9 +135,7 @@ def library(sources: Sequence[str]) -> Any:
                 _failed[key] = "disabled by HRX_IMAGE_NATIVE=0"
             else:
                 try:
-                    from hrx_core.compiler import cache_dir
-
-                    _libs[key] = build(sources, cache_dir() / "host-native")
+                    _libs[key] = build(sources, native_build.cache_root())
                 except Exception as exc:  # noqa: BLE001 - no compiler: the numpy kernels serve
                     _failed[key] = f"{type(exc).__name__}: {exc}"
             if key in _failed:  # said once per set of sources

@@ -1,5 +1,6 @@
 """The ``npu-host-c`` target: NPU programs' host builds, C translation units compiled
-with the system C compiler into shared libraries that cffi loads (ABI mode: no
+with the system C compiler (through :mod:`hrx_core.native`, the one way HRX builds host
+code) into shared libraries that cffi loads (ABI mode: no
 Python headers needed, and the compiler's own diagnostics reach CompileError).
 
 A program is one function with a fixed signature, declared with the
@@ -22,14 +23,13 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
-import subprocess
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
+from hrx_core import native
 from hrx_core.compiler import Compiler, cache_dir
 from hrx_core.errors import CompileError, show
 
@@ -55,38 +55,23 @@ SIGNATURE = ("void {entry}(uint8_t **buffers, const int64_t *lengths, int32_t nb
 
 DEFAULT_FLAGS = ("-O3",)
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_salt: str | None = None
 _lock = threading.Lock()
 _loaded: dict[str, Any] = {}
 
 
 def _cc() -> list[str]:
-    value = os.environ.get("CC", "cc")
-    try:
-        words = shlex.split(value)
-    except ValueError as exc:
-        raise CompileError(f"CC: {value!r} is not a command line ({exc})") from None
-    if any("\x00" in w for w in words):
-        raise CompileError("CC: contains a NUL byte")
-    return words or ["cc"]
+    return native.compiler_command("c")
 
 
 def c_compiler() -> str | None:
-    """The C compiler used (``CC`` or ``cc``), or None if it is not on PATH."""
-    return shutil.which(_cc()[0])
+    """The C compiler used (``CC``, else the interpreter's, else ``cc``), or None if it
+    is not on PATH."""
+    return native.compiler_path("c")
 
 
 def salt() -> str:
     """What the output depends on besides source and flags: the compiler's version."""
-    global _salt
-    if _salt is None:
-        try:
-            out = subprocess.run([*_cc(), "--version"], capture_output=True, text=True, timeout=30, check=False)
-            version = (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else "?"
-        except (OSError, subprocess.SubprocessError) as exc:
-            version = f"unavailable ({exc})"
-        _salt = f"{' '.join(_cc())}: {version}"
-    return _salt
+    return f"{' '.join(_cc())}: {native.compiler_version('c')}"
 
 
 def compile_c(source: Any, entry: str, options: tuple[str, ...]) -> tuple[bytes, str]:
@@ -100,16 +85,11 @@ def compile_c(source: Any, entry: str, options: tuple[str, ...]) -> tuple[bytes,
     flags = list(options) or list(DEFAULT_FLAGS)
     tmp = tempfile.mkdtemp(prefix="hrx-npu-cc-")
     try:
-        src, lib = Path(tmp) / "program.c", Path(tmp) / "program.so"
-        src.write_text(PRELUDE + source)
-        cmd = [*_cc(), "-shared", "-fPIC", *flags, "-o", str(lib), str(src)]
+        lib = Path(tmp) / "program.so"
         try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise CompileError(f"{TARGET}: running {cmd[0]} failed", log=str(exc)) from None
-        log = (out.stdout + out.stderr).strip()
-        if out.returncode != 0 or not lib.exists():
-            raise CompileError(f"{TARGET}: {entry!r} does not compile", log=log)
+            log = native.build_shared(PRELUDE + source, lib, language="c", flags=flags)
+        except CompileError as exc:
+            raise CompileError(f"{TARGET}: {entry!r} does not compile", log=exc.log or str(exc)) from None
         data = lib.read_bytes()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

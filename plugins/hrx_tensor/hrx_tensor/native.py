@@ -4,20 +4,17 @@ index copy of gather_rows (every engine).
 numpy has no BF16 arithmetic, so the pure-numpy path widens the weights to F32 in
 passes (4 bytes of traffic per weight and more). This C kernel reads each BF16 weight
 once (2 bytes), widens it in registers and accumulates in F32; rows are split across
-threads (cffi releases the GIL during the call). It is compiled on first use with the
-system C compiler into the HRX cache directory, keyed by the source, the flags and
-the Python ABI; if no compiler is available, :func:`gemv` returns None and callers use
-the numpy path. ``HRX_TENSOR_NATIVE=0`` disables it.
+threads (cffi releases the GIL during the call). It is a cffi extension built on first
+use by :func:`hrx_core.hotpath.load` (the system C compiler, through
+:mod:`hrx_core.native`) into the HRX cache directory, keyed by the source, the flags and
+the Python ABI; if no compiler is available, :func:`gemv` returns False and callers use
+the numpy path. ``HRX_TENSOR_NATIVE=0`` (or ``HRX_HOT_PATH=0``) disables it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import logging
 import os
-import sys
-import sysconfig
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -119,28 +116,14 @@ def _flags() -> list[str]:
 
 
 def _build() -> Any:
-    import cffi
+    """The compiled module (``ffi``, ``lib``, ``path``) through :func:`hrx_core.hotpath.load`
+    (which builds with :mod:`hrx_core.native`); raises RuntimeError with the reason where
+    it cannot be had."""
+    from hrx_core import hotpath
 
-    from hrx_core.compiler import cache_dir
-
-    flags = _flags()
-    key = hashlib.sha256("\0".join([C_SOURCE, CDEF, *flags, sysconfig.get_config_var("EXT_SUFFIX") or "", sys.version]).encode()).hexdigest()[:16]
-    name = f"_hrx_tensor_native_{key}"
-    folder = cache_dir() / "host-native"
-    folder.mkdir(parents=True, exist_ok=True)
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    path = folder / f"{name}{suffix}"
-    if not path.exists():
-        ffi = cffi.FFI()
-        ffi.cdef(CDEF)
-        ffi.set_source(name, C_SOURCE, extra_compile_args=flags)
-        built = ffi.compile(tmpdir=str(folder))
-        if os.path.abspath(built) != str(path):
-            os.replace(built, path)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = hotpath.load("hrx_tensor_native", CDEF, C_SOURCE, flags=_flags())
+    if not module.compiled:
+        raise RuntimeError(module.reason)
     return module
 
 
@@ -178,7 +161,7 @@ def _load() -> Any:
 def status() -> tuple[str, str]:
     """``("compiled", path)`` or ``("numpy fallback", reason)`` (builds on first call)."""
     module = _load()
-    return ("compiled", str(module.__file__)) if module is not None else ("numpy fallback", str(_failed))
+    return ("compiled", str(module.path)) if module is not None else ("numpy fallback", str(_failed))
 
 
 def gemv(w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, k: int) -> bool:
@@ -256,7 +239,7 @@ def _index_functions() -> Any:
             return None
         import ctypes
 
-        lib = ctypes.PyDLL(module.__file__)
+        lib = ctypes.PyDLL(module.path)
         funcs = []
         for name in ("hrx_copy_indices_i64", "hrx_copy_indices_i32"):
             f = getattr(lib, name)

@@ -27,6 +27,7 @@ class AmdgpuEngine(Engine):
 
     name = "amdgpu"
     priority = 90
+    default_capable = True
 
     def probe(self) -> EngineStatus:
         try:

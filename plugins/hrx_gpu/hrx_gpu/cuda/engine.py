@@ -29,6 +29,7 @@ class CudaEngine(Engine):
 
     name = "cuda"
     priority = 100
+    default_capable = True
 
     def probe(self) -> EngineStatus:
         try:
