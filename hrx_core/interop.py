@@ -161,6 +161,8 @@ def _to_dlpack(view: View, stream: Any, max_version: Any, dl_device: Any, copy: 
         raise InvalidArgument(f"max_version: expected None or a (major, minor) tuple of ints, got {type(max_version).__name__}")
     if dl_device is not None and (not isinstance(dl_device, tuple) or dl_device != dlpack_device(view)):
         raise InvalidArgument(f"dl_device: HRX exports on the buffer's own device {dlpack_device(view)}, got {show(dl_device)}")
+    dims: Sequence[int]
+    elem_strides: list[int] | None
     if layout is None:
         dims, elem_strides, dtype = (view.length,), None, DLDataType(1, 8, 1)  # kDLUInt, 8 bits
     else:

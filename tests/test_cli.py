@@ -98,9 +98,13 @@ def test_run_reporting_turns_failures_into_one_line(capsys):
     def bug():
         raise KeyError("oops")
 
+    def no_file():
+        open("/nonexistent/results.json")
+
     assert run_reporting("tool", missing) == 2
     assert run_reporting("tool", hrx_error) == 2
     assert run_reporting("tool", bug) == 1
+    assert run_reporting("tool", no_file) == 2
     assert run_reporting("tool", lambda: 3) == 3 and run_reporting("tool", lambda: None) == 0
     err = capsys.readouterr().err.splitlines()
     assert err == [
@@ -108,6 +112,7 @@ def test_run_reporting_turns_failures_into_one_line(capsys):
         "No module named 'no_such_package_for_hrx'",
         "tool: InvalidArgument: n: expected an int >= 1, got -5",
         "tool: KeyError: 'oops' (HRX_DEBUG=1 shows the traceback)",
+        "tool: FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/results.json'",
     ]
 
 
@@ -131,6 +136,13 @@ def test_bench_scripts_without_a_gpu_print_one_line(argv, tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"bench/{argv[0]}: ") and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("argv", [["table.py"], ["table.py", "/nonexistent/results.json"]], ids=len)
+def test_bench_table_errors_print_one_line(argv, tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / argv[0]), *argv[1:]], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120, check=False)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
 
 
 def test_onnx_without_the_package_names_the_extra(monkeypatch, tmp_path):

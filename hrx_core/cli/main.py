@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 from collections.abc import Callable
@@ -160,9 +161,10 @@ def _main(argv: list[str]) -> int:
 
 def run_reporting(prog: str, fn: Callable[[], int | None]) -> int:
     """Run ``fn`` as a command-line tool named ``prog``: its exit status, or, when it
-    raises, one line on stderr and a non-zero status -- 2 for HRX errors and missing
-    Python packages, 130 for Ctrl-C, 1 for anything else (``HRX_DEBUG=1`` re-raises,
-    showing the traceback). Used by ``hrx`` and by the scripts under bench/."""
+    raises, one line on stderr and a non-zero status -- 2 for HRX errors, missing
+    Python packages and OS errors (a missing file), 130 for Ctrl-C, 141 (quietly) when
+    stdout's reader went away, 1 for anything else (``HRX_DEBUG=1`` re-raises, showing
+    the traceback). Used by ``hrx`` and by the scripts under bench/."""
     try:
         return int(fn() or 0)
     except HRXError as exc:
@@ -172,6 +174,15 @@ def run_reporting(prog: str, fn: Callable[[], int | None]) -> int:
         if debug():
             raise
         print(f"{prog}: needs the Python package {exc.name!r}, which is not installed: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # the reader went away (``hrx doctor | head``): stop quietly, as a SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as exc:  # a file or directory the user named (missing, unreadable, full disk)
+        if debug():
+            raise
+        print(f"{prog}: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
