@@ -83,10 +83,11 @@ def _checks(r: dict[str, Any]) -> str:
 def render(par: dict[str, Any], gem: dict[str, Any]) -> str:
     rows = [
         ["gpu_npu_parallel", f"sequential {par['sequential_ms']:.3f}", f"parallel {par['parallel_ms']:.3f}",
-         f"{par['speedup']:.2f}x (ideal {par['ideal_speedup']:.2f}x, {par['overlap_efficiency']:.0%})", _checks(par)],
+         f"{par['speedup']:.2f}x (ideal {par['ideal_speedup']:.2f}x, {par['overlap_efficiency']:.0%})",
+         _checks(par).partition(":")[0]],
         ["  branches", f"gpu {par['gpu_branch_ms']:.3f}", f"npu {par['npu_branch_ms']:.3f}", "", ""],
         ["gemm_pipeline", f"one at a time {gem['serial_ms']:.3f}", f"concurrent {gem['concurrent_ms']:.3f}",
-         f"{gem['speedup']:.2f}x ({gem['requests']} requests)", _checks(gem)],
+         f"{gem['speedup']:.2f}x ({gem['requests']} requests)", _checks(gem).partition(":")[0]],
     ]
     lines = [
         f"GPU side: {par['gpu']}",
@@ -94,6 +95,9 @@ def render(par: dict[str, Any], gem: dict[str, Any]) -> str:
         f"  ({par['npu_note']})",
         "",
         table(rows, ["example", "ms (median)", "ms (median)", "speedup", "checks"]),
+        "",
+        f"gpu_npu_parallel checks {_checks(par)}",
+        f"gemm_pipeline checks {_checks(gem)}",
     ]
     if par["trace"]:
         lines += ["", f"trace: {par['trace']} (open in https://ui.perfetto.dev)"]
