@@ -167,6 +167,7 @@ def test_hf_without_the_package_names_the_extra(monkeypatch):
 def test_doctor_json_has_schema_and_missing(capsys, monkeypatch):
     monkeypatch.setattr(doctor, "OPTIONAL_PACKAGES",
                         (*doctor.OPTIONAL_PACKAGES, ("no_such_package_for_hrx", "a test feature", "hrx-core[test]")))
+    monkeypatch.setattr(doctor, "KNOWN_PLUGINS", (*doctor.KNOWN_PLUGINS, ("hrx-nothing", "nothing", "plugins/hrx_nothing")))
     code, out, _ = _exit(capsys, ["doctor", "--json"])
     data = json.loads(out)
     assert code in (0, 1) and data["schema"] == doctor.SCHEMA == 1
@@ -174,6 +175,10 @@ def test_doctor_json_has_schema_and_missing(capsys, monkeypatch):
     pkg = [m for m in data["missing"] if m["name"] == "no_such_package_for_hrx"]
     assert pkg == [{"kind": "package", "name": "no_such_package_for_hrx", "why": "not installed; needed for a test feature",
                     "fix": "pip install 'hrx-core[test]'"}]
+    plugins = [m for m in data["missing"] if m["kind"] == "plugin"]
+    assert {"kind": "plugin", "name": "hrx-nothing", "why": "not installed; provides nothing",
+            "fix": "pip install hrx-nothing (from a checkout: pip install -e plugins/hrx_nothing)"} in plugins
+    assert not {m["name"] for m in plugins} & {p["distribution"] for p in data["plugins"]}  # installed ones are not missing
     unavailable = {e["name"] for e in data["engines"] if not e["available"]}
     assert unavailable == {m["name"] for m in data["missing"] if m["kind"] == "engine"}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from typing import Any
 
 from .. import plugins as reg
@@ -12,6 +13,16 @@ from .table import table
 #: Version of the ``hrx doctor --json`` layout: bumped when a key changes meaning or
 #: disappears (new keys may appear without a bump).
 SCHEMA = 1
+
+#: The plugin distributions of this project: (distribution, what it provides, its folder in a checkout).
+KNOWN_PLUGINS = (
+    ("hrx-gpu", "the cuda and amdgpu engines", "plugins/hrx_gpu"),
+    ("hrx-npu", "the NPU programming model, the npu-host engine and `hrx demo`", "plugins/hrx_npu"),
+    ("hrx-tensor", "tensor operations (linear, gather_rows)", "plugins/hrx_tensor"),
+    ("hrx-image", "image preprocessing operations", "plugins/hrx_image"),
+    ("hrx-models", "the GPT-2 decoder, `hrx model` and `hrx generate`", "plugins/hrx_models"),
+    ("hrx-amdf", "the libamdf binding and the simulated Strix Halo", "plugins/hrx_amdf"),
+)
 
 #: Optional Python packages: (import name, what needs it, the extra that installs it).
 OPTIONAL_PACKAGES = (
@@ -92,15 +103,26 @@ def report() -> dict[str, Any]:
     return out
 
 
+def _normal(distribution: str | None) -> str:
+    """A distribution name as PEP 503 compares them."""
+    return re.sub(r"[-_.]+", "-", distribution or "").lower()
+
+
 def missing(data: dict[str, Any]) -> list[dict[str, str]]:
     """What is not installed or not available, and why: unavailable engines, devices
-    that failed to open, plugins that failed to load, optional packages not installed.
+    that failed to open, plugins that failed to load, this project's plugin
+    distributions and optional packages that are not installed.
     Each entry has ``kind``, ``name``, ``why`` and ``fix`` ('' when there is none)."""
     out = [{"kind": "engine", "name": e["name"], "why": e["reason"], "fix": ""} for e in data["engines"] if not e["available"]]
     out += [{"kind": "device", "name": f"{d['engine']}:{d['index']}", "why": d["error"], "fix": ""}
             for d in data["devices"] if "error" in d]
     out += [{"kind": "plugin", "name": f["name"], "why": f"{f['distribution']} {f['version']}: failed to load: {f['error']}",
              "fix": f"pip install --force-reinstall {f['distribution']}" if f["distribution"] else ""} for f in data["failures"]]
+    present = {_normal(p["distribution"]) for p in data["plugins"]} | {_normal(f["distribution"]) for f in data["failures"]}
+    for dist, provides, folder in KNOWN_PLUGINS:
+        if _normal(dist) not in present:
+            out.append({"kind": "plugin", "name": dist, "why": f"not installed; provides {provides}",
+                        "fix": f"pip install {dist} (from a checkout: pip install -e {folder})"})
     for module, needed_by, extra in OPTIONAL_PACKAGES:
         if importlib.util.find_spec(module) is None:
             out.append({"kind": "package", "name": module, "why": f"not installed; needed for {needed_by}",
