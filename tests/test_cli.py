@@ -55,7 +55,9 @@ def test_every_option_of_every_subcommand_has_help_with_its_default():
                 continue
             assert action.help, f"{prog} {action.option_strings[0]}: no help text"
             text = formatter._get_help_string(action) % {"default": action.default}
-            assert action.required or "default" in text.lower(), f"{prog} {action.option_strings[0]}: {text!r}"
+            # required options have none; SUPPRESS (-v/-q after a subcommand) keeps the top level's
+            stated = action.required or action.default is argparse.SUPPRESS or "default" in text.lower()
+            assert stated, f"{prog} {action.option_strings[0]}: {text!r}"
     assert {"hrx doctor", "hrx pipeline", "hrx model init", "hrx generate", "hrx demo"} <= seen, seen
 
 
