@@ -124,7 +124,7 @@ def gpu_bench(reps: int, tmp: str | None) -> list[dict]:
 
         def pinned_h2d() -> float:
             t = time.perf_counter()
-            s.copy(pinned, target)
+            s.copyto(target, pinned)
             s.synchronize()
             return data_bytes / (time.perf_counter() - t) / 1e9
 
@@ -197,4 +197,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hrx_core.cli.main import run_reporting
+
+    sys.exit(run_reporting("bench/artifacts.py", main))

@@ -363,8 +363,8 @@ def bench_transfer(c: Ctx, reps: int, nbytes: int = 1 << 30) -> list[dict]:
         torch.cuda.synchronize()
 
     torch_up, torch_down = bw(torch_up_fn), bw(torch_down_fn)
-    hrx_pin_up = bw(lambda: s.copy(pinned, dbuf).wait())
-    hrx_pin_down = bw(lambda: s.copy(dbuf, pinned).wait())
+    hrx_pin_up = bw(lambda: s.copyto(dbuf, pinned).wait())
+    hrx_pin_down = bw(lambda: s.copyto(pinned, dbuf).wait())
 
     def raw_h2d():
         lib.cuMemcpyAsync(dptr, pinned_ptr, nbytes, c.cu_stream)
@@ -405,7 +405,7 @@ def bench_d2d(c: Ctx, reps: int, nbytes: int = 2 << 30) -> list[dict]:
 
     s, dev = c.s, c.dev
     a, b = dev.allocate(nbytes), dev.allocate(nbytes)
-    s.fill(a, 7).wait()
+    s.fill(a, pattern=7).wait()
     ta = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
     tb = torch.empty_like(ta)
     tb.fill_(3)
@@ -414,7 +414,7 @@ def bench_d2d(c: Ctx, reps: int, nbytes: int = 2 << 30) -> list[dict]:
     def hrx_copy():
         s.synchronize()
         t = time.perf_counter()
-        s.copy(a, b).wait()
+        s.copyto(b, a).wait()
         return tbytes / (time.perf_counter() - t)
 
     def torch_copy():
@@ -480,4 +480,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hrx_core.cli.main import run_reporting
+
+    sys.exit(run_reporting("bench/gpu.py", main))

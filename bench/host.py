@@ -110,7 +110,7 @@ def bench_bandwidth(s, reps, nbytes):
     host_dst = np.empty_like(host_src)
     a = s.allocate_from(host_src)
     b = s.allocate(nbytes)
-    s.copy(a, b).wait()
+    s.copyto(b, a).wait()
     gb = nbytes / 1e9
 
     def numpy_copy():
@@ -120,7 +120,7 @@ def bench_bandwidth(s, reps, nbytes):
 
     def dev_copy():
         t = time.perf_counter()
-        s.copy(a, b).wait()
+        s.copyto(b, a).wait()
         return gb / (time.perf_counter() - t)
 
     def upload():
@@ -176,4 +176,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hrx_core.cli.main import run_reporting
+
+    sys.exit(run_reporting("bench/host.py", main))

@@ -261,4 +261,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from hrx_core.cli.main import run_reporting
+
+    sys.exit(run_reporting("bench/model.py", main))

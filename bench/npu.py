@@ -142,4 +142,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hrx_core.cli.main import run_reporting
+
+    sys.exit(run_reporting("bench/npu.py", main))

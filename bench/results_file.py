@@ -60,13 +60,13 @@ def d2d_bandwidth(dev, reps: int) -> float:
     s = dev.stream()
     n = 1 << 30
     a, b = dev.allocate(n), dev.allocate(n)
-    s.fill(a, 1)
+    s.fill(a, pattern=1)
     s.synchronize()
 
     def d2d() -> float:
         t0 = time.perf_counter()
         for _ in range(5):
-            s.copy(a, b)
+            s.copyto(b, a)
         s.synchronize()
         return 2 * n * 5 / (time.perf_counter() - t0) / 1e12
 

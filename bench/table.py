@@ -19,5 +19,15 @@ def table(path: str) -> str:
     return "\n".join(out)
 
 
-if __name__ == "__main__":
+def main() -> int:
+    if len(sys.argv) != 2:
+        print("usage: python bench/table.py RESULTS.json", file=sys.stderr)
+        return 2
     print(table(sys.argv[1]))
+    return 0
+
+
+if __name__ == "__main__":
+    from hrx_core.cli.main import run_reporting
+
+    sys.exit(run_reporting("bench/table.py", main))

@@ -407,4 +407,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from hrx_core.cli.main import run_reporting
+
+    sys.exit(run_reporting("bench/tensor.py", main))

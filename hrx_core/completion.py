@@ -23,6 +23,7 @@ from .timeouts import check_timeout
 
 if TYPE_CHECKING:
     from .device import QueueSlot
+    from .engine import NativeTimestamp
 
 log = logging.getLogger("hrx")
 
@@ -214,13 +215,15 @@ class Event:
     :func:`hrx_core.execution.runtime.event_failure`).
     """
 
-    __slots__ = ("completion", "upstream", "resolved")
+    __slots__ = ("completion", "upstream", "resolved", "timestamp")
 
-    def __init__(self, completion: Completion) -> None:
+    def __init__(self, completion: Completion, timestamp: NativeTimestamp | None = None) -> None:
         self.completion = completion
         self.upstream: tuple[Event, ...] = ()
         #: the runtime's cached verdict once complete (None until then)
         self.resolved: Any = None
+        #: the engine's timestamp of an event recorded with ``timing=True`` (else None)
+        self.timestamp = timestamp
 
     @property
     def is_complete(self) -> bool:
@@ -233,8 +236,31 @@ class Event:
     def synchronize(self, timeout: float | None = None) -> None:
         self.completion.wait(timeout)
 
+    def elapsed_time(self, end: Event) -> float:
+        """Milliseconds from this event to ``end`` (like ``torch.cuda.Event.elapsed_time``):
+        both recorded with ``stream.record_event(timing=True)`` on one device and both
+        complete. The engine measures it: CUDA events on cuda, the host clock read by
+        the queue's worker on the host engine. Raises InvalidArgument otherwise, or the
+        failure of the work either event covers."""
+        if not isinstance(end, Event):
+            raise InvalidArgument(f"end: expected an Event, got {type(end).__name__}")
+        for name, ev in (("event", self), ("end", end)):
+            if ev.timestamp is None:
+                raise InvalidArgument(f"{name}: recorded without timing; use stream.record_event(timing=True)")
+        if end.completion.slot.device is not self.completion.slot.device:
+            raise InvalidArgument(
+                f"end: recorded on {end.completion.slot.device.name}, not {self.completion.slot.device.name}; "
+                "events are timed on one device"
+            )
+        for name, ev in (("event", self), ("end", end)):
+            if not ev.query():  # raises the failure of work it covers
+                raise InvalidArgument(f"{name}: not complete yet; call event.synchronize() first")
+        assert self.timestamp is not None and end.timestamp is not None
+        return self.timestamp.elapsed_ms(end.timestamp)
+
     def __repr__(self) -> str:
-        return f"<hrx.Event {self.completion!r}>"
+        timed = " timed" if self.timestamp is not None else ""
+        return f"<hrx.Event {self.completion!r}{timed}>"
 
 
 def _sleep_until(completion: Completion, limit: float) -> None:

@@ -333,6 +333,19 @@ class PreparedDispatch:
         self.args = tuple(args)
 
 
+class NativeTimestamp(abc.ABC):
+    """A point in a queue's execution whose time the engine measures (a CUDA event
+    created with timing, a host clock read by the queue's worker)."""
+
+    @abc.abstractmethod
+    def elapsed_ms(self, end: NativeTimestamp) -> float:
+        """Milliseconds from this timestamp to ``end`` (same device; both reached:
+        the core checks both events completed first)."""
+
+    def close(self) -> None:  # noqa: B027
+        """Release native resources (called when the event is collected)."""
+
+
 class NativeQueue(abc.ABC):
     """One hardware queue (a CUDA stream, a PM4/SDMA ring, a host worker thread)."""
 
@@ -374,6 +387,13 @@ class NativeQueue(abc.ABC):
     def native_handle(self) -> int | None:
         """The native queue handle for native clients (a ``CUstream`` address), if any."""
         return None
+
+    def timestamp(self) -> NativeTimestamp:
+        """Encode a timestamp taken when the queue reaches this point (after all earlier
+        work): for ``stream.record_event(timing=True)``. Optional."""
+        from .errors import Unsupported
+
+        raise Unsupported(f"{type(self).__name__}: this engine's queues cannot time events")
 
     def close(self) -> None:  # noqa: B027
         """Drain and destroy."""
@@ -499,6 +519,7 @@ __all__ = [
     "Executable",
     "NativeGraph",
     "NativeQueue",
+    "NativeTimestamp",
     "PreparedDispatch",
     "EngineDevice",
     "Engine",

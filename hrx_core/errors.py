@@ -59,6 +59,27 @@ class EngineNotFound(Unsupported):
     """The requested engine is not installed or not available."""
 
 
+class MissingDependency(Unsupported, ImportError):
+    """An optional Python package a feature needs is not installed; ``package`` names
+    it and ``extra`` the ``hrx-core`` extra that installs it (an ImportError too)."""
+
+    def __init__(self, feature: str, package: str, extra: str) -> None:
+        super().__init__(f"{feature} needs the {package!r} package, which is not installed: pip install 'hrx-core[{extra}]'")
+        self.name = self.package = package  # ImportError.name
+        self.extra = extra
+
+
+def require(module: str, feature: str, extra: str) -> Any:
+    """Import ``module`` (an optional dependency) or raise :class:`MissingDependency`
+    naming the extra to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependency(feature, module.partition(".")[0], extra) from exc
+
+
 class ArtifactError(HRXError):
     """A model file or artifact is malformed."""
 
@@ -131,6 +152,7 @@ __all__ = [
     "CallbackError",
     "Unsupported",
     "EngineNotFound",
+    "MissingDependency",
     "ArtifactError",
     "CompileError",
     "DeviceError",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import transfer
 from .buffer import EPOCH, Allocation, Binding, Buffer, View, as_binding, backing_of
@@ -32,6 +32,10 @@ from .hazards import HazardTracker
 from .kernel import Kernel
 from .record import LaunchRecord, merge_uses
 from .stream import Stream, _dims, _narrower
+
+if TYPE_CHECKING:
+    from .model.tensor import DeviceTensor
+
 
 class Node:
     """A recorded node; pass it in ``deps`` of later nodes (explicit graphs)."""
@@ -192,7 +196,13 @@ class Graph:
             self._make_plan(self._resolve(None), cache=True)
 
     def copy(self, src: Buffer | View | Binding, dst: Buffer | View | Binding, *, deps: Sequence[Node] | None = None) -> Node:
-        """Record a copy (equal lengths, no overlap; large ranges are split)."""
+        """Deprecated: ``copyto(dst, src)`` -- destination first, like every other transfer."""
+        transfer.deprecated_copy("Graph")
+        return self.copyto(dst, src, deps=deps)
+
+    def copyto(self, dst: Buffer | View | Binding, src: Buffer | View | Binding, *, deps: Sequence[Node] | None = None) -> Node:
+        """Record a copy of ``src`` into ``dst`` (equal lengths, no overlap; destination
+        first, as ``numpy.copyto``; large ranges are split)."""
         self._check_open()
         s = self._bind("src", src, Access.READ)
         d = self._bind("dst", dst, Access.WRITE)
@@ -208,13 +218,15 @@ class Graph:
             raise Overlap("copy: src and dst overlap in one allocation")
         return self._add("copy", deps, [(s[0], s[1], s[2], Access.READ), (d[0], d[1], d[2], Access.WRITE)], {})
 
-    def fill(self, dst: Buffer | View | Binding, value: Any, *, deps: Sequence[Node] | None = None) -> Node:
-        """Record a fill with a 1-, 2- or 4-byte pattern."""
+    def fill(self, dst: Buffer | View | Binding | DeviceTensor, value: Any = None, *, dtype: Any = None,
+             pattern: Any = None, deps: Sequence[Node] | None = None) -> Node:
+        """Record a fill: ``value`` as an element of ``dtype`` (or of a DeviceTensor's
+        dtype), or the bytes of ``pattern=``; 1, 2 or 4 bytes (as :meth:`Stream.fill`)."""
         self._check_open()
+        dst, pattern = transfer.fill_args(dst, value, dtype, pattern)
         d = self._bind("dst", dst, Access.WRITE)
         if not d[3] & Access.WRITE:
             raise InvalidArgument("dst: binding is declared read-only")
-        pattern = transfer.fill_pattern(value)
         p = len(pattern)
         if (d[0]._base + d[1]) % p or d[2] % p:
             raise InvalidArgument(f"fill: a {p}-byte pattern needs offset and length multiples of {p}")

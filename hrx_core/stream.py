@@ -21,7 +21,7 @@ import numpy as np
 from . import transfer
 from .buffer import EPOCH, Allocation, Binding, Buffer, View, as_binding, backing_of, check_bool, check_int
 from .completion import Completion, Event
-from .engine import Access, BufferArg, CacheOp, KernelArg, NativeQueue
+from .engine import Access, BufferArg, CacheOp, KernelArg, NativeQueue, NativeTimestamp
 from .errors import ArtifactError, DeviceError, InvalidArgument, OutOfBounds, Overlap, Unsupported, show
 from .kernel import Kernel
 from .record import LaunchRecord
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .budget import MemoryBudget
     from .device import Device, QueueSlot
     from .graph import Graph
+    from .model.tensor import DeviceTensor
 
 
 #: ``allocate_from`` asks the engine to register (page-lock) pageable host data of at
@@ -291,7 +292,13 @@ class Stream:
     # -- operations -------------------------------------------------------------
 
     def copy(self, src: Buffer | View | Binding, dst: Buffer | View | Binding) -> Completion:
-        """Copy ``src`` to ``dst`` (equal lengths, no overlap); splits large ranges."""
+        """Deprecated: ``copyto(dst, src)`` -- destination first, like every other transfer."""
+        transfer.deprecated_copy("Stream")
+        return self.copyto(dst, src)
+
+    def copyto(self, dst: Buffer | View | Binding, src: Buffer | View | Binding) -> Completion:
+        """Copy ``src`` into ``dst`` (equal lengths, no overlap; destination first, as
+        ``numpy.copyto``); splits large ranges."""
         s = as_binding("src", src, Access.READ)
         d = as_binding("dst", dst, Access.WRITE)
         self._check_device("src", s)
@@ -333,13 +340,16 @@ class Stream:
         self.device.stats.copy_bytes += n
         return completion
 
-    def fill(self, dst: Buffer | View | Binding, value: Any) -> Completion:
-        """Fill ``dst`` with a 1-, 2- or 4-byte pattern (an int byte, bytes or a numpy scalar)."""
+    def fill(self, dst: Buffer | View | Binding | DeviceTensor, value: Any = None, *, dtype: Any = None,
+             pattern: Any = None) -> Completion:
+        """Fill ``dst`` with ``value`` as an element of ``dtype`` (a DeviceTensor's own
+        dtype, or a numpy scalar's), or with the bytes of ``pattern=``; elements and
+        patterns are 1, 2 or 4 bytes (see :func:`hrx_core.transfer.fill_pattern`)."""
+        dst, pattern = transfer.fill_args(dst, value, dtype, pattern)
         d = as_binding("dst", dst, Access.WRITE)
         self._check_device("dst", d)
         if not d.access & Access.WRITE:
             raise InvalidArgument("dst: binding is declared read-only")
-        pattern = transfer.fill_pattern(value)
         dv = d.view
         p = len(pattern)
         if dv.start % p or dv.length % p:
@@ -485,10 +495,19 @@ class Stream:
         last = self._last
         return last if last is not None else Completion(self.slot, 0)
 
-    def record_event(self) -> Event:
-        """An event that completes when everything issued so far on this stream has finished."""
+    def record_event(self, *, timing: bool = False) -> Event:
+        """An event that completes when everything issued so far on this stream has
+        finished. With ``timing=True`` the queue also takes a timestamp there (engines
+        that can time events), for :meth:`Event.elapsed_time`."""
+        check_bool("timing", timing)
+        if not timing:
+            self.slot.flush()
+            return Event(self.completion())
+        stamps: list[NativeTimestamp] = []
+        value = self.slot.encode(lambda q: stamps.append(q.timestamp()))
+        completion = self._done(value)
         self.slot.flush()
-        return Event(self.completion())
+        return Event(completion, stamps[0])
 
     def _mark(self, retain: Sequence[Any] = ()) -> Completion:
         """A no-op on this stream after native work a client enqueued on its queue

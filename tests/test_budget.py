@@ -49,7 +49,7 @@ def test_pending_work_and_owned_graphs_keep_the_charge(dev):
     assert budget.used_bytes == 0
     buf = dev.allocate(128, budget=budget)
     g = s.owned_graph()
-    g.fill(buf, 1)
+    g.fill(buf, pattern=1)
     buf.close()
     assert budget.used_bytes == 128  # the owned graph retains it through replays
     g.launch().wait()
@@ -98,7 +98,7 @@ def test_aliases_views_and_exports_keep_one_charge(dev):
     views = [buf.slice(0, 1024), buf.slice(1024, 1024).read(), buf.binding().write()]
     assert budget.used_bytes == 4096  # views and bindings are aliases: no charge
     g = s.owned_graph()
-    g.fill(views[0], 1)
+    g.fill(views[0], pattern=1)
     buf.close()
     assert budget.used_bytes == 4096  # the graph still owns the backing
     g.launch().wait()

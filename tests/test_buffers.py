@@ -64,9 +64,9 @@ def test_allocate_shared_is_coherent_and_host_visible(dev):
         host[:] = np.arange(256, dtype=np.uint8)
     # no cache control needed for coherent memory
     dst = dev.allocate(256)
-    s.copy(buf, dst).wait()
+    s.copyto(dst, buf).wait()
     np.testing.assert_array_equal(s.download(dst), np.arange(256, dtype=np.uint8))
-    s.fill(buf.slice(0, 16), 7).wait()
+    s.fill(buf.slice(0, 16), pattern=7).wait()
     with buf.map("read") as host:
         assert (host[:16] == 7).all() and host[16] == 16
         assert not host.flags.writeable
@@ -80,7 +80,7 @@ def test_ordinary_buffer_map_needs_cache_control(dev):
                 pass
         return
     s = dev.stream()
-    s.fill(buf, 3).wait()
+    s.fill(buf, pattern=3).wait()
     with pytest.raises(hrx.InvalidArgument, match="INVALIDATE"):
         with buf.map("read"):
             pass
@@ -90,9 +90,9 @@ def test_ordinary_buffer_map_needs_cache_control(dev):
         host[0] = 9
     other = dev.allocate(64)
     with pytest.raises(hrx.InvalidArgument, match="FLUSH"):
-        s.copy(buf, other)
+        s.copyto(other, buf)
     buf.cache_control("flush")
-    s.copy(buf, other).wait()
+    s.copyto(other, buf).wait()
     assert s.download(other)[0] == 9
     with pytest.raises(hrx.InvalidArgument):
         buf.cache_control("scrub")
@@ -121,13 +121,13 @@ def test_device_use_rejected_while_mapped(dev):
     s.fill(buf, 0).wait()
     with buf.map("write", 0, 16):
         with pytest.raises(hrx.AccessConflict):
-            s.fill(buf.slice(8, 8), 1)
-        s.fill(buf.slice(16, 16), 2).wait()  # disjoint: fine
+            s.fill(buf.slice(8, 8), pattern=1)
+        s.fill(buf.slice(16, 16), pattern=2).wait()  # disjoint: fine
     with buf.map("read", 0, 16):
-        s.copy(buf.slice(0, 16), buf.slice(32, 16)).wait()  # reading mapped-for-read bytes: fine
+        s.copyto(buf.slice(32, 16), buf.slice(0, 16)).wait()  # reading mapped-for-read bytes: fine
         with pytest.raises(hrx.AccessConflict):
-            s.fill(buf.slice(0, 4), 1)
-    s.fill(buf.slice(0, 4), 1).wait()
+            s.fill(buf.slice(0, 4), pattern=1)
+    s.fill(buf.slice(0, 4), pattern=1).wait()
 
 
 def test_closed_buffer_is_rejected(dev):
@@ -149,7 +149,7 @@ def test_pending_work_keeps_memory_alive_after_close(dev):
     s.download(flag)  # create the stream's staging chunk before measuring
     live = live_bytes(dev)
     s.dispatch(SLEEPY, 1, [flag], scalars=(50_000_000,))
-    done = s.copy(src, dst)
+    done = s.copyto(dst, src)
     src.close()  # the copy still holds the allocation
     assert live_bytes(dev) == live
     done.wait()

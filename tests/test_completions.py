@@ -34,7 +34,7 @@ def test_is_complete_refresh_wait(dev):
 def test_is_complete_is_cheap(dev):
     s = dev.stream()
     buf = dev.allocate(64)
-    done = s.fill(buf, 1)
+    done = s.fill(buf, pattern=1)
     done.wait()
     t0 = time.perf_counter()
     for _ in range(10000):
@@ -126,7 +126,7 @@ def test_stream_completion_covers_everything(dev):
     s = dev.stream()
     flag = dev.allocate(8)
     s.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(50_000_000,))
-    s.fill(flag.slice(4, 4), 3)
+    s.fill(flag.slice(4, 4), pattern=3)
     c = s.completion()
     c.wait()
     out = s.download(flag).view(np.uint32)

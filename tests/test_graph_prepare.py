@@ -16,7 +16,7 @@ def test_owned_graph_prepares_each_node_while_recording(dev):
     s = dev.stream()
     buf = s.allocate_from(np.zeros(64, np.uint8))
     g = s.owned_graph()
-    g.fill(buf.slice(0, 32), 1)
+    g.fill(buf.slice(0, 32), pattern=1)
     grid, block = launch_1d(64)
     g.dispatch(INC_BYTES, grid, [buf], block=block, scalars=(64,))
     assert len(g._prepared) == 2  # commands ready before any launch

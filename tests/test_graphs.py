@@ -38,8 +38,8 @@ def test_explicit_graph_branches_and_join(dev):
     by = g.dispatch(ADD_U32, 1, [y], block=16, scalars=(2, 16), deps=[])   # branch 2
     j = g.join([bx, by])
     assert j.kind == "empty" and set(j.deps) == {bx.index, by.index}
-    g.copy(x, out.slice(0, 64), deps=[j])
-    g.copy(y, out.slice(64, 64), deps=[j])
+    g.copyto(out.slice(0, 64), x, deps=[j])
+    g.copyto(out.slice(64, 64), y, deps=[j])
     g.launch().wait()
     res = s.download(out).view(np.uint32)
     assert (res[:16] == 1).all() and (res[16:] == 2).all()
@@ -64,20 +64,20 @@ def test_access_graph_infers_byte_range_dependencies(dev):
     buf = dev.allocate(256)
     other = dev.allocate(256)
     g = s.access_graph()
-    w0 = g.fill(buf.slice(0, 64), 1)            # write [0, 64)
-    w1 = g.fill(buf.slice(64, 64), 2)           # disjoint write: independent
-    r0 = g.copy(buf.slice(0, 64), other.slice(0, 64))  # reads [0,64): after w0 only
-    r1 = g.copy(buf.slice(32, 64), other.slice(64, 64))  # reads [32,96): after w0 and w1
-    w2 = g.fill(buf.slice(0, 128), 3)           # overwrites: after readers r0, r1 (and writers)
-    rr = g.copy(other.slice(0, 64), buf.slice(128, 64))  # reads other[0,64): after r0
+    w0 = g.fill(buf.slice(0, 64), pattern=1)            # write [0, 64)
+    w1 = g.fill(buf.slice(64, 64), pattern=2)           # disjoint write: independent
+    r0 = g.copyto(other.slice(0, 64), buf.slice(0, 64))  # reads [0,64): after w0 only
+    r1 = g.copyto(other.slice(64, 64), buf.slice(32, 64))  # reads [32,96): after w0 and w1
+    w2 = g.fill(buf.slice(0, 128), pattern=3)           # overwrites: after readers r0, r1 (and writers)
+    rr = g.copyto(buf.slice(128, 64), other.slice(0, 64))  # reads other[0,64): after r0
     assert w0.deps == () and w1.deps == ()
     assert r0.deps == (w0.index,)
     assert set(r1.deps) == {w0.index, w1.index}
     assert {r0.index, r1.index} <= set(w2.deps)
     assert rr.deps == (r0.index,)
     # read-read does not serialize
-    a = g.copy(buf.slice(200, 8), other.slice(200, 8))
-    b = g.copy(buf.slice(200, 8), other.slice(208, 8))
+    a = g.copyto(other.slice(200, 8), buf.slice(200, 8))
+    b = g.copyto(other.slice(208, 8), buf.slice(200, 8))
     assert a.index not in b.deps
     g.launch().wait()
     res = s.download(buf)
@@ -113,7 +113,7 @@ def test_binding_bytes_counts_distinct_allocations(dev):
     g = s.access_graph()
     g.fill(a.slice(0, 8), 0)
     g.fill(a.slice(8, 8), 0)
-    g.copy(a.slice(0, 24), b)
+    g.copyto(b, a.slice(0, 24))
     assert g.binding_bytes == 1024
 
 
@@ -124,7 +124,7 @@ def test_owned_graph_retains_buffers_through_replay(dev):
     live = live_bytes(dev)
     staging_before = s.staging_bytes  # engines without host-mapped memory staged src
     g = s.owned_graph()
-    g.copy(src, dst)
+    g.copyto(dst, src)
     src.close()  # the graph owns it now
     for _ in range(2):
         g.launch().wait()
@@ -141,7 +141,7 @@ def test_borrowing_graph_rejects_closed_buffers(dev):
     src = s.allocate_from(np.full(64, 7, np.uint8))
     dst = dev.allocate(64)
     g = s.access_graph()
-    g.copy(src, dst)
+    g.copyto(dst, src)
     src.close()
     with pytest.raises(hrx.InvalidArgument, match="owned_graph"):
         g.launch()
@@ -155,7 +155,7 @@ def test_replay_with_rebound_inputs(dev):
     out = dev.allocate(n * 4)
     g = s.access_graph()
     g.input("x", x1)
-    g.copy(x1, out)
+    g.copyto(out, x1)
     g.dispatch(ADD_U32, *launch_1d(n)[:1], [out], block=256, scalars=(5, n))
     g.launch().wait()
     assert (s.download(out).view(np.uint32) == 6).all()
@@ -176,8 +176,8 @@ def test_rebinding_is_validated(dev):
     g = s.access_graph()
     g.input("x", x)
     g.input("out", out)
-    g.copy(x, out)
-    s.fill(out, 0xEE).wait()
+    g.copyto(out, x)
+    s.fill(out, pattern=0xEE).wait()
     with pytest.raises(hrx.InvalidArgument, match="has 32 bytes"):
         g.launch(inputs={"x": dev.allocate(32)})
     with pytest.raises(hrx.InvalidArgument, match="not a declared input"):
@@ -196,9 +196,9 @@ def test_graph_validation_errors(dev):
     a = dev.allocate(64)
     g = s.access_graph()
     with pytest.raises(hrx.OutOfBounds):
-        g.copy(a.slice(0, 32), a.slice(32, 16))
+        g.copyto(a.slice(32, 16), a.slice(0, 32))
     with pytest.raises(hrx.Overlap):
-        g.copy(a.slice(0, 32), a.slice(16, 32))
+        g.copyto(a.slice(16, 32), a.slice(0, 32))
     with pytest.raises(hrx.InvalidArgument):
         g.fill(a.slice(1, 8), np.uint32(0))
     with pytest.raises(hrx.InvalidArgument):
@@ -216,7 +216,7 @@ def test_graph_replay_is_stream_ordered(dev):
     flag = dev.allocate(8)
     s.fill(flag, 0)
     g = s.access_graph()
-    g.copy(flag.slice(0, 4), flag.slice(4, 4))
+    g.copyto(flag.slice(4, 4), flag.slice(0, 4))
     s.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(50_000_000,))
     g.launch().wait()
     assert list(s.download(flag).view(np.uint32)) == [1, 1]
@@ -234,7 +234,7 @@ def test_closing_an_owned_graph_keeps_memory_for_pending_launches(dev):
     src = s.allocate_from(np.full(64, 3, np.uint8))
     dst = dev.allocate(64)
     g = s.owned_graph()
-    g.copy(src, dst)
+    g.copyto(dst, src)
     src.close()
     live = live_bytes(dev)
     staging_before = s.staging_bytes

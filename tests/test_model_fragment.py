@@ -176,7 +176,7 @@ def test_fragment_validation(ctx, dev):
         stage.record(graph, {"x": x}, outputs={"y": x})
     with pytest.raises(SlotConflict, match="immutable"):
         stage.record(graph, {"x": x}, outputs={"out": definition.weight("bias")})
-    clobber = definition.fragment("clobber", lambda g, io: g.copy(io.inputs["x"].read(), io.weights["bias"].write()), **ok)
+    clobber = definition.fragment("clobber", lambda g, io: g.copyto(io.weights["bias"].write(), io.inputs["x"].read()), **ok)
     with pytest.raises(SlotConflict, match="immutable"):
         clobber.record(graph, {"x": x})
     assert not graph.regions  # rejected records appended nothing

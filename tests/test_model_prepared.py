@@ -100,7 +100,7 @@ def test_slots_cannot_write_weights(ctx):
 
     def factory(b):
         x = b.tensor(N, np.uint8)
-        b.graph.compute("clobber", lambda g: g.copy(x.read(), b.weight("bias").write()))
+        b.graph.compute("clobber", lambda g: g.copyto(b.weight("bias").write(), x.read()))
         return InferenceGraph(inputs={"x": x}, outputs={"x": x}, graph=b.graph)
 
     with pytest.raises(SlotConflict, match="immutable weight"):
@@ -355,11 +355,11 @@ def accumulator(shared=None):
         acc, x, init = b.tensor(N, np.uint8), b.tensor(N, np.uint8), b.tensor(N, np.uint8)
         other = shared(b) if shared is not None else b.tensor(N, np.uint8)
         reset = b.graph
-        reset.compute("reset", lambda g: g.copy(init.read(), acc.write()))
+        reset.compute("reset", lambda g: g.copyto(acc.write(), init.read()))
         step = b.new_graph("step")
         step.compute("add", lambda g: g.dispatch(ADD_BYTES, **grid(N), bindings=[acc.read(), x.read(), acc.write()],
                                                   scalars=(N,)))
-        step.compute("mirror", lambda g: g.copy(acc.read(), other.write()))
+        step.compute("mirror", lambda g: g.copyto(other.write(), acc.read()))
         return {"reset": InferenceGraph(inputs={"init": init}, outputs={"acc": acc}, graph=reset),
                 "step": InferenceGraph(inputs={"x": x, "x2": other}, outputs={"acc": acc}, graph=step)}
 

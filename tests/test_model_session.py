@@ -137,7 +137,7 @@ def test_eager_runs_infer_dependencies_and_cache_graphs(ctx):
         recorded.append(1)
         g.compute("add", lambda r: r.dispatch(session.kernel(kid), 1, [x.read(), w.read(), y.write()],
                                               block=64, scalars=(64,)))
-        g.compute("back", lambda r: r.copy(y.read(), x.write()))
+        g.compute("back", lambda r: r.copyto(x.write(), y.read()))
 
     session.write(x, np.arange(64, dtype=np.uint8))
     for _ in range(3):
@@ -283,7 +283,7 @@ def test_graph_cache_is_bounded_and_rerecords(ctx):
     def fill(value):
         def record(g):
             recorded.append(value)
-            g.fill(x.write(), value)
+            g.fill(x.write(), pattern=value)
         return record
 
     session.run("a", fill(1)).wait()

@@ -56,7 +56,7 @@ def test_graph_retention_does_not_prevent_reuse(dev):
     buf = pool.allocate(64)
     alloc = buf.allocation
     g = s.owned_graph()
-    g.fill(buf, 5)
+    g.fill(buf, pattern=5)
     buf.close()  # the lease ends; the graph still retains the native backing
     again = pool.allocate(64)
     assert again.allocation is alloc  # reused: the lease is the caller's contract

@@ -100,7 +100,7 @@ def _issue(target, op, bufs, **kw):
     kind = op[0]
     if kind == "copy":
         _, _, sb, so, db, do, n = op
-        return target.copy(bufs[sb].slice(so, n), bufs[db].slice(do, n), **kw)
+        return target.copyto(bufs[db].slice(do, n), bufs[sb].slice(so, n), **kw)
     if kind == "xor":
         _, _, sb, so, db, do, n, key = op
         grid = -(-n // BLOCK)

@@ -60,6 +60,6 @@ def test_copy_family_streams_cannot_dispatch(dev):
         pytest.skip("no copy family")
     s = dev.stream("copy")
     buf = dev.allocate(64)
-    s.fill(buf, 1).wait()
+    s.fill(buf, pattern=1).wait()
     with pytest.raises(hrx.Unsupported):
         s.dispatch(EMPTY, 1, [])

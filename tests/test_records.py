@@ -84,7 +84,7 @@ def test_closed_and_freed_memory_is_refused(dev):
     g.dispatch(ADD_U32, launch_1d(N)[0], [a], block=launch_1d(N)[1], scalars=(np.uint32(1), np.uint32(N)))
     og = s.owned_graph()
     og.dispatch(ADD_U32, launch_1d(N)[0], [b], block=launch_1d(N)[1], scalars=(np.uint32(2), np.uint32(N)))
-    og.copy(b, c)
+    og.copyto(c, b)
     g.launch().wait()
     og.launch().wait()
     a.close()

@@ -122,8 +122,8 @@ def test_copy_engine_option_places_copy_only_regions(dev, copy_engine):
     x = rt.allocate(64)
     y = rt.allocate(64)
     g = rt.graph()
-    f = g.fill(x, 7)
-    c = g.copy(x, y)
+    f = g.fill(x, pattern=7)
+    c = g.copyto(y, x)
     expect = "upload" if copy_engine == "copy" else "compute"
     assert f.lane == c.lane == expect and c.deps == (f.index,)
     d = g.download(y)
@@ -195,7 +195,7 @@ def test_tracked_memory_stats_and_repr(dev):
     x = rt.allocate(4096)
     assert rt.stats.snapshot()["live_tracked_bytes"] == before + 4096
     g = rt.graph()
-    g.fill(x, 1)
+    g.fill(x, pattern=1)
     rt.submit(g).wait()
     snap = rt.stats.snapshot()
     assert snap["submissions"] == 1 and snap["regions"] == 1
@@ -245,7 +245,7 @@ def test_native_session_reserves_compute_lane_and_fences_errors(dev):
     g.compute("after-session", lambda r: r.dispatch(INC_BYTES, 1, [x], block=16, scalars=(16,)))
 
     def model(ns, buf):
-        ns.stream.fill(buf, 1)
+        ns.stream.fill(buf, pattern=1)
         ns.progress(1, 2)
         time.sleep(0.1)  # another thread's compute region must wait for us
         order.append("session")
@@ -293,7 +293,7 @@ def test_trace_is_valid_perfetto_json(dev, tmp_path):
     g = rt.graph("traced")
     g.upload(x, np.arange(n, dtype=np.uint32))
     g.compute("add", lambda r: r.dispatch(ADD_U32, 1, [x], block=n, scalars=(1, n)))
-    g.copy(x, y)
+    g.copyto(y, x)
     g.download(y)
     for _ in range(3):
         rt.submit(g).wait()
@@ -333,7 +333,7 @@ def test_runtime_validates(dev):
     other = rt.graph()
     r = other.fill(x, 0)
     with pytest.raises(hrx.InvalidArgument):
-        g.fill(x, 1, after=[r])
+        g.fill(x, pattern=1, after=[r])
     rt.close()
     with pytest.raises(hrx.InvalidArgument):
         rt.submit(other)
@@ -349,13 +349,13 @@ def test_npu_lane_on_another_engine_orders_by_host_completion_checks():
     shared = npu.allocate(16)  # NPU-side storage both lanes touch in turn
     g = rt.graph()
     a = g.compute("npu-work", lambda r: r.dispatch(SLEEPY, 1, [shared.slice(0, 4)], scalars=(100_000_000,)), lane="npu")
-    b = g.compute("npu-copy", lambda r: r.copy(shared.slice(0, 4), shared.slice(4, 4)), lane="npu")
+    b = g.compute("npu-copy", lambda r: r.copyto(shared.slice(4, 4), shared.slice(0, 4)), lane="npu")
     assert b.deps == (a.index,)
-    c = g.fill(rt.allocate(16), 7)
+    c = g.fill(rt.allocate(16), pattern=7)
     sub = rt.submit(g)
     sub.wait()
     d = rt.graph()
-    out = d.compute("read", lambda r: r.copy(shared.slice(4, 4), shared.slice(8, 4)), lane="npu")
+    out = d.compute("read", lambda r: r.copyto(shared.slice(8, 4), shared.slice(4, 4)), lane="npu")
     rt.submit(d).wait()
     assert out.lane == "npu" and c.lane == "upload"
     st = npu.stream()
@@ -365,7 +365,7 @@ def test_npu_lane_on_another_engine_orders_by_host_completion_checks():
     local = rt.allocate(16)
     e = rt.graph()
     first = e.compute("npu-sleep", lambda r: r.dispatch(SLEEPY, 1, [shared.slice(12, 4)], scalars=(150_000_000,)), lane="npu")
-    e.fill(local, 5, after=[first])
+    e.fill(local, pattern=5, after=[first])
     t0 = time.perf_counter()
     sub = rt.submit(e)
     assert time.perf_counter() - t0 >= 0.12  # the host check held the dependent region back

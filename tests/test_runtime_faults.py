@@ -61,7 +61,7 @@ def test_failed_submission_quarantines_accepted_regions():
     x = rt.allocate(64)
     g = rt.graph()
     g.compute("sleep", lambda r: r.dispatch(SLEEPY, 1, [x.slice(0, 4)], scalars=(300_000_000,)))
-    g.fill(x.slice(8, 8), 1)
+    g.fill(x.slice(8, 8), pattern=1)
     g.download(x)
     # 1: the sleep region, 2: its event; 3: the fill region fails
     dev.native.faults.fail_submit(after=2)

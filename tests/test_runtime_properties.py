@@ -87,14 +87,14 @@ def _record(g, region, bufs):
         return g.upload(bufs[b].slice(off, n), np.frombuffer(data, np.uint8))
     if kind == "copy":
         _, b, off, b2, off2, n, _ = region
-        return g.copy(bufs[b].slice(off, n), bufs[b2].slice(off2, n))
+        return g.copyto(bufs[b2].slice(off2, n), bufs[b].slice(off, n))
     if kind == "xor":
         _, b, off, b2, off2, n, key = region
         src, dst = bufs[b].slice(off, n), bufs[b2].slice(off2, n)
         return g.compute("xor", lambda r: r.dispatch(XOR_BYTES, -(-n // BLOCK), [src, dst], block=BLOCK, scalars=(key, n)))
     if kind == "fill":
         _, b, off, n, value = region
-        return g.fill(bufs[b].slice(off, n), value)
+        return g.fill(bufs[b].slice(off, n), pattern=value)
     if kind == "inc":
         _, b, off, n = region
         view = bufs[b].slice(off, n)

@@ -24,7 +24,7 @@ def test_copy_fill_dispatch(stream):
     n = 4096
     src = s.allocate_from(np.arange(n, dtype=np.uint32))
     dst = s.allocate(n * 4)
-    s.copy(src, dst)
+    s.copyto(dst, src)
     grid, block = launch_1d(n)
     s.dispatch(ADD_U32, grid, [dst], block=block, scalars=(7, n))
     s.fill(dst.slice(0, 16), np.uint32(0xDEADBEEF))
@@ -38,7 +38,10 @@ def test_copy_fill_dispatch(stream):
 def test_fill_patterns(stream, pattern):
     s = stream
     buf = _fresh(s, 64)
-    s.fill(buf.slice(8, 48), pattern).wait()
+    if isinstance(pattern, int):
+        s.fill(buf.slice(8, 48), pattern=pattern).wait()  # an int is a byte only when asked
+    else:
+        s.fill(buf.slice(8, 48), pattern).wait()  # bytes, or a numpy scalar of its own dtype
     out = s.download(buf)
     raw = bytes([pattern]) if isinstance(pattern, int) else (pattern.tobytes() if isinstance(pattern, np.generic) else pattern)
     assert out[8:56].tobytes() == raw * (48 // len(raw))
@@ -55,7 +58,7 @@ def test_large_copies_and_fills_split_with_one_completion(engine):
     data = np.random.default_rng(1).integers(0, 256, n, dtype=np.uint8)
     src = s.allocate_from(data)
     dst = s.allocate(n)
-    done = s.copy(src, dst)
+    done = s.copyto(dst, src)
     assert isinstance(done, hrx.Completion)
     src.close()  # retained until retirement
     done.wait()
@@ -78,7 +81,7 @@ def test_split_copy_inside_graph(engine):
     src, dst = s.allocate_from(data), s.allocate(n)
     g = s.access_graph()
     g.fill(dst, 0)
-    g.copy(src, dst)
+    g.copyto(dst, src)
     g.launch().wait()
     np.testing.assert_array_equal(s.download(dst), data)
 
@@ -93,21 +96,21 @@ def test_copy_errors_leave_destination_unchanged(dev):
     s = dev.stream()
     a, b = _fresh(s, 64), _fresh(s, 64)
     with pytest.raises(hrx.OutOfBounds):
-        s.copy(a, b.slice(0, 32))  # length mismatch
+        s.copyto(b.slice(0, 32), a)  # length mismatch
     with pytest.raises(hrx.Overlap):
-        s.copy(a.slice(0, 32), a.slice(16, 32))
+        s.copyto(a.slice(16, 32), a.slice(0, 32))
     with pytest.raises(hrx.InvalidArgument):
-        s.copy(a.binding().write(), b)  # source declared write-only
+        s.copyto(b, a.binding().write())  # source declared write-only
     with pytest.raises(hrx.InvalidArgument):
-        s.copy(a, b.binding().read())  # destination declared read-only
+        s.copyto(b.binding().read(), a)  # destination declared read-only
     with pytest.raises(hrx.InvalidArgument):
-        s.copy(a, np.zeros(64, np.uint8))  # type: ignore[arg-type]
+        s.copyto(np.zeros(64, np.uint8), a)  # type: ignore[arg-type]
     with pytest.raises(hrx.OutOfBounds):
-        s.copy(a.slice(0, 64), b.slice(32, 40))
+        s.copyto(b.slice(32, 40), a.slice(0, 64))
     _assert_unchanged(s, b)
     _assert_unchanged(s, a)
     # adjacent, non-overlapping ranges of one buffer are fine
-    s.copy(a.slice(0, 32), a.slice(32, 32)).wait()
+    s.copyto(a.slice(32, 32), a.slice(0, 32)).wait()
 
 
 def test_fill_errors_leave_destination_unchanged(dev):
@@ -122,7 +125,7 @@ def test_fill_errors_leave_destination_unchanged(dev):
     with pytest.raises(hrx.InvalidArgument):
         s.fill(b.slice(0, 6), np.uint32(1))  # length not a multiple
     with pytest.raises(hrx.InvalidArgument):
-        s.fill(b.binding().read(), 1)
+        s.fill(b.binding().read(), pattern=1)
     with pytest.raises(hrx.InvalidArgument):
         s.fill(b, "x")  # type: ignore[arg-type]
     with pytest.raises(hrx.InvalidArgument):
@@ -185,7 +188,7 @@ def test_buffers_of_another_device_are_rejected(engine):
     foreign = d2.allocate(16)
     local = d1.allocate(16)
     with pytest.raises(hrx.InvalidArgument, match="belongs to"):
-        s.copy(foreign, local)
+        s.copyto(local, foreign)
     with pytest.raises(hrx.InvalidArgument, match="belongs to"):
         s.fill(foreign, 0)
 
@@ -262,10 +265,10 @@ def test_events_order_work_across_streams(dev):
     ev = a.record_event()
     assert isinstance(ev, hrx.Event)
     b.wait_event(ev)
-    b.copy(flag.slice(0, 4), flag.slice(4, 4))  # must see the 1
+    b.copyto(flag.slice(4, 4), flag.slice(0, 4))  # must see the 1
     ev2 = b.record_event()
     c.wait_event(ev2)
-    c.copy(flag.slice(4, 4), flag.slice(8, 4))
+    c.copyto(flag.slice(8, 4), flag.slice(4, 4))
     c.synchronize()
     assert ev.is_complete and ev2.query()
     out = c.download(flag).view(np.uint32)
@@ -337,7 +340,7 @@ def test_prepared_launch_rebind(stream):
     # hazards follow the new binding: a copy into src_b after the launch waits for it
     launch.rebind(1, out_a)
     launch.launch()
-    s.copy(src_a, src_b)
+    s.copyto(src_b, src_a)
     assert (s.download(out_a) == np.arange(n, dtype=np.uint8)[::-1] ^ 0xFF).all()
     # rejected rebinds change nothing
     ro = s.allocate(n)
@@ -429,7 +432,7 @@ def test_failed_kernel_raises_and_stream_recovers(dev):
     with pytest.raises(hrx.DeviceError):
         s.synchronize()
     s.synchronize()  # reported once
-    s.fill(buf, 1).wait()
+    s.fill(buf, pattern=1).wait()
     assert (s.download(buf) == 1).all()
 
 
@@ -503,7 +506,7 @@ def test_copy_queue_transfers_overlap_compute(dev):
     dst = dev.allocate(64 << 20)
     busy = compute.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(1_000_000_000,))
     t0 = time.perf_counter()
-    copier.copy(src, dst).wait()
+    copier.copyto(dst, src).wait()
     assert time.perf_counter() - t0 < 0.6
     assert not busy.is_complete  # the copy did not wait for the kernel
     busy.wait()

@@ -13,6 +13,7 @@ loop. A diagnostic, not a benchmark: it writes no results file.
 from __future__ import annotations
 
 import argparse
+import sys
 import cProfile
 import pstats
 import time
@@ -185,4 +186,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from hrx_core.cli.main import run_reporting
+
+    sys.exit(run_reporting("bench/tools/profile_ops.py", main))

@@ -48,7 +48,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArtifactError, HRXError, InvalidArgument, show
+from ..errors import ArtifactError, HRXError, InvalidArgument, require, show
 from .files import open_regular, pread_exact
 
 __all__ = ["MissingFiles", "Resolver"]
@@ -78,13 +78,10 @@ class MissingFiles(ArtifactError):
 
 
 def _hub() -> Any:
-    try:
-        import huggingface_hub
-        import huggingface_hub.constants
-        import huggingface_hub.utils
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ArtifactError("hrx_core.artifacts.hf needs huggingface_hub: pip install huggingface_hub") from exc
-    return huggingface_hub
+    hub = require("huggingface_hub", "hrx_core.artifacts.hf", "hf")
+    require("huggingface_hub.constants", "hrx_core.artifacts.hf", "hf")
+    require("huggingface_hub.utils", "hrx_core.artifacts.hf", "hf")
+    return hub
 
 
 def _env_offline() -> bool:

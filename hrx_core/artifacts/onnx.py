@@ -29,7 +29,7 @@ import attrs
 import ml_dtypes
 import numpy as np
 
-from ..errors import ArtifactError, InvalidArgument
+from ..errors import ArtifactError, InvalidArgument, require
 from .files import fspath, inside, open_regular, pread_exact, read_regular
 
 #: Largest ONNX model file read (protobuf's limit for one message).
@@ -561,9 +561,10 @@ class Model:
 
         With ``load_external_data`` the onnx library reads external tensors now (from
         the model's directory, or ``base_dir`` for bytes); otherwise they are read when
-        decoded. Malformed models raise ArtifactError.
+        decoded. Malformed models raise ArtifactError; without the onnx package,
+        MissingDependency names the extra to install.
         """
-        import onnx
+        onnx = require("onnx", "opening ONNX models", "onnx")
 
         if not isinstance(load_external_data, bool):
             raise InvalidArgument(f"load_external_data: expected a bool, got {type(load_external_data).__name__}")

@@ -16,8 +16,34 @@ from typing import Any, NoReturn
 from ..errors import show
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Help that states every option's default: ``(default: X)`` is appended unless the
+    help text already says what the default is; flags read ``off``, unset values
+    ``not set``."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (not action.option_strings or action.required or action.default is argparse.SUPPRESS
+                or "default" in text.lower()):
+            return text
+        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            shown = "on" if action.default else "off"
+        elif action.default is None:
+            shown = "not set"
+        elif isinstance(action, argparse._AppendAction) and not action.default:
+            shown = "none"
+        else:
+            shown = "%(default)s"
+        return f"{text} (default: {shown})" if text else f"(default: {shown})"
+
+
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line (no usage block) and exit 2."""
+    """An ArgumentParser whose errors are one line (no usage block) and exit 2, and
+    whose help (its subcommands' too) shows every option's default."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -122,4 +148,4 @@ def debug() -> bool:
     return os.environ.get("HRX_DEBUG", "") not in ("", "0")
 
 
-__all__: list[Any] = ["Parser", "check_host_memory", "count", "debug", "host_memory_bytes", "number", "output_dir", "output_file"]
+__all__: list[Any] = ["DefaultsHelpFormatter", "Parser", "check_host_memory", "count", "debug", "host_memory_bytes", "number", "output_dir", "output_file"]

@@ -2,10 +2,33 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 from typing import Any
 
 from .. import plugins as reg
+from .table import table
+
+#: Version of the ``hrx doctor --json`` layout: bumped when a key changes meaning or
+#: disappears (new keys may appear without a bump).
+SCHEMA = 1
+
+#: The plugin distributions of this project: (distribution, what it provides, its folder in a checkout).
+KNOWN_PLUGINS = (
+    ("hrx-gpu", "the cuda and amdgpu engines", "plugins/hrx_gpu"),
+    ("hrx-npu", "the NPU programming model, the npu-host engine and `hrx demo`", "plugins/hrx_npu"),
+    ("hrx-tensor", "tensor operations (linear, gather_rows)", "plugins/hrx_tensor"),
+    ("hrx-image", "image preprocessing operations", "plugins/hrx_image"),
+    ("hrx-models", "the GPT-2 decoder, `hrx model` and `hrx generate`", "plugins/hrx_models"),
+    ("hrx-amdf", "the libamdf binding and the simulated Strix Halo", "plugins/hrx_amdf"),
+)
+
+#: Optional Python packages: (import name, what needs it, the extra that installs it).
+OPTIONAL_PACKAGES = (
+    ("onnx", "ONNX models (hrx_core.artifacts.onnx)", "hrx-core[onnx]"),
+    ("huggingface_hub", "Hugging Face Hub models (hrx_core.artifacts.hf.Resolver)", "hrx-core[hf]"),
+)
 
 
 def _fmt_bytes(nbytes: int) -> str:
@@ -21,6 +44,7 @@ def report() -> dict[str, Any]:
     """Everything doctor knows, as plain data."""
     registry = reg.registry()
     out: dict[str, Any] = {
+        "schema": SCHEMA,
         "plugins": [
             {"name": p.name, "module": p.module, "distribution": p.distribution, "version": p.version, "builtin": p.builtin}
             for p in registry.plugins
@@ -76,17 +100,41 @@ def report() -> dict[str, Any]:
     for rows in registry.pm.hook.hrx_doctor():
         for row in rows or ():
             out["extra"].append([str(x) for x in row])
+    out["missing"] = missing(out)
+    return out
+
+
+def _normal(distribution: str | None) -> str:
+    """A distribution name as PEP 503 compares them."""
+    return re.sub(r"[-_.]+", "-", distribution or "").lower()
+
+
+def missing(data: dict[str, Any]) -> list[dict[str, str]]:
+    """What is not installed or not available, and why: unavailable engines, devices
+    that failed to open, plugins that failed to load, this project's plugin
+    distributions and optional packages that are not installed.
+    Each entry has ``kind``, ``name``, ``why`` and ``fix`` ('' when there is none)."""
+    out = [{"kind": "engine", "name": e["name"], "why": e["reason"], "fix": ""} for e in data["engines"] if not e["available"]]
+    out += [{"kind": "device", "name": f"{d['engine']}:{d['index']}", "why": d["error"], "fix": ""}
+            for d in data["devices"] if "error" in d]
+    out += [{"kind": "plugin", "name": f["name"], "why": f"{f['distribution']} {f['version']}: failed to load: {f['error']}",
+             "fix": f"pip install --force-reinstall {f['distribution']}" if f["distribution"] else ""} for f in data["failures"]]
+    present = {_normal(p["distribution"]) for p in data["plugins"]} | {_normal(f["distribution"]) for f in data["failures"]}
+    for dist, provides, folder in KNOWN_PLUGINS:
+        if _normal(dist) not in present:
+            out.append({"kind": "plugin", "name": dist, "why": f"not installed; provides {provides}",
+                        "fix": f"pip install {dist} (from a checkout: pip install -e {folder})"})
+    for module, needed_by, extra in OPTIONAL_PACKAGES:
+        if importlib.util.find_spec(module) is None:
+            out.append({"kind": "package", "name": module, "why": f"not installed; needed for {needed_by}",
+                        "fix": f"pip install '{extra}'"})
     return out
 
 
 def _table(title: str, header: list[str], rows: list[list[str]]) -> str:
     if not rows:
         return f"{title}\n  (none)\n"
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    line = "  " + "  ".join(h.ljust(w) for h, w in zip(header, widths))
-    sep = "  " + "  ".join("-" * w for w in widths)
-    body = ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
-    return "\n".join([title, line, sep, *body]) + "\n"
+    return f"{title}\n{table(rows, header, indent=2)}\n"
 
 
 def render(data: dict[str, Any]) -> str:
@@ -126,9 +174,8 @@ def render(data: dict[str, Any]) -> str:
     parts.append(f"Compilers\n  targets: {', '.join(data['compilers']) or '(none)'}\n")
     if data["extra"]:
         parts.append(_table("Plugin reports", ["section", "item", "detail"], [r + [""] * (3 - len(r)) for r in data["extra"]]))
-    missing = [[e["name"], e["reason"]] for e in data["engines"] if not e["available"]]
-    missing += [[f["name"] + " (plugin)", f"{f['distribution']} {f['version']}: failed to load: {f['error']}"] for f in data["failures"]]
-    parts.append(_table("Missing or broken", ["what", "why"], missing))
+    parts.append(_table("Missing or broken", ["what", "why", "fix"],
+                        [[f"{m['kind']} {m['name']}", m["why"], m["fix"]] for m in data["missing"]]))
     return "\n".join(parts)
 
 

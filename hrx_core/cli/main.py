@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import sys
-from .. import progress
+from collections.abc import Callable
+
+from .. import __version__, progress
 from ..errors import HRXError
 from . import CliCommand
 from .args import Parser, count, debug
@@ -102,29 +106,44 @@ def _add_to_subcommands(parser: argparse.ArgumentParser) -> None:
                 _add_to_subcommands(subparser)
 
 
-def _main(argv: list[str]) -> int:
+def build_parser() -> tuple[Parser, dict[str, CliCommand]]:
+    """The ``hrx`` parser with every built-in and plugin subcommand (each with -v/-q),
+    and the plugin commands by name (a plugin whose ``configure`` fails is left out,
+    with a note)."""
     parser = Parser(prog="hrx", description="HRX for Python: GPU/NPU inference runtime")
+    parser.add_argument("--version", action="version", version=version_line())
     _add_output_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True)
     doctor = sub.add_parser("doctor", help="show plugins, engines, devices, queues, limits and what is missing")
-    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.add_argument("--json", action="store_true",
+                        help="machine-readable output (with a 'schema' version and a 'missing' list)")
     sub.add_parser("prepare", help="start each installed engine and warm its caches (never downloads)")
     pipeline = sub.add_parser("pipeline", help="run a small upload/kernel/graph/download pipeline and check it")
-    pipeline.add_argument("--engine", default=None, help="engine to use (default: best available)")
-    pipeline.add_argument("--elements", type=count("--elements", limit=1 << 34), default=1 << 20)
-    try:
-        extra = plugin_commands()
-    except HRXError as exc:
-        print(f"hrx: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+    pipeline.add_argument("--engine", default=None, help="engine to use (default: the best available)")
+    pipeline.add_argument("--elements", type=count("--elements", limit=1 << 34), default=1 << 20,
+                          help="float32 elements of the vectors")
+    extra = plugin_commands()
+    configured = {}
     for cmd in extra.values():
         try:
             cmd.configure(sub.add_parser(cmd.name, help=cmd.help))
         except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the others
             print(f"hrx: ignoring the command {cmd.name!r}: configuring it failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            continue
+        configured[cmd.name] = cmd
     _add_to_subcommands(parser)
-    args = parser.parse_args(argv)
+    return parser, configured
+
+
+def _main(argv: list[str]) -> int:
     try:
+        parser, extra = build_parser()
+    except HRXError as exc:
+        print(f"hrx: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
+
+    def run() -> int:
         if args.command == "doctor":
             from .doctor import run
 
@@ -136,17 +155,48 @@ def _main(argv: list[str]) -> int:
 
             return run_pipeline(args.engine, args.elements)
         return int(extra[args.command].run(args))
+
+    return run_reporting(f"hrx {args.command}", run)
+
+
+def run_reporting(prog: str, fn: Callable[[], int | None]) -> int:
+    """Run ``fn`` as a command-line tool named ``prog``: its exit status, or, when it
+    raises, one line on stderr and a non-zero status -- 2 for HRX errors, missing
+    Python packages and OS errors (a missing file), 130 for Ctrl-C, 141 (quietly) when
+    stdout's reader went away, 1 for anything else (``HRX_DEBUG=1`` re-raises, showing
+    the traceback). Used by ``hrx`` and by the scripts under bench/."""
+    try:
+        return int(fn() or 0)
     except HRXError as exc:
-        print(f"hrx {args.command}: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        print(f"{prog}: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        if debug():
+            raise
+        print(f"{prog}: needs the Python package {exc.name!r}, which is not installed: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # the reader went away (``hrx doctor | head``): stop quietly, as a SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as exc:  # a file or directory the user named (missing, unreadable, full disk)
+        if debug():
+            raise
+        print(f"{prog}: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"hrx {args.command}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - a command-line tool reports, never dumps a traceback
         if debug():
             raise
-        print(f"hrx {args.command}: {type(exc).__name__}: {_one_line(exc)} (HRX_DEBUG=1 shows the traceback)", file=sys.stderr)
+        print(f"{prog}: {type(exc).__name__}: {_one_line(exc)} (HRX_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1
+
+
+def version_line() -> str:
+    """What ``hrx --version`` prints."""
+    return f"hrx {__version__} (hrx-core {__version__}, Python {platform.python_version()})"
 
 
 def _one_line(exc: BaseException) -> str:

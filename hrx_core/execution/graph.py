@@ -30,6 +30,7 @@ from ..placement import backing_of
 
 if TYPE_CHECKING:
     from ..completion import Event
+    from ..model.tensor import DeviceTensor
     from .lanes import Lane
     from .runtime import Runtime
 
@@ -350,16 +351,26 @@ class TrackedGraph:
         return self._add(ComputeRegion(self, name, lane, self._record(lane, record)), after)  # type: ignore[return-value]
 
     def copy(self, src: Buffer | View | Binding, dst: Buffer | View | Binding, *, name: str = "copy", after: Sequence[Region] = ()) -> CopyRegion:
-        """A copy-only region: on the copy engine (RuntimeOptions.copy_engine)."""
-        self._check(name, after)
-        lane = self.runtime.copy_lane
-        return self._add(CopyRegion(self, name, lane, self._record(lane, lambda g: g.copy(src, dst))), after)  # type: ignore[return-value]
+        """Deprecated: ``copyto(dst, src)`` -- destination first, like every other transfer."""
+        transfer.deprecated_copy("InferenceGraph")
+        return self.copyto(dst, src, name=name, after=after)
 
-    def fill(self, dst: Buffer | View | Binding, value: Any, *, name: str = "fill", after: Sequence[Region] = ()) -> CopyRegion:
-        """A fill-only region: on the copy engine (RuntimeOptions.copy_engine)."""
+    def copyto(self, dst: Buffer | View | Binding, src: Buffer | View | Binding, *, name: str = "copy",
+               after: Sequence[Region] = ()) -> CopyRegion:
+        """A copy-only region (``src`` into ``dst``, destination first): on the copy
+        engine (RuntimeOptions.copy_engine)."""
         self._check(name, after)
         lane = self.runtime.copy_lane
-        return self._add(CopyRegion(self, name, lane, self._record(lane, lambda g: g.fill(dst, value))), after)  # type: ignore[return-value]
+        return self._add(CopyRegion(self, name, lane, self._record(lane, lambda g: g.copyto(dst, src))), after)  # type: ignore[return-value]
+
+    def fill(self, dst: Buffer | View | Binding | DeviceTensor, value: Any = None, *, dtype: Any = None,
+             pattern: Any = None, name: str = "fill", after: Sequence[Region] = ()) -> CopyRegion:
+        """A fill-only region (arguments as :meth:`Stream.fill`): on the copy engine
+        (RuntimeOptions.copy_engine)."""
+        self._check(name, after)
+        target, bytes_ = transfer.fill_args(dst, value, dtype, pattern)
+        lane = self.runtime.copy_lane
+        return self._add(CopyRegion(self, name, lane, self._record(lane, lambda g: g.fill(target, pattern=bytes_))), after)  # type: ignore[return-value]
 
     def upload(self, dst: Buffer | View | Binding, data: Any, *, name: str = "upload", after: Sequence[Region] = ()) -> UploadRegion:
         """An upload-lane region moving ``data`` (copied now into graph-owned staging;
@@ -376,7 +387,7 @@ class TrackedGraph:
         try:
             with staging.map("write") as host:
                 host[:] = src
-            device_graph = self._record("upload", lambda g: g.copy(staging, d.write()))
+            device_graph = self._record("upload", lambda g: g.copyto(d.write(), staging))
         except BaseException:
             staging.close()
             raise
@@ -391,7 +402,7 @@ class TrackedGraph:
         self._check_device("src", s, "download")
         staging = self.runtime.allocate_staging(s.view.length)
         try:
-            device_graph = self._record("download", lambda g: g.copy(s.read(), staging))
+            device_graph = self._record("download", lambda g: g.copyto(staging, s.read()))
         except BaseException:
             staging.close()
             raise

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..engine import Access, BufferArg, Executable, GraphNode, KernelArg, NativeBuffer, NativeQueue, Timeline
+from ..engine import Access, BufferArg, Executable, GraphNode, KernelArg, NativeBuffer, NativeQueue, NativeTimestamp, Timeline
 from ..errors import DeviceError, InvalidArgument
 from .timeline import HostTimeline
 
@@ -103,6 +103,11 @@ class HostQueue(NativeQueue):
         assert isinstance(executable, HostExecutable)
         self._pending.append(lambda: _run_kernel(executable, grid, block, args))
 
+    def timestamp(self) -> HostTimestamp:
+        stamp = HostTimestamp()
+        self._pending.append(stamp.take)
+        return stamp
+
     def enqueue(self, command: Command) -> None:
         """Encode an arbitrary host command (used by host graphs)."""
         self._pending.append(command)
@@ -142,6 +147,26 @@ class HostQueue(NativeQueue):
     def close(self) -> None:
         self._finalizer()  # stops the worker once its queued work is done
         self._thread.join(timeout=10)
+
+
+class HostTimestamp(NativeTimestamp):
+    """The host clock (``time.perf_counter_ns``) read by the queue's worker thread when
+    it reaches the timestamp: after all earlier commands of the queue finished."""
+
+    __slots__ = ("ns",)
+
+    def __init__(self) -> None:
+        self.ns: int | None = None
+
+    def take(self) -> None:
+        self.ns = time.perf_counter_ns()
+
+    def elapsed_ms(self, end: NativeTimestamp) -> float:
+        if not isinstance(end, HostTimestamp):
+            raise InvalidArgument(f"end: a host timestamp is compared with another host timestamp, got {type(end).__name__}")
+        if self.ns is None or end.ns is None:
+            raise DeviceError("host timestamp: not taken (its queue failed before reaching it)")
+        return (end.ns - self.ns) / 1e6
 
 
 def sleep_jitter(jitter_us: int) -> None:

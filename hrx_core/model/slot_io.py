@@ -162,7 +162,7 @@ class SlotIO:
                 for name in self.tensors_in:
                     if name in names:
                         t = self.tensors_in[name]
-                        g.copy(handle.slice(self._layout[name], t.nbytes), t.view.write())
+                        g.copyto(t.view.write(), handle.slice(self._layout[name], t.nbytes))
 
             device_graph = graph._record("upload", record)
             graph._add(UploadRegion(graph, label, "upload", device_graph, handle), ())
@@ -209,7 +209,7 @@ class SlotIO:
         staging = allocate_tracked(runtime, out.nbytes, self.definition.budget, shared=True)
         graph = ScopedGraph(runtime, self.scope, f"read-{name}")
         try:
-            device_graph = graph._record("download", lambda g: g.copy(out.view.read(), staging))
+            device_graph = graph._record("download", lambda g: g.copyto(staging, out.view.read()))
             graph._add(DownloadRegion(graph, f"read-{name}", "download", device_graph, staging), ())
         except BaseException:
             graph.close()

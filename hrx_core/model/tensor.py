@@ -350,6 +350,34 @@ class DeviceTensor:
         # np.ndarray checks that the strided extent lies inside the downloaded bytes
         return np.ndarray(self.shape, self.dtype, buffer=raw, strides=self.strides).copy()
 
+    # -- interop ------------------------------------------------------------------------
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        from ..interop import dlpack_device
+
+        return dlpack_device(self._open_view())
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None) -> Any:
+        """A zero-copy DLPack export with this tensor's shape, strides and dtype (after
+        its producer finished: a failed producer raises here). The export keeps the
+        memory and the tensor's lease until the consumer releases it."""
+        from ..interop import to_dlpack
+
+        view = self._open_view()
+        if self.completion is not None:
+            self.completion.wait()  # raises if the producer failed: never stale bytes
+        hold = self._hold.retain() if self._hold is not None else None
+        return to_dlpack(view, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy,
+                         layout=(self.shape, self.strides, self.dtype), release=hold.release if hold is not None else None)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """Refused, as CuPy does: the data lives in device memory, and a silent copy (or
+        a 0-d object array) hides that; call :meth:`numpy` to download it explicitly."""
+        raise TypeError(
+            "Implicit conversion of an hrx DeviceTensor to a NumPy array is not allowed: "
+            "call tensor.numpy() to download it explicitly (or np.from_dlpack(tensor) for host memory)"
+        )
+
     # -- lifetime -------------------------------------------------------------------------
 
     def close(self) -> None:

@@ -138,15 +138,16 @@ def bad_bool() -> st.SearchStrategy[Any]:
     return st.sampled_from([None, 0, 1, "True", "", 1.0, [], object(), np.array([True, False])])
 
 
-def bad_bindable() -> st.SearchStrategy[Any]:
+def bad_bindable(*, tensors: bool = False) -> st.SearchStrategy[Any]:
     """Values a Buffer/View/Binding parameter refuses: other types, and buffers it must
-    not take (closed, of another device)."""
+    not take (closed, of another device; a DeviceTensor unless ``tensors``, as fills
+    take one)."""
     return st.one_of(
         st.sampled_from([None, 1, "buf", b"\x00" * 8, np.zeros(8, np.uint8), [], Hostile(), memoryview(b"12345678")]),
         st.sampled_from([
             Lazy("closed buffer", lambda w: w.closed_buffer()),
             Lazy("buffer of another device", lambda w: w.foreign_buffer()),
-            Lazy("device tensor", lambda w: w.tensor()),
+            *([] if tensors else [Lazy("device tensor", lambda w: w.tensor())]),
         ]),
     )
 

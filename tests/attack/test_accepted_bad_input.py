@@ -102,12 +102,12 @@ def test_overlapping_copy_between_aliases_of_one_backing_is_refused():
     s = npu.stream()
     tried("bad-arguments", "Stream.copy")
     with pytest.raises(hrx.Overlap):
-        s.copy(a1.slice(0, 64), a2.slice(32, 64))
+        s.copyto(a2.slice(32, 64), a1.slice(0, 64))
     g = s.access_graph()
     tried("bad-arguments", "Graph.copy")
     with pytest.raises(hrx.Overlap):
-        g.copy(a1.slice(0, 64), a2.slice(32, 64))
-    s.copy(a1.slice(0, 64), a2.slice(64, 64)).wait()  # disjoint ranges are fine
+        g.copyto(a2.slice(32, 64), a1.slice(0, 64))
+    s.copyto(a2.slice(64, 64), a1.slice(0, 64)).wait()  # disjoint ranges are fine
 
 
 def test_an_untied_lm_head_is_refused(tmp_path):
@@ -140,8 +140,8 @@ def test_use_after_close_is_refused():
         "Device.allocate_shared": lambda: dev.allocate_shared(64),
         "Device.stream": lambda: dev.stream(),
         "Stream.dispatch": lambda: s.dispatch(INC_BYTES, 1, [buf], scalars=(4,)),
-        "Stream.fill": lambda: s.fill(buf, 1),
-        "Stream.copy": lambda: s.copy(buf.slice(0, 8), buf.slice(8, 8)),
+        "Stream.fill": lambda: s.fill(buf, pattern=1),
+        "Stream.copy": lambda: s.copyto(buf.slice(8, 8), buf.slice(0, 8)),
         "Stream.upload": lambda: s.upload(buf, np.ones(64, np.uint8)),
         "PreparedLaunch.launch": prepared.launch,
         "Graph.launch": lambda: _recorded(s, buf).launch(),
@@ -154,7 +154,7 @@ def test_use_after_close_is_refused():
 
 def _recorded(s, buf):
     g = s.access_graph()
-    g.fill(buf, 3)
+    g.fill(buf, pattern=3)
     return g
 
 

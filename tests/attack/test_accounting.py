@@ -62,7 +62,7 @@ def test_repeated_timeouts_quarantine_an_allocation_once():
 def test_repeated_failed_submissions_quarantine_an_allocation_once():
     rt, x, g = runtime_with_sleeper(4096, 20_000_000)
     dev = rt.device
-    g.fill(x.slice(8, 8), 1)
+    g.fill(x.slice(8, 8), pattern=1)
     for _ in range(40):
         dev.native.faults.fail_submit(after=2)  # the sleep is accepted, the fill fails
         with pytest.raises(hrx.DeviceError, match="injected"):

@@ -99,9 +99,9 @@ def test_native_session_and_submit_do_not_invert_lock_order():
     rt = Runtime(dev, RuntimeOptions(observe=False))
     a_buf, b_buf = rt.allocate(64), rt.allocate(64)
     ga = rt.graph("a")
-    ga.compute("a", lambda g: g.fill(a_buf, 1))
+    ga.compute("a", lambda g: g.fill(a_buf, pattern=1))
     gb = rt.graph("b")
-    gb.compute("b", lambda g: g.fill(b_buf, 2))
+    gb.compute("b", lambda g: g.fill(b_buf, pattern=2))
     b_started = threading.Event()
     results: dict[str, object] = {}
 
@@ -142,7 +142,7 @@ def test_submit_waits_for_another_threads_session_and_honours_block_and_timeout(
     rt = Runtime(dev, RuntimeOptions(observe=False))
     buf = rt.allocate(64)
     g = rt.graph()
-    g.compute("c", lambda r: r.fill(buf, 3))
+    g.compute("c", lambda r: r.fill(buf, pattern=3))
     up = rt.graph("up")
     up.upload(buf.slice(0, 8), np.zeros(8, np.uint8))
     inside, leave = threading.Event(), threading.Event()

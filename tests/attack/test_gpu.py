@@ -36,7 +36,7 @@ def test_copy_fill_and_graph_copy_beyond_4_gib_are_split_and_exact():
     marks = {0: 1, SPLIT - 8: 2, SPLIT - 1: 3, SPLIT: 4, SPLIT + 7: 5, n - 1: 6}
     for off, v in marks.items():
         s.upload(src.slice(off, 1), np.array([v], np.uint8))
-    s.copy(src, dst)  # one copy of > 4 GiB: split in two native copies
+    s.copyto(dst, src)  # one copy of > 4 GiB: split in two native copies
     for off, v in marks.items():
         assert _bytes_at(s, dst, off, 1)[0] == v, off
     word = np.tile(np.array([0xA1B2C3D4], np.uint32).view(np.uint8), 4)
@@ -44,7 +44,7 @@ def test_copy_fill_and_graph_copy_beyond_4_gib_are_split_and_exact():
         np.testing.assert_array_equal(_bytes_at(s, dst, off, 16), word)
     g = s.owned_graph()
     g.fill(dst, 0)
-    g.copy(src, dst)
+    g.copyto(dst, src)
     g.launch().wait(600)
     for off, v in marks.items():
         assert _bytes_at(s, dst, off, 1)[0] == v, off

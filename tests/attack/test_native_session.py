@@ -36,7 +36,7 @@ def test_a_session_does_not_report_another_submissions_failure():
         rt.submit(bad).wait(10)
 
     def model(ns, buf):
-        ns.stream.fill(buf, 5)
+        ns.stream.fill(buf, pattern=5)
         return ns.stream.download(buf)
 
     with rt.native_session("clean") as ns:
@@ -68,7 +68,7 @@ def test_interrupts_propagate_out_of_a_session(exc):
         raise exc()
 
     def model(ns, buf):
-        ns.stream.fill(buf, 1)
+        ns.stream.fill(buf, pattern=1)
         ns.progress(1)
         raise AssertionError("the model must stop at the interrupt")
 
@@ -83,7 +83,7 @@ def test_interrupts_propagate_out_of_a_session(exc):
     assert ok == "still usable"
     # the lane reservation was released: other submissions run
     g = rt.graph()
-    g.compute("c", lambda r: r.fill(x, 2))
+    g.compute("c", lambda r: r.fill(x, pattern=2))
     rt.submit(g).wait(10)
     rt.close()
 

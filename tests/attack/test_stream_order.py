@@ -29,7 +29,7 @@ def test_gather_rows_reuse_keeps_a_queued_consumers_rows():
     s.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(100_000_000,))  # gather A waits behind this
     ta = ops.gather_rows(table, ia)
     dst = dev.allocate(ta.nbytes)
-    s.copy(ta.view, dst)  # a consumer queued before the release
+    s.copyto(dst, ta.view)  # a consumer queued before the release
     ta.close()  # the slot may be reused now ...
     tried("concurrency", "TensorOps.gather_rows (slot reuse)")
     tb = ops.gather_rows(table, ib)  # ... by a call with other indices
@@ -51,7 +51,7 @@ def test_gather_rows_reuse_waits_for_a_consumer_on_another_stream():
     other.wait_event(s.record_event())
     other.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(100_000_000,))
     dst = dev.allocate(ta.nbytes)
-    other.copy(ta.view, dst)  # reads A's output after a delay, on another queue
+    other.copyto(dst, ta.view)  # reads A's output after a delay, on another queue
     ta.close()
     tried("concurrency", "TensorOps.gather_rows (cross-stream consumer)")
     tb = ops.gather_rows(table, ib)  # same slot: must not overwrite before the copy ran

@@ -38,7 +38,7 @@ def _world():
 
 def _entry_points(dev, s, buf, rt, g):
     """name -> call(timeout) for every public wait."""
-    done = s.fill(buf, 1)
+    done = s.fill(buf, pattern=1)
     sub = rt.submit(g)
     ev = s.record_event()
     return {
@@ -90,7 +90,7 @@ def test_model_layer_and_npu_timeouts():
 
     def factory(b):
         x = b.tensor(16, np.uint8)
-        b.graph.compute("c", lambda r: r.fill(x.write(), 1))
+        b.graph.compute("c", lambda r: r.fill(x.write(), pattern=1))
         return InferenceGraph(inputs={"x": x}, outputs={"x": x}, graph=b.graph)
 
     model = definition.prepare(factory, slots=1)

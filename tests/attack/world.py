@@ -36,9 +36,9 @@ class World:
         self.xor = XOR_BYTES
         self.graph = self.stream.access_graph()
         self.graph.input("x", self.buf2)
-        self.graph.fill(self.buf2, 1)
+        self.graph.fill(self.buf2, pattern=1)
         self.explicit = self.stream.graph()
-        self.node = self.explicit.fill(self.buf2, 1, deps=[])
+        self.node = self.explicit.fill(self.buf2, pattern=1, deps=[])
         self.pool = self.dev.buffer_pool(max_free_bytes=1 << 20)
         self.rt = Runtime(self.dev, RuntimeOptions(observe=False, memory_budget=self.budget))
         self.rbuf = self.rt.allocate(256)
@@ -78,6 +78,12 @@ class World:
         if self._foreign is None:
             self._foreign = self.other.allocate(4096)
         return self._foreign
+
+    def timed_event(self) -> Any:
+        """A complete event recorded with timing on the world's stream."""
+        event = self.stream.record_event(timing=True)
+        event.synchronize()
+        return event
 
     def tensor(self) -> DeviceTensor:
         return DeviceTensor(self.buf2, (4096,), np.uint8)

@@ -92,8 +92,8 @@ def test_rings_wrap_under_many_submissions(dev):
     copy = dev.stream(family="copy")
     x = s.allocate(4096)
     for i in range(300):  # 300 publications wrap the 4 KiB PM4 and SDMA rings
-        s.fill(x, i & 0xFF)
-        copy.fill(x, (i + 1) & 0xFF)
+        s.fill(x, pattern=i & 0xFF)
+        copy.fill(x, pattern=(i + 1) & 0xFF)
         copy.synchronize(timeout=30) if i % 50 == 0 else None
     s.synchronize(timeout=60)
     copy.synchronize(timeout=60)

@@ -395,11 +395,11 @@ class ImageOps(OpFamily):
             sc = plan.scalars if scalars is None else scalars
             if graph is not None:
                 if copy:
-                    graph.copy(args[0], out)
+                    graph.copyto(out, args[0])
                 else:
                     graph.dispatch(plan.kernel, plan.grid, args, block=plan.block, scalars=sc)
             elif copy:
-                done = self.stream.copy(args[0], out)
+                done = self.stream.copyto(out, args[0])
             elif scalars is None:  # the plan fixes the scalars: the slot's prepared launch
                 done = slot.launch(self.stream, plan.kernel, plan.grid, plan.block, sc, args)
             else:

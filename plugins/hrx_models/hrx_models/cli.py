@@ -25,8 +25,10 @@ def _configure_model(parser: argparse.ArgumentParser) -> None:
                       help="named shape (tiny: 2x128, gpt2: 12x768, gpt2-medium: 24x1024, 1b: 24x2048); "
                            "the options below override its fields")
     for name in ("n-embd", "n-layer", "n-head", "n-positions", "vocab-size"):
-        init.add_argument(f"--{name}", type=count(f"--{name}", limit=1 << 31), default=None)
-    init.add_argument("--seed", type=count("--seed", minimum=0, limit=2**63 - 1), default=0)
+        init.add_argument(f"--{name}", type=count(f"--{name}", limit=1 << 31), default=None,
+                          help=f"override the shape's {name.replace('-', '_')} (default: the --shape's value)")
+    init.add_argument("--seed", type=count("--seed", minimum=0, limit=2**63 - 1), default=0,
+                      help="seed of the random weights")
     init.add_argument("--std", type=number("--std", maximum=10.0), default=0.02,
                       help="standard deviation of the weight matrices (default 0.02)")
     init.add_argument("--dtype", choices=["f32", "bf16"], default="f32",
@@ -78,7 +80,8 @@ def _configure_generate(parser: argparse.ArgumentParser) -> None:
                               "merges.txt); the output is decoded text; repeat for several concurrent requests")
     prompts.add_argument("--prompt-ids", action="append",
                          help="prompt token ids, comma or space separated; repeat for several concurrent requests")
-    parser.add_argument("--max-new-tokens", type=count("--max-new-tokens", limit=1 << 20), default=32)
+    parser.add_argument("--max-new-tokens", type=count("--max-new-tokens", limit=1 << 20), default=32,
+                        help="tokens to generate per request")
     parser.add_argument("--engine", default=None, help="engine (default: the best available; HRX_ENGINE also works)")
     parser.add_argument("--concurrency", choices=["threads", "asyncio"], default="threads",
                         help="how several requests run at once (each on its own slot)")

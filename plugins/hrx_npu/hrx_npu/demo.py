@@ -23,8 +23,9 @@ QUICK = {"n": 1 << 18, "m": 256, "samples": 5, "requests": 3, "rounds": 3}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace", type=output_file("--trace"), default="trace.json",
-                        help="Perfetto trace of gpu_npu_parallel (default trace.json; '' for none)")
+    parser.add_argument("--trace", type=output_file("--trace"), default=None,
+                        help="Perfetto trace of gpu_npu_parallel (default: demo/trace.json in the HRX cache "
+                             "directory, $HRX_CACHE_DIR or ~/.cache/hrx; '' for none)")
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds, for CI)")
     parser.add_argument("--n", type=count("--n", minimum=256, limit=1 << 32), default=None,
                         help="GPU elements of gpu_npu_parallel (default 16777216)")
@@ -35,6 +36,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="concurrent gemm_pipeline requests (default 4)")
     parser.add_argument("--rounds", type=count("--rounds", limit=10_000), default=None, help="gemm_pipeline rounds (default 5)")
     engine_arguments(parser)
+
+
+def default_trace_path() -> str:
+    """Where ``hrx demo`` writes its trace unless told: the HRX cache directory (never
+    the working tree)."""
+    from hrx_core.compiler import cache_dir
+
+    folder = cache_dir() / "demo"
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder / "trace.json")
 
 
 def _pick(args: argparse.Namespace, name: str, default: int) -> int:
@@ -54,8 +65,9 @@ def run(args: argparse.Namespace) -> int:
     engines = {"gpu_engine": args.gpu_engine, "npu_engine": args.npu_engine, "columns": args.columns}
     print(f"hrx demo: gpu_npu_parallel N={n} M={m} x{samples} pairs, then gemm_pipeline ...", flush=True)
     rounds = _pick(args, "rounds", 5)
+    trace = default_trace_path() if args.trace is None else args.trace or None
     with progress.bar(total=samples + rounds, desc="hrx demo", unit="sample") as bar:
-        par = gpu_npu_parallel.run(n, m, samples, args.trace or None, **engines, tick=bar.update)
+        par = gpu_npu_parallel.run(n, m, samples, trace, **engines, tick=bar.update)
         gem = gemm_pipeline.run(m, requests, rounds, **engines, tick=bar.update)
     print(render(par, gem))
     return 0 if par["ok"] and gem["ok"] else 1
@@ -71,10 +83,11 @@ def _checks(r: dict[str, Any]) -> str:
 def render(par: dict[str, Any], gem: dict[str, Any]) -> str:
     rows = [
         ["gpu_npu_parallel", f"sequential {par['sequential_ms']:.3f}", f"parallel {par['parallel_ms']:.3f}",
-         f"{par['speedup']:.2f}x (ideal {par['ideal_speedup']:.2f}x, {par['overlap_efficiency']:.0%})", _checks(par)],
+         f"{par['speedup']:.2f}x (ideal {par['ideal_speedup']:.2f}x, {par['overlap_efficiency']:.0%})",
+         _checks(par).partition(":")[0]],
         ["  branches", f"gpu {par['gpu_branch_ms']:.3f}", f"npu {par['npu_branch_ms']:.3f}", "", ""],
         ["gemm_pipeline", f"one at a time {gem['serial_ms']:.3f}", f"concurrent {gem['concurrent_ms']:.3f}",
-         f"{gem['speedup']:.2f}x ({gem['requests']} requests)", _checks(gem)],
+         f"{gem['speedup']:.2f}x ({gem['requests']} requests)", _checks(gem).partition(":")[0]],
     ]
     lines = [
         f"GPU side: {par['gpu']}",
@@ -82,6 +95,9 @@ def render(par: dict[str, Any], gem: dict[str, Any]) -> str:
         f"  ({par['npu_note']})",
         "",
         table(rows, ["example", "ms (median)", "ms (median)", "speedup", "checks"]),
+        "",
+        f"gpu_npu_parallel checks {_checks(par)}",
+        f"gemm_pipeline checks {_checks(gem)}",
     ]
     if par["trace"]:
         lines += ["", f"trace: {par['trace']} (open in https://ui.perfetto.dev)"]

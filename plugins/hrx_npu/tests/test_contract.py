@@ -106,7 +106,7 @@ def test_engine_rechecks_rebound_graph_inputs_and_drops_the_launch(npu):
     prog.record(g, [x])
     g.launch().wait()
     assert (s.download(x).view(np.uint32) == 1).all()
-    s.fill(other, 5)
+    s.fill(other, pattern=5)
     s.synchronize()
     with pytest.raises(AlignmentError):
         g.launch(inputs={"x": other.slice(4, 256)})

@@ -64,28 +64,50 @@ def test_shared_examples(gpu, npu_engine):
     assert r["ok"] and [s["bytes"] for s in r["sizes"]] == [4096, 16384]
 
 
-def _hrx(*args, cwd, npu_engine="npu-host"):
+def _hrx(*args, cwd, npu_engine="npu-host", **env):
     return subprocess.run([sys.executable, "-m", "hrx_core.cli.main", *args], capture_output=True, text=True, cwd=cwd,
-                          env=_env(npu_engine), timeout=300, check=False)
+                          env=dict(_env(npu_engine), **env), timeout=300, check=False)
+
+
+QUICK_DEMO = ("demo", "--quick", "--n", "20000", "--m", "16", "--samples", "2", "--requests", "2", "--rounds", "1")
 
 
 @pytest.mark.parametrize("npu_engine", NPU_ENGINES)
 def test_hrx_demo_doctor_prepare(tmp_path, npu_engine):
     _skip_unless_simulated(npu_engine)
-    r = _hrx("demo", "--quick", "--n", "20000", "--m", "16", "--samples", "2", "--requests", "2", "--rounds", "1",
-             "--npu-engine", npu_engine, cwd=tmp_path, npu_engine=npu_engine)
+    trace = tmp_path / "traces" / "demo.json"
+    trace.parent.mkdir()
+    r = _hrx(*QUICK_DEMO, "--npu-engine", npu_engine, "--trace", str(trace), cwd=tmp_path, npu_engine=npu_engine)
     assert r.returncode == 0, r.stdout + r.stderr
-    for word in ("gpu_npu_parallel", "gemm_pipeline", "sequential", "parallel", "ok:", "not NPU hardware", "trace.json", f"NPU side: {npu_engine}:0"):
+    for word in ("gpu_npu_parallel", "gemm_pipeline", "sequential", "parallel", "ok:", "not NPU hardware", str(trace), f"NPU side: {npu_engine}:0"):
         assert word in r.stdout, word
-    validate_trace(json.loads((tmp_path / "trace.json").read_text()))
+    validate_trace(json.loads(trace.read_text()))
     r = _hrx("doctor", cwd=tmp_path, npu_engine=npu_engine)
     assert r.returncode == 0 and "npu-host" in r.stdout and "not NPU hardware" in r.stdout
     if npu_engine == "xdna":
-        assert "8 columns x 6 rows" in r.stdout and "used only when named" in r.stdout, r.stdout
+        text = " ".join(r.stdout.split())  # doctor wraps long cells to fit 100 columns
+        assert "8 columns x 6 rows" in text and "used only when named" in text, r.stdout
     r = _hrx("prepare", cwd=tmp_path, npu_engine=npu_engine)
     assert r.returncode == 0 and "npu-host" in r.stdout, r.stdout
     if npu_engine == "xdna":
         assert "xdna: simulated NPU5" in r.stdout, r.stdout
+
+
+def test_hrx_demo_writes_its_trace_outside_the_working_tree(tmp_path):
+    """By default the trace goes to the HRX cache directory (here HRX_CACHE_DIR), the
+    output says where, and the working directory stays untouched; '' writes none."""
+    work, cache = tmp_path / "work", tmp_path / "cache"
+    work.mkdir()
+    r = _hrx(*QUICK_DEMO, cwd=work, HRX_CACHE_DIR=str(cache))
+    assert r.returncode == 0, r.stdout + r.stderr
+    trace = cache / "demo" / "trace.json"
+    assert f"trace: {trace}" in r.stdout, r.stdout
+    validate_trace(json.loads(trace.read_text()))
+    assert list(work.iterdir()) == []
+    trace.unlink()
+    r = _hrx(*QUICK_DEMO, "--trace", "", cwd=work, HRX_CACHE_DIR=str(cache))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "trace:" not in r.stdout and not trace.exists() and list(work.iterdir()) == []
 
 
 @pytest.mark.parametrize("npu_engine", NPU_ENGINES)

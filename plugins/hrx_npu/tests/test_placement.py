@@ -100,7 +100,7 @@ def test_alias_of_ordinary_memory_shares_cache_state(npu):
     owner = home.allocate(256)
     alias = f.adopt(owner, away)
     on_npu, off_npu = (alias, owner) if away is npu else (owner, alias)
-    npu.stream().fill(on_npu, 3)
+    npu.stream().fill(on_npu, pattern=3)
     npu.synchronize()
     with pytest.raises(hrx.InvalidArgument, match="INVALIDATE"), off_npu.map("read"):   # the device wrote it
         pass
@@ -113,10 +113,10 @@ def test_alias_of_ordinary_memory_shares_cache_state(npu):
     with off_npu.map("write") as host:
         host[:] = 9
     with pytest.raises(hrx.InvalidArgument, match="FLUSH"):
-        npu.stream().fill(on_npu.slice(0, 4), 1)
+        npu.stream().fill(on_npu.slice(0, 4), pattern=1)
     with prepare_release_host(on_npu) as ops:
         ops.apply()
-    npu.stream().fill(on_npu.slice(0, 4), 1)
+    npu.stream().fill(on_npu.slice(0, 4), pattern=1)
     npu.synchronize()
     with prepare_acquire_host(off_npu) as ops:
         ops.apply()

@@ -35,6 +35,7 @@ from .errors import CUDA_ERROR_NOT_SUPPORTED
 from .mapped import BLOCK as MAPPED_BLOCK
 from .kernel import CudaExecutable, address_of, pack_args
 from .timeline import CudaTimeline
+from .timing import CudaTimestamp
 
 if TYPE_CHECKING:
     from .device import CudaDevice
@@ -81,6 +82,9 @@ class CudaQueue(NativeQueue):
         return int(self._lib.cuStreamQuery(self.stream))
 
     # -- encoding -----------------------------------------------------------------------
+
+    def timestamp(self) -> CudaTimestamp:
+        return CudaTimestamp(self.device, self.stream, self.name)
 
     def copy(self, src: NativeBuffer, src_offset: int, dst: NativeBuffer, dst_offset: int, nbytes: int) -> None:
         if CURRENT.ctx is not self._ctx:

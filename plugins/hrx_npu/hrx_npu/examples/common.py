@@ -9,6 +9,7 @@ from typing import Any
 
 import hrx_core as hrx
 from hrx_core.cli.args import count
+from hrx_core.cli.table import table  # noqa: F401 - the examples' table (re-exported)
 
 from .. import device as npu_device
 
@@ -50,8 +51,3 @@ def new_native_objects(gpu: Any, npu: Any, before: dict[str, int] | None = None)
         return now
     return {k: now[k] - before[k] for k in now}
 
-
-def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths))
-    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])

@@ -52,10 +52,10 @@ def run(max_bytes: int = 64 << 20, reps: int = 9, *, gpu_engine: str | None = No
             gpu.stream().upload_blocking(src, data)
             with profiles[0].allocate(size, fabric=fabric) as ping, profiles[0].allocate(size, fabric=fabric) as pong:
                 g = rt.graph(f"exchange {size}")
-                g.copy(src, ping.on(gpu))
+                g.copyto(ping.on(gpu), src)
                 inv = prog.invocation([ping.on(npu), pong.on(npu)])
                 g.compute("npu", inv.record, lane="npu")
-                g.copy(pong.on(gpu), dst)
+                g.copyto(dst, pong.on(gpu))
                 rt.submit(g).wait()
                 ok = np.array_equal(gpu.stream().download(dst), data ^ np.uint8(XOR_KEY))
                 t = statistics.median(timed(lambda g=g: rt.submit(g).wait()) for _ in range(reps))
