@@ -6,7 +6,8 @@ Ids runtime.* go to bench/results/h200.json on cuda, host-2core.json on the host
 - replay of a 100-node tracked graph (one compute region) through Runtime.submit:
   host cost per submission with the GPU idle, against a raw cuGraphLaunch of the same
   CUDA graph (cuda only; on the host engine a plain figure), and the same with
-  ``observe=True`` (the default: per-region completion stamps) against ``observe=False``;
+  ``observe=True`` (the default: ends stamped when noticed) and ``observe="exact"``
+  (completion callbacks) against ``observe=False``;
 - two independent branches in one graph -- a compute-bound kernel on the compute lane
   and a copy-bound upload on the upload lane, sized to take about as long -- measured
   alternately sequential (two submissions, one after the other) and parallel (one
@@ -68,8 +69,9 @@ def _replay_setup(dev, observe: bool, nodes: int):
 
 def bench_replay(dev, reps: int, nodes: int = 100, n: int = 200) -> list[dict]:
     rt, g, region = _replay_setup(dev, False, nodes)
-    ort, og, _ = _replay_setup(dev, True, nodes)  # the default: per-region profiles and traces
-    lane, olane = rt.lane("compute"), ort.lane("compute")
+    ort, og, _ = _replay_setup(dev, True, nodes)  # the default: ends stamped when noticed
+    ert, eg, _ = _replay_setup(dev, "exact", nodes)  # ends stamped by completion callbacks
+    lane, olane, elane = rt.lane("compute"), ort.lane("compute"), ert.lane("compute")
 
     def per_submit(fn, lane=lane, rt=rt):
         def run():
@@ -86,40 +88,45 @@ def bench_replay(dev, reps: int, nodes: int = 100, n: int = 200) -> list[dict]:
 
     hrx_fn = per_submit(lambda: rt.submit(g))
     obs_fn = per_submit(lambda: ort.submit(og), olane, ort)
+    exact_fn = per_submit(lambda: ert.submit(eg), elane, ert)
     out = []
     if dev.info.engine == "cuda":
         native = region.device_graph._native
         lib = dev.native.driver.lib
         exec_, stream = native._exec, lane.stream.native_queue().stream
         raw_fn = per_submit(lambda: lib.cuGraphLaunch(exec_, stream))
-        raw_fn(), hrx_fn(), obs_fn()
-        samples = [[], [], []]
+        raw_fn(), hrx_fn(), obs_fn(), exact_fn()
+        samples = [[], [], [], []]
         for _ in range(reps):
             samples[0].append(raw_fn())
             samples[1].append(hrx_fn())
             samples[2].append(obs_fn())
-        raw, h, o = (statistics.median(x) for x in samples)
-        print(f"replay100 via runtime: hrx {h:.2f} us (observed {o:.2f} us), raw cuGraphLaunch {raw:.2f} us")
+            samples[3].append(exact_fn())
+        raw, h, o, e = (statistics.median(x) for x in samples)
+        print(f"replay100 via runtime: hrx {h:.2f} us (observed {o:.2f}, exact {e:.2f} us), raw cuGraphLaunch {raw:.2f} us")
         out.append(entry("runtime.replay100", f"Runtime.submit of a {nodes}-node tracked graph (one compute region, one CUDA graph), host cost, GPU idle", "us",
                          h, peer="raw cffi cuGraphLaunch of the same CUDA graph", peer_value=raw, goal="<= 1.2", command=CMD))
         suffix = ""
     else:
-        hrx_fn(), obs_fn()
-        samples = [[], []]
+        hrx_fn(), obs_fn(), exact_fn()
+        samples = [[], [], []]
         for _ in range(reps):
             samples[0].append(hrx_fn())
             samples[1].append(obs_fn())
-        h, o = (statistics.median(x) for x in samples)
-        print(f"replay100 via runtime (host engine): {h:.2f} us (observed {o:.2f} us)")
+            samples[2].append(exact_fn())
+        h, o, e = (statistics.median(x) for x in samples)
+        print(f"replay100 via runtime (host engine): {h:.2f} us (observed {o:.2f}, exact {e:.2f} us)")
         out.append(entry("runtime.replay100.host", f"Runtime.submit of a {nodes}-node tracked graph on the host engine, host cost (execution included)", "us",
                          h, command=CMD))
         suffix = ".host"
-    out.append(entry(f"runtime.replay100.observed{suffix}", "the same submission with RuntimeOptions(observe=True), the default (per-region profiles, lane busy time, traces)", "us",
+    out.append(entry(f"runtime.replay100.observed{suffix}", "the same submission with RuntimeOptions(observe=True), the default (profiles, lane busy time, traces; ends stamped when the runtime notices them)", "us",
                      o, peer="the same with observe=False", peer_value=h, command=CMD))
-    for x in (g, og):
+    out.append(entry(f"runtime.replay100.observed_exact{suffix}", "the same submission with RuntimeOptions(observe='exact') (ends stamped by completion callbacks on a notifier thread)", "us",
+                     e, peer="the same with observe=False", peer_value=h, command=CMD))
+    for x in (g, og, eg):
         x.close()
-    rt.close()
-    ort.close()
+    for x in (rt, ort, ert):
+        x.close()
     return out
 
 

@@ -97,8 +97,8 @@ def test_views_copy_and_fill(hrx_device: Device) -> None:
     s = _stream(hrx_device)
     src = s.allocate_from(_pattern(4096, 1))
     dst = s.allocate_from(np.zeros(4096, np.uint8))
-    s.copy(src.slice(100, 1000), dst.slice(3000, 1000))
-    s.fill(dst.slice(0, 64), 7)
+    s.copyto(dst.slice(3000, 1000), src.slice(100, 1000))
+    s.fill(dst.slice(0, 64), pattern=7)
     s.fill(dst.slice(64, 64), np.uint16(0xBEEF))
     s.fill(dst.slice(128, 64), np.uint32(0x01020304))
     out = s.download(dst)
@@ -122,7 +122,7 @@ def test_transfers_larger_than_the_limit_are_split(hrx_engine: str) -> None:
         data = _pattern(3 * 4096 + 17, 2)
         src = s.allocate_from(data)
         dst = dev.allocate(data.nbytes)
-        s.copy(src, dst)
+        s.copyto(dst, src)
         s.fill(src, 0)
         assert np.array_equal(s.download(dst), data)
         assert not s.download(src).any()
@@ -135,8 +135,8 @@ def test_one_stream_is_ordered(hrx_device: Device) -> None:
     a = s.allocate_from(np.zeros(1024, np.uint8))
     b = hrx_device.allocate(1024)
     for value in range(1, AUTO_FLUSH_OPS + 10):  # past an automatic flush
-        s.fill(a, value % 256)
-        s.copy(a, b)
+        s.fill(a, pattern=value % 256)
+        s.copyto(b, a)
     assert (s.download(b) == (AUTO_FLUSH_OPS + 9) % 256).all()
 
 
@@ -144,16 +144,16 @@ def test_events_order_work_across_streams(hrx_device: Device) -> None:
     s1, s2 = _stream(hrx_device), _stream(hrx_device)
     buf = s1.allocate_from(np.zeros(1 << 16, np.uint8))
     out = hrx_device.allocate(1 << 16)
-    s1.fill(buf, 9)
+    s1.fill(buf, pattern=9)
     s2.wait_event(s1.record_event())
-    s2.copy(buf, out)
+    s2.copyto(out, buf)
     assert (s2.download(out) == 9).all()
 
 
 def test_completions_complete(hrx_device: Device) -> None:
     s = _stream(hrx_device)
     buf = hrx_device.allocate(4096)
-    done = s.fill(buf, 1)
+    done = s.fill(buf, pattern=1)
     done.wait(timeout=60)
     assert done.is_complete
 
@@ -183,9 +183,9 @@ def test_access_graph_replays(hrx_device: Device) -> None:
     buf = s.allocate_from(np.zeros(256, np.uint8))
     other = hrx_device.allocate(256)
     g = s.access_graph()
-    g.fill(buf.slice(0, 128), 3)
-    g.fill(buf.slice(128, 128), 4)
-    g.copy(buf.slice(0, 256), other)
+    g.fill(buf.slice(0, 128), pattern=3)
+    g.fill(buf.slice(128, 128), pattern=4)
+    g.copyto(other, buf.slice(0, 256))
     for _ in range(3):
         g.launch().wait(timeout=60)
     out = s.download(other)
@@ -202,7 +202,7 @@ def test_shared_memory_is_host_visible(hrx_device: Device) -> None:
     with buf.map("write") as view:
         view[:] = 5
     out = hrx_device.allocate(4096)
-    s.copy(buf, out)
+    s.copyto(out, buf)
     assert (s.download(out) == 5).all()
 
 
@@ -210,7 +210,7 @@ def test_bad_arguments_change_nothing(hrx_device: Device) -> None:
     s = _stream(hrx_device)
     buf = s.allocate_from(np.full(64, 1, np.uint8))
     bad: list[Any] = [lambda: s.fill(buf.slice(1, 3), np.uint16(2)), lambda: hrx_device.allocate(-1),
-                      lambda: s.copy(buf, hrx_device.allocate(32))]
+                      lambda: s.copyto(hrx_device.allocate(32), buf)]
     for call in bad:
         with pytest.raises(InvalidArgument):
             call()

@@ -8,6 +8,7 @@ unfinished work asks the driver nothing.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from hrx_core.execution import Runtime, RuntimeOptions
 
@@ -66,10 +67,9 @@ def hrx_sleep() -> None:
     time.sleep(0.005)
 
 
-def test_observation_folds_in_when_read(dev, monkeypatch):
-    """observe=True (the default) stamps each region's end in its completion callback
-    and adds lane time, latency and trace slices only when they are read -- with the
-    same figures as adding them at once."""
+def test_exact_observation_folds_in_when_read(dev, monkeypatch):
+    """observe="exact" stamps each region's end in its completion callback and adds
+    lane time, latency and trace slices only when they are read."""
     import time
 
     from hrx_core.execution.profile import RuntimeStats
@@ -82,7 +82,7 @@ def test_observation_folds_in_when_read(dev, monkeypatch):
         return lane_busy(self, *args, **kwargs)
 
     monkeypatch.setattr(RuntimeStats, "lane_busy", counted)
-    rt = Runtime(dev, RuntimeOptions())
+    rt = Runtime(dev, RuntimeOptions(observe="exact"))
     x, y = rt.allocate(64), rt.allocate(64)
     g = rt.graph("two lanes")
     g.compute("a", lambda r: r.dispatch(INC_BYTES, 1, [x], block=64, scalars=(np.uint32(64),)))
@@ -104,3 +104,49 @@ def test_observation_folds_in_when_read(dev, monkeypatch):
     assert sum(1 for e in trace if e.get("ph") == "X" and e.get("name") in ("a", "b")) == 10
     assert folded[0] == 10  # folded once
     rt.close()
+
+
+def test_default_observation_registers_no_callbacks(dev, monkeypatch):
+    """observe=True (the default) costs a submission no completion callback: the
+    runtime stamps ends when it notices them (its next submit, wait, synchronize or
+    a read), never before the work finished."""
+    import time
+
+    from hrx_core.completion import Completion
+
+    callbacks = [0]
+    add = Completion.add_done_callback
+
+    def counted(self, callback):
+        callbacks[0] += 1
+        return add(self, callback)
+
+    monkeypatch.setattr(Completion, "add_done_callback", counted)
+    rt = Runtime(dev)
+    x = rt.allocate(64)
+    g = rt.graph("one")
+    g.compute("a", lambda r: r.dispatch(INC_BYTES, 1, [x], block=64, scalars=(np.uint32(64),)))
+    spans = []
+    for _ in range(5):
+        before = time.perf_counter()
+        sub = rt.submit(g)
+        sub.wait()
+        spans.append((before, time.perf_counter()))
+    assert callbacks[0] == 0
+    summary = rt.profile.summary()
+    assert summary["a"]["count"] == 5
+    # each latency is at most the submit-to-wait span around it (stamped at the wait)
+    assert summary["a"]["max"] <= max(end - start for start, end in spans) + 1e-6
+    snap = rt.stats.snapshot()
+    assert snap["lane_regions"]["compute"] == 5
+    assert sum(1 for e in rt.trace.to_json()["traceEvents"] if e.get("ph") == "X" and e.get("name") == "a") == 5
+    rt.close()
+
+
+def test_observe_option_is_checked(dev):
+    import hrx_core as hrx
+
+    for bad in (1, "yes", None):
+        with pytest.raises(hrx.InvalidArgument, match="observe"):
+            RuntimeOptions(observe=bad)
+    assert RuntimeOptions(observe="exact").observe == "exact"

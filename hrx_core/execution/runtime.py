@@ -59,14 +59,20 @@ class RuntimeOptions:
     engines (the upload lane's copy queue); ``"compute"``: the compute lane.
     ``memory_budget``: charged for everything the runtime allocates (buffers, staging)
     before allocating. ``observe``: record per-region completion times (profiles,
-    lane busy time, traces) through completion callbacks.
+    lane busy time, traces): ``True`` (the default) stamps a region's end when the
+    runtime notices it finished -- at its next submit, wait, refresh, synchronize or
+    read of the statistics -- at no cost beyond those calls, so an end is never early
+    but may be late by however long the host was busy elsewhere; ``"exact"`` stamps
+    it from a completion callback (a notifier thread) as soon as the work finishes,
+    which costs each submission a callback and the submitting thread the notifier's
+    share of the GIL; ``False`` records nothing.
     """
 
     max_submissions: int = 64
     compute_engine: str = attrs.field(default="compute", validator=lambda i, a, v: _family(v, a.name))
     copy_engine: str = attrs.field(default="copy", validator=lambda i, a, v: _family(v, a.name))
     memory_budget: MemoryBudget | None = None
-    observe: bool = True
+    observe: bool | str = True
     trace_events: int = 100_000
 
     def __attrs_post_init__(self) -> None:
@@ -74,13 +80,15 @@ class RuntimeOptions:
             raise InvalidArgument(f"max_submissions: expected an int >= 1, got {show(self.max_submissions)}")
         if self.memory_budget is not None and not isinstance(self.memory_budget, MemoryBudget):
             raise InvalidArgument(f"memory_budget: expected a MemoryBudget, got {type(self.memory_budget).__name__}")
-        if not isinstance(self.observe, bool):
-            raise InvalidArgument(f"observe: expected a bool, got {show(self.observe)}")
+        if not isinstance(self.observe, bool) and self.observe != "exact":
+            raise InvalidArgument(f"observe: expected True, False or 'exact', got {show(self.observe)}")
         check_int("trace_events", self.trace_events, minimum=1)
 
 
 #: Observed submissions waiting to be folded in before a fold happens unasked.
 _FOLD_AFTER = 1024
+#: observe=True: how many unstamped submissions past the oldest one a notice checks.
+_NOTICE_SCAN = 16
 
 
 def _stamp(ends: list[float], i: int) -> Callable[[Any], None]:
@@ -154,6 +162,7 @@ class Submission:
         self.wait(0)
 
     def _settle(self) -> None:
+        self.runtime._notice()
         with self._lock:
             if self._settled:
                 return
@@ -301,7 +310,10 @@ class Runtime:
         self._trace_lock = threading.Lock()
         self._trace_lane_end: dict[str, float] = {}
         # submissions observed (observe=True) whose stamps are not folded in yet
-        self._observed: collections.deque[tuple[Sequence[Region], list[float], float]] = collections.deque()
+        self._observed: collections.deque[tuple[Sequence[Region], list[float], float, Sequence[Event]]] = collections.deque()
+        # observe=True: the observed submissions not fully stamped yet (oldest first)
+        self._unstamped: collections.deque[tuple[Sequence[Region], list[float], float, Sequence[Event]]] = collections.deque()
+        self._exact = options.observe == "exact"
         self._fold_lock = threading.RLock()  # a fold reads statistics, which asks for a fold
         self._folding = False
         for recorder in (self.stats, self.profile, self.trace):
@@ -380,6 +392,8 @@ class Runtime:
         if not graph.regions:
             raise InvalidArgument(f"graph {graph.name!r} has no regions")
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self._unstamped:
+            self._notice()
         plan = graph.submit_plan()
         lanes = plan[0]
         while True:
@@ -529,17 +543,41 @@ class Runtime:
         return event
 
     def _observe(self, regions: Sequence[Region], events: Sequence[Event], submitted: float) -> None:
-        """Stamp each region's host-observed end in a completion callback (one clock
-        read); lane busy time, latency profiles and trace slices are added from the
-        stamps when one of them is read (:meth:`_fold_observed`), or once many are
-        waiting. Reading them gives the same figures as folding each in at once."""
+        """Keep the submission for its regions' end times: stamped when the runtime
+        notices them (observe=True, :meth:`_notice`) or from completion callbacks
+        (observe="exact"). Lane busy time, latency profiles and trace slices are added
+        from the stamps when one of them is read (:meth:`_fold_observed`), or once
+        many are waiting."""
         ends = [0.0] * len(regions)
-        observed = self._observed
-        observed.append((regions, ends, submitted))
-        for i, event in enumerate(events):
-            event.completion.add_done_callback(_stamp(ends, i))
-        if len(observed) > _FOLD_AFTER:
+        item = (regions, ends, submitted, events)
+        with self._fold_lock:
+            self._observed.append(item)
+            if not self._exact:
+                self._unstamped.append(item)
+        if self._exact:
+            for i, event in enumerate(events):
+                event.completion.add_done_callback(_stamp(ends, i))
+        if len(self._observed) > _FOLD_AFTER:
             self._fold_observed()
+
+    def _notice(self) -> None:
+        """observe=True: stamp the ends of regions that finished since the last notice
+        (timeline reads; no driver call), oldest submissions first."""
+        unstamped = self._unstamped
+        if not unstamped:
+            return
+        now = time.perf_counter()
+        with self._fold_lock:
+            scanned = 0
+            for _, ends, _, events in unstamped:
+                for i, event in enumerate(events):
+                    if not ends[i] and event.completion.done_now():
+                        ends[i] = now
+                scanned += 1
+                if scanned > _NOTICE_SCAN:
+                    break
+            while unstamped and 0.0 not in unstamped[0][1]:
+                unstamped.popleft()
 
     def _fold_observed(self) -> None:
         """Add every fully stamped submission to the statistics, profiles and trace, in
@@ -547,6 +585,7 @@ class Runtime:
         order they finished in); submissions still running wait for a later fold."""
         if not self._observed:
             return
+        self._notice()
         with self._fold_lock:
             if self._folding:
                 return  # a fold in progress reads the statistics itself
@@ -559,7 +598,7 @@ class Runtime:
                     if 0.0 in item[1]:
                         pending.append(item)  # still running: keep for a later fold
                     else:
-                        self._fold(*item)
+                        self._fold(*item[:3])
                 waiting.extendleft(reversed(pending))
             finally:
                 self._folding = False
