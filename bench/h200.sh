@@ -29,7 +29,7 @@ run() {  # name, seconds, command...
 }
 for step in $steps; do
   case $step in
-    tests) run tests 240 python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 120 ;;
+    tests) run tests 400 python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 120 ;;
     hot) HRX_HOT_PATH=0 run tests-no-hot-path 120 python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 60 \
            tests/test_properties.py tests/test_records.py tests/test_graphs.py plugins/hrx_gpu/tests/test_cuda_hot.py ;;
     launch) run gpu-launch 90 python3 bench/gpu.py --only launch --reps 7 ;;
