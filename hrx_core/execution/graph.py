@@ -16,7 +16,7 @@ maps after completion. Device-only pipelines allocate no staging.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -239,6 +239,15 @@ class Scope:
         return handle() if callable(handle) else handle
 
 
+class RegionInfo(NamedTuple):
+    """What the runtime's observation keeps of a submitted region."""
+
+    name: str
+    lane: str
+    deps: tuple[int, ...]
+    graph: str
+
+
 class TrackedGraph:
     """Regions recorded once and submitted to a :class:`Runtime` many times."""
 
@@ -250,6 +259,7 @@ class TrackedGraph:
         self._totals: dict[str, int] | None = None
         # (lanes, owners, counters) of one submission, cached until a region is added
         self._submit_plan: tuple[frozenset[str], list[Any], dict[str, int]] | None = None
+        self._infos: tuple[RegionInfo, ...] | None = None
         self._closed = False
 
     def __repr__(self) -> str:
@@ -283,7 +293,16 @@ class TrackedGraph:
         self.regions.append(region)
         self._totals = None
         self._submit_plan = None
+        self._infos = None
         return region
+
+    def region_infos(self) -> tuple[RegionInfo, ...]:
+        """Name, lane, dependencies and graph name of each region (what observation
+        keeps of a submission: no region, and so no memory, outlives its graph)."""
+        infos = self._infos
+        if infos is None:
+            infos = self._infos = tuple(RegionInfo(r.name, r.lane, tuple(r.deps), self.name) for r in self.regions)
+        return infos
 
     def submit_plan(self) -> tuple[frozenset[str], list[Any], dict[str, int]]:
         """What every submission of this graph needs, computed once: the lanes it uses,

@@ -33,7 +33,7 @@ from ..buffer import Allocation, Buffer, check_int
 from ..errors import HRXError, InvalidArgument, QueueFull, Timeout, Unsupported, show, strict_init
 from ..timeouts import check_timeout, remaining
 from .failures import event_failure, mark_delivered, own_failure, pending_failure, raise_event_failure
-from .graph import ReadRange, Region, TrackedGraph
+from .graph import ReadRange, Region, RegionInfo, TrackedGraph
 from .lanes import LANES, Lane
 
 log = logging.getLogger("hrx.runtime")
@@ -310,9 +310,9 @@ class Runtime:
         self._trace_lock = threading.Lock()
         self._trace_lane_end: dict[str, float] = {}
         # submissions observed (observe=True) whose stamps are not folded in yet
-        self._observed: collections.deque[tuple[Sequence[Region], list[float], float, Sequence[Event]]] = collections.deque()
+        self._observed: collections.deque[tuple[Sequence[RegionInfo], list[float], float, Sequence[Event]]] = collections.deque()
         # observe=True: the observed submissions not fully stamped yet (oldest first)
-        self._unstamped: collections.deque[tuple[Sequence[Region], list[float], float, Sequence[Event]]] = collections.deque()
+        self._unstamped: collections.deque[tuple[Sequence[RegionInfo], list[float], float, Sequence[Event]]] = collections.deque()
         self._exact = options.observe == "exact"
         self._fold_lock = threading.RLock()  # a fold reads statistics, which asks for a fold
         self._folding = False
@@ -410,7 +410,7 @@ class Runtime:
                 raise
             break
         if self.options.observe:
-            self._observe(graph.regions, submission.events, submission.submitted)
+            self._observe(graph.region_infos(), submission.events, submission.submitted)
         if self._quarantined or self._releasing:
             self._prove_idle()
         return submission
@@ -542,7 +542,7 @@ class Runtime:
         self._inflight.record(region.accesses, event)
         return event
 
-    def _observe(self, regions: Sequence[Region], events: Sequence[Event], submitted: float) -> None:
+    def _observe(self, regions: Sequence[RegionInfo], events: Sequence[Event], submitted: float) -> None:
         """Keep the submission for its regions' end times: stamped when the runtime
         notices them (observe=True, :meth:`_notice`) or from completion callbacks
         (observe="exact"). Lane busy time, latency profiles and trace slices are added
@@ -603,7 +603,7 @@ class Runtime:
             finally:
                 self._folding = False
 
-    def _fold(self, regions: Sequence[Region], ends: list[float], submitted: float) -> None:
+    def _fold(self, regions: Sequence[RegionInfo], ends: list[float], submitted: float) -> None:
         for i, region in enumerate(regions):
             lane = self.lanes[region.lane]
             end = ends[i]
@@ -614,7 +614,7 @@ class Runtime:
         if self.trace is not None:
             self._trace_submission(regions, ends, submitted)
 
-    def _trace_submission(self, regions: Sequence[Region], ends: list[float], submitted: float) -> None:
+    def _trace_submission(self, regions: Sequence[RegionInfo], ends: list[float], submitted: float) -> None:
         trace = self.trace
         ids: list[int] = []
         for i, region in enumerate(regions):
@@ -628,7 +628,7 @@ class Runtime:
             lane = self.lanes[region.lane]
             ids.append(trace.slice(
                 self._tracks[region.lane], region.name, int(start * 1e9), int(ends[i] * 1e9),
-                args={"graph": region.graph.name, "queue": lane.queue, "deps": list(region.deps)},
+                args={"graph": region.graph, "queue": lane.queue, "deps": list(region.deps)},
             ))
         for i, region in enumerate(regions):
             for d in region.deps:
