@@ -87,7 +87,7 @@ hrx_tensor_linear(const uint4* __restrict__ x, const unsigned short* __restrict_
         w = w2; row -= N0 + N1;
     }
     const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)row * K);
-    const unsigned int nvec = K >> 3;  // 16-byte vectors per row (a multiple of 16)
+    const unsigned int nvec = K >> 3;  // 16-byte vectors per row (any count: the second loop takes the tail)
     float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
     unsigned int i = lane;
     for (; i + 96u < nvec; i += 128u) {

@@ -45,7 +45,9 @@ BF16 = np.dtype(bfloat16)
 F32 = np.dtype(np.float32)
 _OUT_DTYPES = {BF16: 0, F32: 1}
 MAX_PROJECTIONS = 3
-K_MULTIPLE = 128
+#: K must be a multiple of 8: weight rows are whole 16-byte vectors (the kernels read
+#: rows in 16-byte loads and handle any number of them, tails included).
+K_MULTIPLE = 8
 #: Index buffers per gather slot, used in turn: the host writes the next call's
 #: indices while earlier gathers still read theirs. Fewer for very long index lists.
 INDEX_RING = 8
