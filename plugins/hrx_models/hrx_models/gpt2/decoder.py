@@ -146,7 +146,7 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
 
     # embeddings: hrx_tensor's gather (the kernel of TensorOps.gather_rows) of one row each,
     # indexed by the device-side emb_idx = [token, position]
-    units = 2 * d // 16  # 16-byte units (rows are 2 * n_embd bytes, a multiple of 256)
+    units = 2 * d // 16  # 16-byte units (rows are 2 * n_embd bytes, a multiple of 16)
     block = min(GATHER_THREADS, max(32, -(-units // 32) * 32))
     for table, idx, row in (("wte.weight", 0, "te"), ("wpe.weight", 8, "pe")):
         g.dispatch(k.gather, 1, [w(table), s["emb_idx"].slice(idx, 8), s[row]], block=block,
