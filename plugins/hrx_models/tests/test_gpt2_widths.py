@@ -4,13 +4,12 @@ on each engine against the numpy reference."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 pytest.importorskip("hrx_models", reason="hrx-models is not installed: pip install -e plugins/hrx_models")
 from hrx_models.gpt2 import Gpt2Config, Gpt2Decoder, write_random_checkpoint
 from hrx_models.gpt2.reference import NumpyGpt2
-from hrx_models.gpt2.testing import check_greedy, check_logits
+from hrx_models.gpt2.testing import check_greedy, check_logits, step_logits
 
 #: GPT-2 XL's width and heads, one layer, a small vocabulary (the weights stay ~70 MB).
 XL_WIDTH = Gpt2Config(n_embd=1600, n_layer=1, n_head=25, n_positions=32, vocab_size=256)
@@ -25,16 +24,6 @@ def xl_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def narrow_dir(tmp_path_factory):
     return write_random_checkpoint(tmp_path_factory.mktemp("narrow"), NARROW, seed=5, std=0.1)
-
-
-def step_logits(dec, ids):
-    with dec.slot() as s:
-        s.start(ids)
-        out = []
-        for _ in ids:
-            s.step()
-            out.append(s.logits())
-    return np.stack(out)
 
 
 def test_xl_width_loads_and_matches_the_reference(dev, xl_dir):
