@@ -143,11 +143,12 @@ def test_shapes_the_kernels_cannot_run_are_refused_clearly(dev, tmp_path):
 
 
 def test_budget_covers_weights_and_slots(dev, tiny_dir, tiny_config):
-    from hrx_models.gpt2.decoder import slot_layout
+    from hrx_models.gpt2.decoder import PREFILL_CHUNK, slot_layout
     from hrx_models.gpt2.loader import weights_layout
 
     cfg = tiny_config
-    wbytes, sbytes = weights_layout(cfg).nbytes, slot_layout(cfg, cfg.n_positions).nbytes
+    chunk = min(PREFILL_CHUNK, cfg.n_positions)
+    wbytes, sbytes = weights_layout(cfg).nbytes, slot_layout(cfg, cfg.n_positions, chunk).nbytes
     with pytest.raises(BudgetExceeded):
         Gpt2Decoder.load(tiny_dir, dev, budget=MemoryBudget(wbytes - 1))
     budget = MemoryBudget(wbytes + sbytes)
