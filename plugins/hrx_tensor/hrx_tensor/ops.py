@@ -230,11 +230,10 @@ class TensorOps(OpFamily):
     # -- linear -------------------------------------------------------------------
 
     def _linear_geometry(self, k: int, ns: Sequence[int], out_dtype: np.dtype) -> tuple[int, int, tuple[Any, ...]]:
-        total = sum(ns)
         n3 = list(ns) + [0] * (MAX_PROJECTIONS - len(ns))
-        scalars = (np.uint32(k), *(np.uint32(n) for n in n3), np.uint32(_OUT_DTYPES[out_dtype]))
-        warps = _kernels.LINEAR_WARPS
-        return -(-total // warps), warps * 32, scalars
+        grid, block, ksplit = _kernels.linear_launch(k, sum(ns))
+        scalars = (np.uint32(k), *(np.uint32(n) for n in n3), np.uint32(_OUT_DTYPES[out_dtype]), np.uint32(ksplit))
+        return grid, block, scalars
 
     def linear(self, x: DeviceTensor, w: DeviceTensor, out_dtype: Any = "bf16") -> DeviceTensor:
         """y = x @ w.T for BF16 x [1, K] and w [N, K]; FP32 accumulation; BF16 or F32 [1, N]."""

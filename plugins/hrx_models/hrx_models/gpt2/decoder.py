@@ -45,7 +45,7 @@ from typing import Any, Self
 
 import attrs
 import numpy as np
-from hrx_tensor.kernels import GATHER_THREADS
+from hrx_tensor.kernels import GATHER_THREADS, linear_launch
 from ml_dtypes import bfloat16
 
 from hrx_core.budget import MemoryBudget
@@ -158,12 +158,12 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
     """
     d, p, v = cfg.n_embd, context, cfg.vocab_size
     eps = np.float32(cfg.layer_norm_epsilon)
-    warps = k.linear_warps
 
     def project(x: Any, weight: str, y: Any, kdim: int, n: int) -> None:
         wv = w(weight)
-        g.dispatch(k.linear, -(-n // warps), [x, wv, wv, wv, y], block=warps * 32,
-                   scalars=(np.uint32(kdim), np.uint32(n), np.uint32(0), np.uint32(0), np.uint32(1)))
+        grid, block, ksplit = linear_launch(kdim, n)
+        g.dispatch(k.linear, grid, [x, wv, wv, wv, y], block=block,
+                   scalars=(np.uint32(kdim), np.uint32(n), np.uint32(0), np.uint32(0), np.uint32(1), np.uint32(ksplit)))
 
     def residual_ln(bias: str, ln: str) -> None:
         g.dispatch(k.residual_ln, 1, [s["x"], s["proj"], w(bias), w(ln + ".weight"), w(ln + ".bias"), s["xn"]],
