@@ -126,22 +126,7 @@ def cuda_bench(reps: int, only: str | None = None) -> list[dict]:
         tx = torch.from_numpy(x_host.view(np.int16)).cuda().view(torch.bfloat16)
         host, ws, tw, wbytes = rotation(k, nrows)
         iters = max(20, min(400, int(4e9 // wbytes)))
-
-        def hrx_eager():
-            t0 = time.perf_counter()
-            for i in range(iters):
-                ops.linear(x, ws[i % len(ws)]).close()
-            s.synchronize()
-            return wbytes * iters / (time.perf_counter() - t0) / 1e12
-
-        def torch_eager():
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for i in range(iters):
-                F.linear(tx, tw[i % len(tw)])
-            torch.cuda.synchronize()
-            return wbytes * iters / (time.perf_counter() - t0) / 1e12
-
+        hrx_eager, torch_eager = eager_rates(ops, x, ws, tx, tw, wbytes, iters)
         hrx_eager(), torch_eager()
         h, t = rounds([hrx_eager, torch_eager], reps)
         shape = f"{k}x{nrows}"
@@ -262,6 +247,69 @@ def cuda_bench(reps: int, only: str | None = None) -> list[dict]:
     return out
 
 
+def eager_rates(ops, x, ws, tx, tw, wbytes: int, iters: int):
+    """Two functions timing ``iters`` eager projections over the rotated weights (weight
+    TB/s): ``TensorOps.linear`` and torch ``F.linear``."""
+    import torch
+    import torch.nn.functional as F
+
+    def hrx_eager() -> float:
+        t0 = time.perf_counter()
+        for i in range(iters):
+            ops.linear(x, ws[i % len(ws)]).close()
+        ops.stream.synchronize()
+        return wbytes * iters / (time.perf_counter() - t0) / 1e12
+
+    def torch_eager() -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(iters):
+            F.linear(tx, tw[i % len(tw)])
+        torch.cuda.synchronize()
+        return wbytes * iters / (time.perf_counter() - t0) / 1e12
+
+    return hrx_eager, torch_eager
+
+
+def torch_linears_graph(tx, tw):
+    """A torch CUDA graph of ``F.linear(tx, w)`` for every ``w`` of ``tw`` (warmed up on a
+    side stream first, as torch requires) and a function timing ``loops`` replays of it
+    (weight TB/s)."""
+    import torch
+    import torch.nn.functional as F
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for w in tw:
+            F.linear(tx, w)
+    torch.cuda.current_stream().wait_stream(side)
+    cg = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(cg):
+        for w in tw:
+            F.linear(tx, w)
+    nbytes = sum(w.numel() * w.element_size() for w in tw)
+
+    def rate(loops: int) -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(loops):
+            cg.replay()
+        torch.cuda.synchronize()
+        return nbytes * loops / (time.perf_counter() - t0) / 1e12
+
+    return cg, rate
+
+
+def hrx_replay_rate(rt, graph, nbytes: int, loops: int) -> float:
+    """Weight TB/s of ``loops`` submissions of a tracked graph reading ``nbytes`` each."""
+    t0 = time.perf_counter()
+    for _ in range(loops):
+        sub = rt.submit(graph)
+    sub.wait(timeout=60)
+    return nbytes * loops / (time.perf_counter() - t0) / 1e12
+
+
 def sweep_shapes() -> list[tuple[int, int]]:
     """The sweep's (K, N) pairs: every pair of SWEEP_DIMS with >= SWEEP_MIN_BYTES of weights."""
     return [(k, n) for k in SWEEP_DIMS for n in SWEEP_DIMS if 2 * k * n >= SWEEP_MIN_BYTES]
@@ -271,7 +319,6 @@ def cuda_sweep(ops, dev, copy_bw: float, reps: int) -> list[dict]:
     """The GEMV sweep (see the module docstring): per shape eager and graph ratios vs torch,
     vs the D2D copy for large weights, and the worst shape of each."""
     import torch
-    import torch.nn.functional as F
 
     from hrx_core.execution import Runtime
 
@@ -298,53 +345,20 @@ def cuda_sweep(ops, dev, copy_bw: float, reps: int) -> list[dict]:
             wrapped = []
             ws = [ops.upload(t.view(torch.int16).cpu().numpy().view(bfloat16)) for t in tw]
             x = ops.upload(tx.view(torch.int16).cpu().numpy().view(bfloat16))
-        iters = max(count, SWEEP_MEASURE_BYTES // wbytes)
-
-        def hrx_eager():
-            t0 = time.perf_counter()
-            for i in range(iters):
-                ops.linear(x, ws[i % count]).close()
-            s.synchronize()
-            return wbytes * iters / (time.perf_counter() - t0) / 1e12
-
-        def torch_eager():
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for i in range(iters):
-                F.linear(tx, tw[i % count])
-            torch.cuda.synchronize()
-            return wbytes * iters / (time.perf_counter() - t0) / 1e12
+        hrx_eager, torch_eager = eager_rates(ops, x, ws, tx, tw, wbytes, max(count, SWEEP_MEASURE_BYTES // wbytes))
 
         g = rt.graph(f"sweep {shape}")  # every rotated weight's projection in one region
         outs: list = []
         g.compute("linears", lambda rg: outs.extend(ops.record_linear(rg, x, w) for w in ws))
         rt.submit(g).wait(timeout=60)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for w in tw:
-                F.linear(tx, w)
-        torch.cuda.current_stream().wait_stream(side)
-        cg = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(cg):
-            for w in tw:
-                F.linear(tx, w)
+        _, torch_rate = torch_linears_graph(tx, tw)  # the rate function keeps the graph alive
         loops = max(1, SWEEP_MEASURE_BYTES // (wbytes * count))
 
         def hrx_graph():
-            t0 = time.perf_counter()
-            for _ in range(loops):
-                sub = rt.submit(g)
-            sub.wait(timeout=60)
-            return wbytes * count * loops / (time.perf_counter() - t0) / 1e12
+            return hrx_replay_rate(rt, g, wbytes * count, loops)
 
         def torch_graph():
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(loops):
-                cg.replay()
-            torch.cuda.synchronize()
-            return wbytes * count * loops / (time.perf_counter() - t0) / 1e12
+            return torch_rate(loops)
 
         fns = [hrx_eager, torch_eager, hrx_graph, torch_graph]
         for fn in fns:
@@ -372,7 +386,7 @@ def cuda_sweep(ops, dev, copy_bw: float, reps: int) -> list[dict]:
         for t in (*ws, x, *wrapped):
             t.close()
         s.synchronize()
-        cg = tw = tx = None  # the graph and torch's weights go before the next shape's
+        tw = tx = torch_rate = None  # the graph and torch's weights go before the next shape's
         torch.cuda.empty_cache()
     goals = {"eager": ">= 1.0", "graph": ">= 1.0", "vs_copy": ">= 0.92"}
     for kind, (_, shape, h, p, peer) in worst.items():
@@ -384,8 +398,6 @@ def cuda_sweep(ops, dev, copy_bw: float, reps: int) -> list[dict]:
 
 def graph_pair(ops, dev, x, ws, tx, tw, wbytes, shape, reps):
     """Recorded graph of linear fragments (one per rotated weight) vs a torch CUDA graph."""
-    import torch
-    import torch.nn.functional as F
     from hrx_core.execution import Runtime
 
     rt = Runtime(dev)
@@ -400,37 +412,16 @@ def graph_pair(ops, dev, x, ws, tx, tw, wbytes, shape, reps):
     rt.submit(g2).wait(timeout=60)
     loops = max(2, int(2e9 // (wbytes * len(ws))))
 
-    def replay(graph):
-        t0 = time.perf_counter()
-        for _ in range(loops):
-            sub = rt.submit(graph)
-        sub.wait(timeout=60)
-        return wbytes * len(ws) * loops / (time.perf_counter() - t0) / 1e12
-
     def hrx_graph():
-        return replay(g)
+        return hrx_replay_rate(rt, g, wbytes * len(ws), loops)
 
     def hrx_fragments():
-        return replay(g2)
+        return hrx_replay_rate(rt, g2, wbytes * len(ws), loops)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for w in tw:
-            F.linear(tx, w)
-    torch.cuda.current_stream().wait_stream(stream)
-    cg = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(cg):
-        for w in tw:
-            F.linear(tx, w)
+    _, torch_rate = torch_linears_graph(tx, tw)  # the rate function keeps the graph alive
 
     def torch_graph():
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(loops):
-            cg.replay()
-        torch.cuda.synchronize()
-        return wbytes * len(tw) * loops / (time.perf_counter() - t0) / 1e12
+        return torch_rate(loops)
 
     hrx_graph(), hrx_fragments(), torch_graph()
     h, f, t = rounds([hrx_graph, hrx_fragments, torch_graph], reps)

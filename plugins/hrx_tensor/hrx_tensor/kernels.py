@@ -48,7 +48,7 @@ GATHER_THREADS = 256
 #: Host GEMV: rows converted from BF16 to F32 per step, sized to stay in cache.
 HOST_CHUNK_BYTES = 256 * 1024
 
-LINEAR_CUDA = r"""
+GEMV_CUDA = r"""
 __device__ __forceinline__ uint4 hrx_ld_stream(const uint4* p) {
 #ifdef __AMDGCN__
     return __ldcs(p);  // gfx1151 (hrx_gpu.amdgpu prelude): nontemporal loads
@@ -74,6 +74,65 @@ __device__ __forceinline__ float hrx_dot8(uint4 a, uint4 b, float acc) {
     return acc;
 }
 
+// Where a warp of a GEMV block works: ``ks`` warps (1, 2, 4, 8; anything else is 1) share
+// each output row, so a block computes (blockDim / 32) / ks rows.
+struct HrxGemvWarp {
+    unsigned int lane, warp, ks, out, piece;
+    bool active;  // a real row (uniform across the warp)
+};
+
+__device__ __forceinline__ HrxGemvWarp hrx_gemv_warp(unsigned int ksplit, unsigned int n_rows) {
+    HrxGemvWarp r;
+    r.lane = threadIdx.x & 31u;
+    r.warp = threadIdx.x >> 5;
+    r.ks = (ksplit == 2u || ksplit == 4u || ksplit == 8u) ? ksplit : 1u;
+    const unsigned int rows = (blockDim.x >> 5) / r.ks;
+    r.out = blockIdx.x * rows + r.warp / r.ks;
+    r.piece = r.warp % r.ks;
+    r.active = r.warp / r.ks < rows && r.out < n_rows;
+    return r;
+}
+
+// The warp's share of one row's dot product with x, summed across the warp (every lane
+// holds it): vectors ``piece * 32 + lane``, stepping 32 * ks, four 16-byte weight loads a
+// lane issued before use (predicated past the row's end). ``X_SHARED``: x is in shared
+// memory (plain loads), else global (the read-only cache).
+template <bool X_SHARED>
+__device__ __forceinline__ float hrx_gemv_dot(const uint4* x, const uint4* wr, unsigned int nvec, const HrxGemvWarp& r) {
+    const unsigned int stride = 32u * r.ks;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+    for (unsigned int i = r.lane + 32u * r.piece; i < nvec; i += 4u * stride) {
+        const unsigned int i1 = i + stride, i2 = i1 + stride, i3 = i2 + stride;
+        const uint4 v0 = hrx_ld_stream(wr + i);
+        const uint4 v1 = i1 < nvec ? hrx_ld_stream(wr + i1) : zero;
+        const uint4 v2 = i2 < nvec ? hrx_ld_stream(wr + i2) : zero;
+        const uint4 v3 = i3 < nvec ? hrx_ld_stream(wr + i3) : zero;
+        a0 = hrx_dot8(v0, X_SHARED ? x[i] : __ldg(x + i), a0);
+        if (i1 < nvec) a1 = hrx_dot8(v1, X_SHARED ? x[i1] : __ldg(x + i1), a1);
+        if (i2 < nvec) a2 = hrx_dot8(v2, X_SHARED ? x[i2] : __ldg(x + i2), a2);
+        if (i3 < nvec) a3 = hrx_dot8(v3, X_SHARED ? x[i3] : __ldg(x + i3), a3);
+    }
+    float s = (a0 + a1) + (a2 + a3);
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+// The row's sum from its ks warps' shares, in warp order (deterministic), valid in the
+// row's first warp (piece 0). Called by every thread of the block (a barrier when ks > 1);
+// ``partial``: 32 floats of shared memory.
+__device__ __forceinline__ float hrx_gemv_combine(float s, const HrxGemvWarp& r, float* partial) {
+    if (r.ks == 1u) return s;
+    if (r.lane == 0) partial[r.warp] = s;
+    __syncthreads();
+    if (r.piece == 0u)
+        for (unsigned int p = 1; p < r.ks; ++p) s += partial[r.warp + p];
+    return s;
+}
+"""
+
+LINEAR_CUDA = GEMV_CUDA + r"""
 __device__ __forceinline__ unsigned short hrx_f32_to_bf16_rn(float f) {
     unsigned int u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);  // quiet NaN
@@ -87,15 +146,11 @@ hrx_tensor_linear(const uint4* __restrict__ x, const unsigned short* __restrict_
                   unsigned char* __restrict__ y, unsigned int K, unsigned int N0, unsigned int N1,
                   unsigned int N2, unsigned int out_f32, unsigned int ksplit) {
     __shared__ float partial[32];
-    const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    const unsigned int ks = (ksplit == 2u || ksplit == 4u || ksplit == 8u) ? ksplit : 1u;
-    const unsigned int rows = (blockDim.x >> 5) / ks;  // output rows of this block
-    const unsigned int out = blockIdx.x * rows + warp / ks, piece = warp % ks;
-    const bool active = warp / ks < rows && out < N0 + N1 + N2;  // uniform across the warp
+    const HrxGemvWarp r = hrx_gemv_warp(ksplit, N0 + N1 + N2);
     float s = 0.f;
-    if (active) {
+    if (r.active) {
         const unsigned short* w;
-        unsigned int row = out;
+        unsigned int row = r.out;
         if (row < N0) {
             w = w0;
         } else if (row < N0 + N1) {
@@ -103,36 +158,12 @@ hrx_tensor_linear(const uint4* __restrict__ x, const unsigned short* __restrict_
         } else {
             w = w2; row -= N0 + N1;
         }
-        const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)row * K);
-        const unsigned int nvec = K >> 3;  // 16-byte vectors per row (any count)
-        const unsigned int stride = 32u * ks;
-        const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-        float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-        for (unsigned int i = lane + 32u * piece; i < nvec; i += 4u * stride) {
-            const unsigned int i1 = i + stride, i2 = i1 + stride, i3 = i2 + stride;
-            // all four loads issued before any use; past the row's end a lane loads nothing
-            const uint4 v0 = hrx_ld_stream(wr + i);
-            const uint4 v1 = i1 < nvec ? hrx_ld_stream(wr + i1) : zero;
-            const uint4 v2 = i2 < nvec ? hrx_ld_stream(wr + i2) : zero;
-            const uint4 v3 = i3 < nvec ? hrx_ld_stream(wr + i3) : zero;
-            a0 = hrx_dot8(v0, __ldg(x + i), a0);
-            if (i1 < nvec) a1 = hrx_dot8(v1, __ldg(x + i1), a1);
-            if (i2 < nvec) a2 = hrx_dot8(v2, __ldg(x + i2), a2);
-            if (i3 < nvec) a3 = hrx_dot8(v3, __ldg(x + i3), a3);
-        }
-        s = (a0 + a1) + (a2 + a3);
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        s = hrx_gemv_dot<false>(x, reinterpret_cast<const uint4*>(w + (size_t)row * K), K >> 3, r);
     }
-    if (ks > 1u) {  // uniform across the block: the row's partials, summed in warp order
-        if (lane == 0) partial[warp] = s;
-        __syncthreads();
-        if (piece != 0u) return;
-        for (unsigned int p = 1; p < ks; ++p) s += partial[warp + p];
-    }
-    if (active && lane == 0) {
-        if (out_f32) reinterpret_cast<float*>(y)[out] = s;
-        else reinterpret_cast<unsigned short*>(y)[out] = hrx_f32_to_bf16_rn(s);
+    s = hrx_gemv_combine(s, r, partial);
+    if (r.active && r.piece == 0u && r.lane == 0) {
+        if (out_f32) reinterpret_cast<float*>(y)[r.out] = s;
+        else reinterpret_cast<unsigned short*>(y)[r.out] = hrx_f32_to_bf16_rn(s);
     }
 }
 """

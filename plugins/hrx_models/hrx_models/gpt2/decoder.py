@@ -52,6 +52,7 @@ from hrx_core.budget import MemoryBudget
 from hrx_core.errors import ArtifactError, HRXError, InvalidArgument, Timeout, Unsupported, show
 from hrx_core.timeouts import check_timeout
 
+from . import fused_kernels as FK
 from . import kernels as K
 from . import prefill_kernels as PK
 from .config import Gpt2Config
@@ -127,6 +128,9 @@ class StepKernels:
     bias_gelu: Any = K.BIAS_GELU
     argmax: Any = K.ARGMAX
     advance: Any = K.ADVANCE
+    embed: Any = FK.EMBED
+    ln_linear: Any = FK.LN_LINEAR
+    linear_residual: Any = FK.LINEAR_RESIDUAL
     embed_rows: Any = PK.EMBED_ROWS
     gemm: Any = PK.GEMM
     kv_rows: Any = PK.KV_ROWS
@@ -149,15 +153,34 @@ class StepKernels:
 
 
 def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callable[[str], Any],
-                s: Mapping[str, Any], *, logits: bool) -> None:
+                s: Mapping[str, Any], *, logits: bool, fused: bool = False) -> None:
     """Record one decode step into ``g`` (anything with ``dispatch(kernel, grid, bindings,
     block=, scalars=)``: a stream's access graph, a tracked-graph compute region).
 
     ``w(name)`` gives the view of a parameter (HF name, device layout); ``s`` the slot's
     views by :func:`slot_layout` name. ``logits=False`` records the prefill variant.
+    ``fused`` records the fused step (:mod:`.fused_kernels`: 5 kernels a layer, not 8).
     """
     d, p, v = cfg.n_embd, context, cfg.vocab_size
     eps = np.float32(cfg.layer_norm_epsilon)
+    scale = np.float32(1.0 / math.sqrt(cfg.head_dim))
+
+    def attention(i: int) -> None:
+        h = f"h.{i}."
+        g.dispatch(k.attention, cfg.n_head, [s["qkv"], w(h + "attn.c_attn.bias"), s["state"], s[f"k{i}"], s[f"v{i}"], s["attn"]],
+                   block=K.ATTENTION_THREADS, scalars=(np.uint32(d), np.uint32(cfg.head_dim), np.uint32(p), scale))
+
+    def finish() -> None:
+        if logits:
+            g.dispatch(k.argmax, 1, [s["logits"], s["state"], s["seq"], s["emb_idx"]], block=K.ARGMAX_THREADS,
+                       scalars=(np.uint32(v), np.uint32(p)))
+        else:
+            g.dispatch(k.advance, 1, [s["state"], s["seq"], s["emb_idx"]], block=32, scalars=(np.uint32(p),))
+
+    if fused:
+        _record_fused_layers(g, k, cfg, w, s, attention, logits=logits)
+        finish()
+        return
 
     def project(x: Any, weight: str, y: Any, kdim: int, n: int) -> None:
         wv = w(weight)
@@ -178,12 +201,10 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
                    scalars=(np.uint64(units), np.uint32(16), np.uint64(1)))
     g.dispatch(k.embed_ln, 1, [s["te"], s["pe"], w("h.0.ln_1.weight"), w("h.0.ln_1.bias"), s["x"], s["xn"]],
                block=K.ln_block(d), scalars=(np.uint32(d), eps))
-    scale = np.float32(1.0 / math.sqrt(cfg.head_dim))
     for i in range(cfg.n_layer):
         h = f"h.{i}."
         project(s["xn"], h + "attn.c_attn.weight", s["qkv"], d, 3 * d)
-        g.dispatch(k.attention, cfg.n_head, [s["qkv"], w(h + "attn.c_attn.bias"), s["state"], s[f"k{i}"], s[f"v{i}"], s["attn"]],
-                   block=K.ATTENTION_THREADS, scalars=(np.uint32(d), np.uint32(cfg.head_dim), np.uint32(p), scale))
+        attention(i)
         project(s["attn"], h + "attn.c_proj.weight", s["proj"], d, d)
         residual_ln(h + "attn.c_proj.bias", h + "ln_2")
         project(s["xn"], h + "mlp.c_fc.weight", s["fc"], d, 4 * d)
@@ -193,10 +214,38 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
         residual_ln(h + "mlp.c_proj.bias", f"h.{i + 1}.ln_1" if i + 1 < cfg.n_layer else "ln_f")
     if logits:
         project(s["xn"], "wte.weight", s["logits"], d, v)
-        g.dispatch(k.argmax, 1, [s["logits"], s["state"], s["seq"], s["emb_idx"]], block=K.ARGMAX_THREADS,
-                   scalars=(np.uint32(v), np.uint32(p)))
-    else:
-        g.dispatch(k.advance, 1, [s["state"], s["seq"], s["emb_idx"]], block=32, scalars=(np.uint32(p),))
+    finish()
+
+
+def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[str], Any], s: Mapping[str, Any],
+                         attention: Callable[[int], None], *, logits: bool) -> None:
+    """The fused step up to the logits: embeddings, then per layer ln_1 + QKV, attention,
+    proj + residual, ln_2 + fc + GELU, proj + residual; ln_f + the tied logits."""
+    d = cfg.n_embd
+    eps = np.float32(cfg.layer_norm_epsilon)
+
+    def ln_linear(ln: str, weight: str, bias: str, out: Any, n: int, gelu: int) -> None:
+        grid, block, ksplit = linear_launch(d, n)
+        # ``out`` is bound as both outputs (F32 y, BF16 act): the kernel writes the one ``gelu`` selects
+        g.dispatch(k.ln_linear, grid, [s["x"], w(ln + ".weight"), w(ln + ".bias"), w(weight), w(bias), out, out],
+                   block=block, scalars=(np.uint32(d), np.uint32(n), eps, np.uint32(ksplit), np.uint32(gelu)))
+
+    def linear_residual(a: Any, weight: str, bias: str, kdim: int) -> None:
+        grid, block, ksplit = linear_launch(kdim, d)
+        g.dispatch(k.linear_residual, grid, [a, w(weight), w(bias), s["x"]], block=block,
+                   scalars=(np.uint32(kdim), np.uint32(d), np.uint32(ksplit)))
+
+    g.dispatch(k.embed, -(-d // FK.EMBED_THREADS), [w("wte.weight"), w("wpe.weight"), s["emb_idx"], s["x"]],
+               block=FK.EMBED_THREADS, scalars=(np.uint32(d),))
+    for i in range(cfg.n_layer):
+        h = f"h.{i}."
+        ln_linear(h + "ln_1", h + "attn.c_attn.weight", h + "attn.c_attn.bias", s["qkv"], 3 * d, 0)
+        attention(i)
+        linear_residual(s["attn"], h + "attn.c_proj.weight", h + "attn.c_proj.bias", d)
+        ln_linear(h + "ln_2", h + "mlp.c_fc.weight", h + "mlp.c_fc.bias", s["act"], 4 * d, 1)
+        linear_residual(s["act"], h + "mlp.c_proj.weight", h + "mlp.c_proj.bias", 4 * d)
+    if logits:
+        ln_linear("ln_f", "wte.weight", "ln_f.bias", s["logits"], cfg.vocab_size, 0)
 
 
 def record_prefill_chunk(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, chunk: int,
@@ -339,7 +388,7 @@ class DecoderSlot:
     def _record(self, *, logits: bool) -> Any:
         g = self.stream.access_graph()
         record_step(g, self.decoder.kernels, self.config, self.context, self.decoder.weights.view,
-                    self.layout.views(self.buffer), logits=logits)
+                    self.layout.views(self.buffer), logits=logits, fused=self.decoder.fused)
         return g
 
     def _record_chunk(self) -> Any:
@@ -503,11 +552,13 @@ class Gpt2Decoder:
     ``context`` (default n_positions) sizes each slot's KV cache; ``max_slots``
     bounds the pool (leasing waits for a free slot beyond it); ``prefill_chunk`` is
     the rows of a batched-prefill chunk (at most the context; 0 runs the prompt one
-    position per decode-shaped step, as before batched prefill).
+    position per decode-shaped step, as before batched prefill); ``fused`` records the
+    fused decode step (:mod:`.fused_kernels`), else the step of separate kernels.
     """
 
     def __init__(self, weights: Gpt2Weights, device: Any, *, budget: MemoryBudget | None = None,
-                 context: int | None = None, max_slots: int = 8, prefill_chunk: int = PREFILL_CHUNK) -> None:
+                 context: int | None = None, max_slots: int = 8, prefill_chunk: int = PREFILL_CHUNK,
+                 fused: bool = True) -> None:
         cfg = weights.config
         context = cfg.n_positions if context is None else context
         if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= cfg.n_positions:
@@ -516,6 +567,8 @@ class Gpt2Decoder:
             raise InvalidArgument(f"max_slots: expected an int >= 1, got {show(max_slots)}")
         if isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int) or prefill_chunk < 0:
             raise InvalidArgument(f"prefill_chunk: expected an int >= 0, got {show(prefill_chunk)}")
+        if not isinstance(fused, bool):
+            raise InvalidArgument(f"fused: expected a bool, got {show(fused)}")
         self.kernels = StepKernels.for_engine(device.info.engine)
         self.weights = weights
         self.config = cfg
@@ -524,6 +577,7 @@ class Gpt2Decoder:
         self.context = context
         self.max_slots = max_slots
         self.prefill_chunk = prefill_chunk
+        self.fused = fused
         self._slots: list[DecoderSlot] = []
         self._idle: list[DecoderSlot] = []
         self._cond = threading.Condition()
@@ -532,14 +586,15 @@ class Gpt2Decoder:
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str], device: Any = None, *, budget: MemoryBudget | None = None,
-             context: int | None = None, max_slots: int = 8, prefill_chunk: int = PREFILL_CHUNK) -> Gpt2Decoder:
+             context: int | None = None, max_slots: int = 8, prefill_chunk: int = PREFILL_CHUNK,
+             fused: bool = True) -> Gpt2Decoder:
         """Load a Hugging Face GPT-2 checkpoint onto ``device`` (default: the best one).
 
         ``directory`` is a checkpoint directory or a Hugging Face repo id (``"gpt2"``),
         resolved through :func:`hrx_models.resolve.resolve_checkpoint` (cache first; offline
         or without network a missing file fails at once, listing what is missing).
-        ``budget`` is charged for the weights and every slot; ``context``, ``max_slots``
-        and ``prefill_chunk`` as for the constructor.
+        ``budget`` is charged for the weights and every slot; ``context``, ``max_slots``,
+        ``prefill_chunk`` and ``fused`` as for the constructor.
         """
         import hrx_core as hrx
 
@@ -554,7 +609,8 @@ class Gpt2Decoder:
         finally:
             stream.close()  # frees the loader's staging
         try:
-            return cls(weights, device, budget=budget, context=context, max_slots=max_slots, prefill_chunk=prefill_chunk)
+            return cls(weights, device, budget=budget, context=context, max_slots=max_slots, prefill_chunk=prefill_chunk,
+                       fused=fused)
         except BaseException:
             weights.close()
             raise

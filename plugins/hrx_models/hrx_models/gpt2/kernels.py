@@ -470,10 +470,11 @@ ENGINES = ("host", "cuda", "amdgpu")
 
 
 def kernels_for(engine: str) -> dict[str, Kernel]:
-    """The GPT-2 kernels (decode step and batched prefill) for ``engine`` by name
+    """The GPT-2 kernels (decode step, fused decode step, batched prefill) for ``engine`` by name
     (empty where there are none)."""
     if engine not in ENGINES:
         return {}
+    from .fused_kernels import FUSED
     from .prefill_kernels import PREFILL
 
-    return {k.name: k for k in (*ALL, *PREFILL)}
+    return {k.name: k for k in (*ALL, *FUSED, *PREFILL)}
