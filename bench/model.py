@@ -12,7 +12,8 @@ BF16 weights (a checkpoint of seeded random weights written by
 a ~1.3B shape (24 layers, 2048 wide); plus time per token against the
 weight-bandwidth limit (bytes of weights a token reads / D2D copy bandwidth
 measured in the same run), the host cost of one step-graph launch, and the same
-decode through the hrx_core.model layer (one runtime submission per token), and
+decode through the hrx_core.model layer (one runtime submission per token), the
+fused decode step (the default) against the step of separate kernels, and
 batched prefill: prompt tokens/s and time to first token for 128- and 1024-token
 prompts (``--prompts``) against the same model's PyTorch prefill (the prompt as a
 matrix, causal ``scaled_dot_product_attention``; ``TorchGpt2.prefill``), timed from
@@ -169,6 +170,8 @@ def cuda_shape(dev, name: str, tokens: int, reps: int, copy_bw: float, workdir: 
     ckpt = write_random_checkpoint(workdir / name, config, seed=0, dtype="bf16")
     print(f"{name}: wrote {config.parameters / 1e6:.0f} M parameters in {time.perf_counter() - t0:.1f} s", flush=True)
     dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
+    separate = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1, fused=False)
+    separate_slot = separate.acquire()
     ml_ctx, ml_gpt2, ml_model, ml_head = model_layer_setup(dev, ckpt, prompt, context)
     peer = TorchGpt2(ckpt, dtype=torch.bfloat16, context=context)
     graph = peer.cuda_graph()
@@ -215,11 +218,18 @@ def cuda_shape(dev, name: str, tokens: int, reps: int, copy_bw: float, workdir: 
         def model_layer_decode():
             return model_layer_rate(ml_model.slot(0), ml_head, prompt, tokens)
 
-        fns = [hrx_decode, torch_eager, torch_graphs, hrx_launch_us, model_layer_decode]
+        def separate_decode():
+            r = separate_slot.generate(prompt, tokens)
+            last["separate"] = list(r.tokens)
+            return r.tokens_per_s
+
+        fns = [hrx_decode, torch_eager, torch_graphs, hrx_launch_us, model_layer_decode, separate_decode]
         for fn in fns:
             fn()  # warm-up: compilation, graph instantiation, first touch
-        h, e, g, launch, ml = rounds(fns, reps)
+        h, e, g, launch, ml, sep = rounds(fns, reps)
     agree = sum(a == b for a, b in zip(last["hrx"], last["graphs"]))
+    print(f"{name}: fused and separate-kernel steps agree at "
+          f"{sum(a == b for a, b in zip(last['hrx'], last['separate']))}/{tokens} steps", flush=True)
     print(f"{name}: greedy tokens agree with torch BF16 (graphs) at {agree}/{tokens} steps; "
           f"torch eager vs graphs {sum(a == b for a, b in zip(last['eager'], last['graphs']))}/{tokens}", flush=True)
     shape = f"{config.n_layer}x{config.n_embd}"
@@ -242,7 +252,12 @@ def cuda_shape(dev, name: str, tokens: int, reps: int, copy_bw: float, workdir: 
     out.append(entry(f"model.cuda.{name}.model_layer", f"GPT-2 {shape} decode through hrx_core.model (one runtime "
                      f"submission per token) vs the DecoderSlot's graph replay", "tokens/s", ml,
                      peer="hrx_models DecoderSlot (stream graph replay)", peer_value=h, command=CMD))
+    out.append(entry(f"model.cuda.{name}.fused_vs_separate",
+                     f"GPT-2 {shape} decode: the fused step (5 kernels a layer) vs separate kernels (8 a layer)",
+                     "tokens/s", h, peer="hrx_models decoder, Gpt2Decoder(fused=False)", peer_value=sep, command=CMD))
     ml_model.close(), ml_gpt2.close(), ml_ctx.close()
+    separate.release(separate_slot)
+    separate.close()
     dec.close()
     return out + cuda_prefill(dev, name, config, ckpt, reps, prompts)
 
