@@ -103,3 +103,32 @@ def test_gpt2_small_batched_prefill_matches_torch(small, n):
     tol = 0.03 * float(np.abs(want).max()) + 1e-2
     assert np.abs(got - want).max() <= tol
     check_greedy(ref, ids, dec.generate(ids, 8).tokens, ref.generate(ids, 8))
+
+
+def test_gpt2_small_1000_token_prefill_matches_torch(small, cuda_dev):
+    """A 1000-token prompt at the full context (4 chunks of 256 rows, the last partial)
+    against torch F32 prefill (SDPA; equal to step by step, above): the first token's
+    logits within the decoder's tolerance and 4 greedy tokens."""
+    import torch
+    from hrx_models.gpt2.torch_reference import TorchGpt2
+
+    dec, _ = small
+    ids = long_prompt(1000)
+    ref = TorchGpt2(dec.weights.source, dtype=torch.float32, context=1024)
+    ref.prefill(ids)
+    want = ref.last_logits.double().cpu().numpy()
+    with Gpt2Decoder.load(dec.weights.source, cuda_dev, context=1024, max_slots=1) as full:
+        with full.slot() as s:
+            assert s.chunk == 256
+            launches = s.chunk_graph.launches
+            s.start(ids)
+            s.prefill()
+            s.step()
+            got = s.logits()
+            assert s.chunk_graph.launches - launches == 4
+        tokens = full.generate(ids, 4).tokens
+    tol = 0.03 * float(np.abs(want).max()) + 1e-2
+    assert np.abs(got - want).max() <= tol
+    for _ in range(3):
+        ref.forward()
+    check_greedy(ref, ids, tokens, ref.seq[1000:1004].tolist())
