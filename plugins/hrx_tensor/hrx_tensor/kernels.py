@@ -93,25 +93,46 @@ __device__ __forceinline__ HrxGemvWarp hrx_gemv_warp(unsigned int ksplit, unsign
     return r;
 }
 
+// The four 16-byte loads of one unrolled step of a lane at vector i, stepping ``stride``
+// (predicated: past the row's end a lane loads nothing).
+struct HrxGemvLoads {
+    uint4 v0, v1, v2, v3;
+};
+
+__device__ __forceinline__ HrxGemvLoads hrx_gemv_load(const uint4* wr, unsigned int i, unsigned int stride,
+                                                      unsigned int nvec) {
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    HrxGemvLoads l;
+    l.v0 = i < nvec ? hrx_ld_stream(wr + i) : zero;
+    l.v1 = i + stride < nvec ? hrx_ld_stream(wr + i + stride) : zero;
+    l.v2 = i + 2u * stride < nvec ? hrx_ld_stream(wr + i + 2u * stride) : zero;
+    l.v3 = i + 3u * stride < nvec ? hrx_ld_stream(wr + i + 3u * stride) : zero;
+    return l;
+}
+
+// The loads of the warp's first step: a caller issues them early (before a prologue that
+// computes x, say) so that the weights stream while it works.
+__device__ __forceinline__ HrxGemvLoads hrx_gemv_first(const uint4* wr, unsigned int nvec, const HrxGemvWarp& r) {
+    return hrx_gemv_load(wr, r.lane + 32u * r.piece, 32u * r.ks, nvec);
+}
+
 // The warp's share of one row's dot product with x, summed across the warp (every lane
 // holds it): vectors ``piece * 32 + lane``, stepping 32 * ks, four 16-byte weight loads a
-// lane issued before use (predicated past the row's end). ``X_SHARED``: x is in shared
-// memory (plain loads), else global (the read-only cache).
+// lane issued before use; ``first`` holds the first step's (hrx_gemv_first). ``X_SHARED``:
+// x is in shared memory (plain loads), else global (the read-only cache).
 template <bool X_SHARED>
-__device__ __forceinline__ float hrx_gemv_dot(const uint4* x, const uint4* wr, unsigned int nvec, const HrxGemvWarp& r) {
-    const unsigned int stride = 32u * r.ks;
-    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+__device__ __forceinline__ float hrx_gemv_dot(const uint4* x, const uint4* wr, unsigned int nvec, const HrxGemvWarp& r,
+                                              HrxGemvLoads first) {
+    const unsigned int stride = 32u * r.ks, start = r.lane + 32u * r.piece;
     float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-    for (unsigned int i = r.lane + 32u * r.piece; i < nvec; i += 4u * stride) {
+    HrxGemvLoads l = first;
+    for (unsigned int i = start; i < nvec; i += 4u * stride) {
+        if (i != start) l = hrx_gemv_load(wr, i, stride, nvec);
         const unsigned int i1 = i + stride, i2 = i1 + stride, i3 = i2 + stride;
-        const uint4 v0 = hrx_ld_stream(wr + i);
-        const uint4 v1 = i1 < nvec ? hrx_ld_stream(wr + i1) : zero;
-        const uint4 v2 = i2 < nvec ? hrx_ld_stream(wr + i2) : zero;
-        const uint4 v3 = i3 < nvec ? hrx_ld_stream(wr + i3) : zero;
-        a0 = hrx_dot8(v0, X_SHARED ? x[i] : __ldg(x + i), a0);
-        if (i1 < nvec) a1 = hrx_dot8(v1, X_SHARED ? x[i1] : __ldg(x + i1), a1);
-        if (i2 < nvec) a2 = hrx_dot8(v2, X_SHARED ? x[i2] : __ldg(x + i2), a2);
-        if (i3 < nvec) a3 = hrx_dot8(v3, X_SHARED ? x[i3] : __ldg(x + i3), a3);
+        a0 = hrx_dot8(l.v0, X_SHARED ? x[i] : __ldg(x + i), a0);
+        if (i1 < nvec) a1 = hrx_dot8(l.v1, X_SHARED ? x[i1] : __ldg(x + i1), a1);
+        if (i2 < nvec) a2 = hrx_dot8(l.v2, X_SHARED ? x[i2] : __ldg(x + i2), a2);
+        if (i3 < nvec) a3 = hrx_dot8(l.v3, X_SHARED ? x[i3] : __ldg(x + i3), a3);
     }
     float s = (a0 + a1) + (a2 + a3);
     #pragma unroll
@@ -158,7 +179,8 @@ hrx_tensor_linear(const uint4* __restrict__ x, const unsigned short* __restrict_
         } else {
             w = w2; row -= N0 + N1;
         }
-        s = hrx_gemv_dot<false>(x, reinterpret_cast<const uint4*>(w + (size_t)row * K), K >> 3, r);
+        const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)row * K);
+        s = hrx_gemv_dot<false>(x, wr, K >> 3, r, hrx_gemv_first(wr, K >> 3, r));
     }
     s = hrx_gemv_combine(s, r, partial);
     if (r.active && r.piece == 0u && r.lane == 0) {

@@ -7,9 +7,9 @@ proj, ``ln_linear`` fc + GELU, ``linear_residual`` proj) instead of 8, and one f
 embeddings instead of three: 63 kernels a token for GPT-2 small instead of 101.
 
 * ``hrx_gpt2_embed``: ``x = wte[tok] + wpe[pos]`` at the device-side ``emb_idx``.
-* ``hrx_gpt2_ln_linear``: every block first computes ``xn = bf16(LN(x) g + b)`` into
-  shared memory (the unfused step's ``xn``; x is at most MAX_EMBD floats, read from L2 by
-  every block), then the GEMV of hrx_tensor (the same split of K over warps, chosen by
+* ``hrx_gpt2_ln_linear``: every warp issues its first weight loads, then every block
+  computes ``xn = bf16(LN(x) g + b)`` into shared memory while they stream (the unfused
+  step's ``xn``; x is at most MAX_EMBD floats, read from L2 by every block), then the GEMV of hrx_tensor (the same split of K over warps, chosen by
   ``linear_launch``) over it; the epilogue writes ``y = acc`` (F32: QKV, logits) or,
   with ``gelu`` set, ``act = bf16(gelu_new(acc + bias))`` (the MLP's first projection).
 * ``hrx_gpt2_linear_residual``: the GEMV of a BF16 input (attention output, GELU
@@ -60,6 +60,10 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
     __shared__ float partial[32];
     if (K > HRX_MAX_EMBD || (K & 7u) || K == 0u) return;  // the host checks: the whole grid
     unsigned short* xn = reinterpret_cast<unsigned short*>(xs);
+    const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
+    const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)(r.active ? r.out : 0u) * K);
+    HrxGemvLoads first;
+    if (r.active) first = hrx_gemv_first(wr, K >> 3, r);  // the weights stream during the prologue
     // prologue: the layer norm of x, two passes over it (L2-resident: K floats)
     float sum = 0.f;
     for (unsigned int i = threadIdx.x; i < K; i += blockDim.x) sum += x[i];
@@ -70,9 +74,8 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
     for (unsigned int i = threadIdx.x; i < K; i += blockDim.x)
         xn[i] = hrx_f32_to_bf16_rn((x[i] - mean) * rstd * hrx_bf16_to_f32(g[i]) + hrx_bf16_to_f32(b[i]));
     __syncthreads();
-    const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
     float s = 0.f;
-    if (r.active) s = hrx_gemv_dot<true>(xs, reinterpret_cast<const uint4*>(w + (size_t)r.out * K), K >> 3, r);
+    if (r.active) s = hrx_gemv_dot<true>(xs, wr, K >> 3, r, first);
     s = hrx_gemv_combine(s, r, partial);
     if (r.active && r.piece == 0u && r.lane == 0) {
         if (gelu) act[r.out] = hrx_f32_to_bf16_rn(hrx_gelu_new(s + hrx_bf16_to_f32(bias[r.out])));
@@ -89,7 +92,10 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_linear_residual(
     __shared__ float partial[32];
     const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
     float s = 0.f;
-    if (r.active) s = hrx_gemv_dot<false>(a, reinterpret_cast<const uint4*>(w + (size_t)r.out * K), K >> 3, r);
+    if (r.active) {
+        const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)r.out * K);
+        s = hrx_gemv_dot<false>(a, wr, K >> 3, r, hrx_gemv_first(wr, K >> 3, r));
+    }
     s = hrx_gemv_combine(s, r, partial);
     if (r.active && r.piece == 0u && r.lane == 0) x[r.out] = x[r.out] + (s + hrx_bf16_to_f32(bias[r.out]));
 }
