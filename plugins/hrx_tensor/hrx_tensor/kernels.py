@@ -60,6 +60,13 @@ __device__ __forceinline__ uint4 hrx_ld_stream(const uint4* p) {
 #endif
 }
 
+// A zero vector, member by member (no make_uint4: NVRTC compiles these without includes).
+__device__ __forceinline__ uint4 hrx_zero4() {
+    uint4 z;
+    z.x = 0u; z.y = 0u; z.z = 0u; z.w = 0u;
+    return z;
+}
+
 __device__ __forceinline__ float hrx_dot2(unsigned int a, unsigned int b, float acc) {
     acc += __uint_as_float(a << 16) * __uint_as_float(b << 16);
     acc += __uint_as_float(a & 0xffff0000u) * __uint_as_float(b & 0xffff0000u);
@@ -101,7 +108,7 @@ struct HrxGemvLoads {
 
 __device__ __forceinline__ HrxGemvLoads hrx_gemv_load(const uint4* wr, unsigned int i, unsigned int stride,
                                                       unsigned int nvec) {
-    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    const uint4 zero = hrx_zero4();
     HrxGemvLoads l;
     l.v0 = i < nvec ? hrx_ld_stream(wr + i) : zero;
     l.v1 = i + stride < nvec ? hrx_ld_stream(wr + i + stride) : zero;

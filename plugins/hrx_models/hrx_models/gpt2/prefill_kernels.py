@@ -85,6 +85,12 @@ GEMM_CUDA = _PRELUDE + _ROWS_CUDA + f"""
 #define HRX_GEMM_BK 32u
 #define HRX_GEMM_LD 40u  // BF16 per shared row: 80 bytes keep 16-byte stores aligned and fragment reads conflict-free
 
+__device__ __forceinline__ uint4 hrx_zero4() {  // member by member: NVRTC has no includes here
+    uint4 z;
+    z.x = 0u; z.y = 0u; z.z = 0u; z.w = 0u;
+    return z;
+}
+
 __device__ __forceinline__ unsigned int hrx_ld_pair(const unsigned short* p) {
     return *reinterpret_cast<const unsigned int*>(p);  // two BF16, the lower index in the low half
 }
@@ -174,7 +180,7 @@ extern "C" __global__ void __launch_bounds__(128) hrx_gpt2_gemm(
         for (unsigned int s = 0; s < 2u; ++s) {
             const unsigned int v = tid + s * 128u;
             const unsigned int r = v >> 2, kv = (v & 3u) * 8u, k = k0 + kv;
-            uint4 av = make_uint4(0u, 0u, 0u, 0u), wv = make_uint4(0u, 0u, 0u, 0u);
+            uint4 av = hrx_zero4(), wv = hrx_zero4();
             if (row0 + r < m && k < K) av = *reinterpret_cast<const uint4*>(a + (size_t)(row0 + r) * K + k);
             if (col0 + r < N && k < K) wv = *reinterpret_cast<const uint4*>(w + (size_t)(col0 + r) * K + k);
             *reinterpret_cast<uint4*>(As + r * HRX_GEMM_LD + kv) = av;
