@@ -14,7 +14,6 @@ import pytest
 
 pytest.importorskip("hrx_models", reason="hrx-models is not installed: pip install -e plugins/hrx_models")
 from hrx_models.gpt2 import Gpt2Decoder
-from hrx_models.gpt2 import kernels as K
 from hrx_models.gpt2 import prefill_kernels as PK
 from hrx_models.gpt2.testing import check_greedy, check_logits
 from ml_dtypes import bfloat16
@@ -73,11 +72,17 @@ def test_gemm(dev, k, n, c, pos, n_prompt):
     assert (got[m:] == SENTINEL).all(), "gemm wrote rows past the chunk's m"
 
 
-def test_kv_and_attention_rows(dev):
+# (n_embd, head_dim, context P, chunk C, pos, n_prompt): m = min(C, n_prompt - 1 - pos) rows
+# in blocks of 8 (the last partial); keys in one 32-row tile or several; head dims 8..256
+ATTN_CASES = [(256, 64, 48, 16, 20, 31), (128, 16, 100, 16, 70, 90), (512, 128, 160, 32, 100, 125),
+              (200, 8, 40, 8, 0, 40), (512, 256, 80, 64, 33, 80)]
+
+
+@pytest.mark.parametrize("d,hd,p,c,pos,n_prompt", ATTN_CASES, ids=[f"hd{a[1]}-pos{a[4]}" for a in ATTN_CASES])
+def test_kv_and_attention_rows(dev, d, hd, p, c, pos, n_prompt):
     """The chunk's K/V rows land in the cache at rows pos.. with the bias; each row r
     attends causally over cache rows 0 .. pos + r (rows before pos written earlier)."""
     rng = np.random.default_rng(4)
-    d, hd, p, c, pos, n_prompt = 256, 64, 48, 16, 20, 31  # m = 10 rows: positions 20..29
     m = min(c, n_prompt - 1 - pos)
     qkv = rng.standard_normal((c, 3 * d)).astype(np.float32)
     bias = bf16(rng, 3 * d, 0.1)
@@ -87,7 +92,8 @@ def test_kv_and_attention_rows(dev):
     bufs = [r.buf(qkv), r.buf(bias), r.buf(state(pos, n_prompt)), r.buf(kc0), r.buf(vc0)]
     out = r.buf(np.zeros((c, d), bfloat16))
     r.s.dispatch(PK.KV_ROWS, c, bufs, block=256, scalars=(d, p, c))
-    r.s.dispatch(PK.ATTENTION_ROWS, (d // hd, c), [*bufs, out], block=K.ATTENTION_THREADS, scalars=(d, hd, p, scale, c))
+    r.s.dispatch(PK.ATTENTION_ROWS, (d // hd, -(-c // PK.ATTENTION_ROWS_PER_BLOCK)), [*bufs, out], block=256,
+                 scalars=(d, hd, p, scale, c))
     kc, vc = f64(r.get(bufs[3], bfloat16, (p, d))), f64(r.get(bufs[4], bfloat16, (p, d)))
     full = f64(qkv) + f64(bias)
     want_k, want_v = f64(kc0), f64(vc0)

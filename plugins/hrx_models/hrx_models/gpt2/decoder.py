@@ -274,9 +274,9 @@ def record_prefill_chunk(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, 
         gemm(s["pxn"], h + "attn.c_attn.weight", s["pqkv"], d, 3 * d)
         g.dispatch(k.kv_rows, c, [s["pqkv"], w(h + "attn.c_attn.bias"), st, s[f"k{i}"], s[f"v{i}"]], block=256,
                    scalars=(np.uint32(d), np.uint32(p), cs))
-        g.dispatch(k.attention_rows, (cfg.n_head, c),
+        g.dispatch(k.attention_rows, (cfg.n_head, -(-c // PK.ATTENTION_ROWS_PER_BLOCK)),
                    [s["pqkv"], w(h + "attn.c_attn.bias"), st, s[f"k{i}"], s[f"v{i}"], s["pattn"]],
-                   block=K.ATTENTION_THREADS, scalars=(np.uint32(d), np.uint32(cfg.head_dim), np.uint32(p), scale, cs))
+                   block=256, scalars=(np.uint32(d), np.uint32(cfg.head_dim), np.uint32(p), scale, cs))
         gemm(s["pattn"], h + "attn.c_proj.weight", s["pproj"], d, d)
         residual_ln(h + "attn.c_proj.bias", h + "ln_2")
         gemm(s["pxn"], h + "mlp.c_fc.weight", s["pfc"], d, 4 * d)

@@ -20,8 +20,9 @@ projection inputs and cache, F32 arithmetic.
 * ``hrx_gpt2_kv_rows``: K and V rows (with bias, BF16) of the chunk into the cache at
   rows ``pos .. pos + m - 1`` -- a kernel of its own, so that attention of every row
   sees the rows before it in the chunk.
-* ``hrx_gpt2_attention_rows``: one block per (head, row): causal attention of position
-  ``pos + r`` over cache rows ``0 .. pos + r`` (the decode step's attention body).
+* ``hrx_gpt2_attention_rows``: one block per head and 8 rows (a warp each): causal
+  attention of position ``pos + r`` over cache rows ``0 .. pos + r``, the K/V rows
+  staged in shared memory 32 at a time for all 8 rows, an online softmax per row.
 * ``hrx_gpt2_residual_ln_rows``: ``x[r] += y[r] + bias``; ``xn[r] = LN(x[r])``.
 * ``hrx_gpt2_bias_gelu_rows``: ``out = gelu_new(y + bias)`` over ``m`` rows.
 * ``hrx_gpt2_advance_rows``: ``pos += m``; the embedding indices of the new ``pos``
@@ -35,15 +36,17 @@ from ml_dtypes import bfloat16
 
 from hrx_core.kernel import Kernel
 
+from .config import MAX_HEAD_DIM
 from .kernels import (
     _PRELUDE,
-    ATTEND_CUDA,
     NEXT_INDICES_CUDA,
     _bf,
     _bias_gelu_host,
     _next_indices_host,
 )
 
+#: Query rows of one attention_rows block (one warp each).
+ATTENTION_ROWS_PER_BLOCK = 8
 #: Rows and columns of one GEMM tile, and its threads (four warps of 32 x 32).
 GEMM_BM = 64
 GEMM_BN = 64
@@ -221,26 +224,106 @@ extern "C" __global__ void hrx_gpt2_kv_rows(
 }
 """
 
-ATTENTION_ROWS_CUDA = ATTEND_CUDA + _ROWS_CUDA + r"""
-// grid (n_head, C): block (h, r) attends position pos + r over cache rows 0 .. pos + r.
+ATTENTION_ROWS_CUDA = _PRELUDE + _ROWS_CUDA + f"""
+#define HRX_MAX_HEAD_DIM {MAX_HEAD_DIM}u
+#define HRX_ATTN_ROWS {ATTENTION_ROWS_PER_BLOCK}u
+""" + r"""
+#define HRX_ATTN_TILE 32u
+#define HRX_KV_LD (HRX_MAX_HEAD_DIM / 2u + 1u)  // 32-bit words a staged K/V row: odd, so a warp's lanes reading
+                                                 // one word of each of 32 rows hit 32 different banks
+
+// grid (n_head, ceil(C / HRX_ATTN_ROWS)), 256 threads: block (h, b) attends rows
+// r = b * 8 + warp (one warp a row, position pos + r) over cache rows 0 .. pos + r, the
+// block's K/V rows staged in shared memory 32 at a time and shared by its 8 rows; per warp
+// an online softmax (lane = key of the tile for the scores; lane + 32 j = dimension for
+// the weighted V sum).
 extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention_rows(
         const float* __restrict__ qkv, const unsigned short* __restrict__ bias,
         const unsigned int* __restrict__ state, const unsigned short* __restrict__ kc,
         const unsigned short* __restrict__ vc, unsigned short* __restrict__ out,
         unsigned int D, unsigned int hd, unsigned int P, float scale, unsigned int C) {
-    __shared__ float red[32];
-    __shared__ float q[HRX_MAX_HEAD_DIM];
-    __shared__ float part[8u * HRX_ATTN_THREADS];
-    __shared__ float sc[HRX_MAX_POSITIONS];
-    const unsigned int r = blockIdx.y;
-    if (r >= hrx_prefill_rows(state, C)) return;
-    const unsigned int pos = state[0] + r;
-    if (pos >= P || P > HRX_MAX_POSITIONS || hd > HRX_MAX_HEAD_DIM || (hd & 7u) || blockDim.x != HRX_ATTN_THREADS) return;
-    const unsigned int base = blockIdx.x * hd;
-    const float* row = qkv + (size_t)r * 3u * D;
-    for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) q[i] = row[base + i] + hrx_bf16_to_f32(bias[base + i]);
-    __syncthreads();
-    hrx_attend(q, kc, vc, out + (size_t)r * D, D, hd, base, pos, scale, sc, part, red);
+    __shared__ unsigned int ks[HRX_ATTN_TILE * HRX_KV_LD];
+    __shared__ unsigned int vs[HRX_ATTN_TILE * HRX_KV_LD];
+    __shared__ float qs[HRX_ATTN_ROWS * HRX_MAX_HEAD_DIM];
+    const unsigned int m = hrx_prefill_rows(state, C), pos = state[0];
+    const unsigned int r0 = blockIdx.y * HRX_ATTN_ROWS;
+    // the whole block returns together (before any barrier)
+    if (r0 >= m || pos + m > P || hd == 0u || hd > HRX_MAX_HEAD_DIM || (hd & 7u) || blockDim.x != 256u) return;
+    const unsigned int warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+    const unsigned int rows = m - r0 < HRX_ATTN_ROWS ? m - r0 : HRX_ATTN_ROWS;
+    const bool valid = warp < rows;  // uniform across the warp
+    const unsigned int prow = pos + r0 + warp;  // this warp's position
+    const unsigned int last = pos + r0 + rows - 1u;  // the block's last position
+    const unsigned int base = blockIdx.x * hd, half = hd >> 1;
+    for (unsigned int i = threadIdx.x; i < rows * hd; i += blockDim.x) {  // the queries, with bias
+        const unsigned int w = i / hd, d = i % hd;
+        qs[w * hd + d] = qkv[(size_t)(r0 + w) * 3u * D + base + d] + hrx_bf16_to_f32(bias[base + d]);
+    }
+    float acc[HRX_MAX_HEAD_DIM / 32u];
+    #pragma unroll
+    for (unsigned int j = 0; j < HRX_MAX_HEAD_DIM / 32u; ++j) acc[j] = 0.f;
+    float mx = -3.402823466e38f, l = 0.f;
+    const float* q = qs + warp * hd;
+    for (unsigned int t0 = 0; t0 <= last; t0 += HRX_ATTN_TILE) {
+        __syncthreads();  // the queries are written; the previous tile is read
+        for (unsigned int i = threadIdx.x; i < HRX_ATTN_TILE * half; i += blockDim.x) {
+            const unsigned int t = i / half, c = i % half;
+            unsigned int kw = 0u, vw = 0u;
+            if (t0 + t <= last) {
+                kw = reinterpret_cast<const unsigned int*>(kc + (size_t)(t0 + t) * D + base)[c];
+                vw = reinterpret_cast<const unsigned int*>(vc + (size_t)(t0 + t) * D + base)[c];
+            }
+            ks[t * HRX_KV_LD + c] = kw;
+            vs[t * HRX_KV_LD + c] = vw;
+        }
+        __syncthreads();
+        if (valid && t0 <= prow) {
+            const unsigned int t = t0 + lane;  // this lane's key
+            float s = -3.402823466e38f;
+            if (t <= prow) {
+                const unsigned int* kr = ks + lane * HRX_KV_LD;
+                float dot = 0.f;
+                for (unsigned int c = 0; c < half; ++c) {
+                    const unsigned int w2 = kr[c];
+                    dot += q[2u * c] * __uint_as_float(w2 << 16) + q[2u * c + 1u] * __uint_as_float(w2 & 0xffff0000u);
+                }
+                s = dot * scale;
+            }
+            float tmax = s;
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+            const float mnew = fmaxf(mx, tmax);
+            const float corr = expf(mx - mnew);  // 0 on the first tile (mx is -FLT_MAX)
+            const float p = t <= prow ? expf(s - mnew) : 0.f;
+            float psum = p;
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, o);
+            l = l * corr + psum;
+            #pragma unroll
+            for (unsigned int j = 0; j < HRX_MAX_HEAD_DIM / 32u; ++j) acc[j] *= corr;
+            for (unsigned int u = 0; u < HRX_ATTN_TILE; ++u) {
+                const float pu = __shfl_sync(0xffffffffu, p, (int)u);  // 0 for keys past this row
+                const unsigned int* vr = vs + u * HRX_KV_LD;
+                #pragma unroll
+                for (unsigned int j = 0; j < HRX_MAX_HEAD_DIM / 32u; ++j) {
+                    const unsigned int d = lane + 32u * j;
+                    if (d < hd) {
+                        const unsigned int w2 = vr[d >> 1];
+                        acc[j] += pu * __uint_as_float((d & 1u) ? (w2 & 0xffff0000u) : (w2 << 16));
+                    }
+                }
+            }
+            mx = mnew;
+        }
+    }
+    if (valid) {
+        const float inv = 1.f / l;
+        #pragma unroll
+        for (unsigned int j = 0; j < HRX_MAX_HEAD_DIM / 32u; ++j) {
+            const unsigned int d = lane + 32u * j;
+            if (d < hd) out[(size_t)(r0 + warp) * D + base + d] = hrx_f32_to_bf16_rn(acc[j] * inv);
+        }
+    }
 }
 """
 
