@@ -3,7 +3,7 @@
 # pycparser carried as wheels in .whl/) and run the GPU tests and the benchmarks that
 # write bench/results/h200.json, each under its own time limit.
 #
-#   bash bench/h200.sh [tests] [hot] [launch] [graph] [runtime] [tensor] [image] [model] [npu] [artifacts] [amdgpu] [gpu-rest]
+#   bash bench/h200.sh [tests] [hot] [launch] [graph] [runtime] [tensor] [tensor-sweep] [image] [model] [npu] [artifacts] [amdgpu] [gpu-rest]
 #
 # With no argument it runs everything. Logs and the results file go to $OUT (or ./h200-out).
 set -uo pipefail
@@ -18,7 +18,7 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . -e plugins/hrx_amdf -e plugins/hrx_gpu -e plugins/hrx_npu \
   -e plugins/hrx_tensor -e plugins/hrx_image -e plugins/hrx_models 2>&1 | grep -v WARNING
 hrx doctor 2>&1 | grep -i "cuda" | head -5
-steps=${*:-tests hot launch graph runtime tensor image model npu artifacts amdgpu gpu-rest}
+steps=${*:-tests hot launch graph runtime tensor tensor-sweep image model npu artifacts amdgpu gpu-rest}
 run() {  # name, seconds, command...
   local name=$1 limit=$2; shift 2
   echo "== $name ($(date +%T), limit ${limit}s)"
@@ -36,7 +36,8 @@ for step in $steps; do
     graph) run gpu-graph 90 python3 bench/gpu.py --only graph --reps 7 ;
            run gpu-graph-allocs 90 python3 bench/gpu.py --only graph_allocs --reps 5 ;;
     runtime) run runtime 90 python3 bench/runtime.py --reps 7 ;;
-    tensor) run tensor 150 python3 bench/tensor.py --engine cuda ;;
+    tensor) run tensor 150 python3 bench/tensor.py --engine cuda --only base ;;
+    tensor-sweep) run tensor-sweep 150 python3 bench/tensor.py --engine cuda --only sweep ;;
     image) run image 150 python3 bench/image.py --engine cuda ;;
     model) run model 300 python3 bench/model.py ;;
     npu) run npu 120 python3 bench/npu.py ;;

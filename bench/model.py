@@ -12,7 +12,12 @@ BF16 weights (a checkpoint of seeded random weights written by
 a ~1.3B shape (24 layers, 2048 wide); plus time per token against the
 weight-bandwidth limit (bytes of weights a token reads / D2D copy bandwidth
 measured in the same run), the host cost of one step-graph launch, and the same
-decode through the hrx_core.model layer (one runtime submission per token). Every
+decode through the hrx_core.model layer (one runtime submission per token), the
+fused decode step (the default) against the step of separate kernels, and
+batched prefill: prompt tokens/s and time to first token for 128- and 1024-token
+prompts (``--prompts``) against the same model's PyTorch prefill (the prompt as a
+matrix, causal ``scaled_dot_product_attention``; ``TorchGpt2.prefill``), timed from
+the prompt's upload to the first token on the device (a synchronize). Every
 figure alternates HRX and peer rounds; values are medians; each round decodes
 ``--tokens`` tokens after an 8-token prompt, timed with host clocks from the
 first decode launch to the tokens on the host (torch: to a synchronize).
@@ -44,6 +49,8 @@ CMD = "python bench/model.py"
 PROMPT = [464, 2068, 7586, 21831, 18045, 625, 262, 16931]
 #: goals from issue 8 (GPT-2-small only)
 GOALS = {"gpt2": {"graphs": ">= 1.0", "eager": ">= 2.0"}}
+#: prompt lengths of the prefill figures (issue 18: 128 and 1024)
+PREFILL_PROMPTS = (128, 1024)
 
 
 def weight_bytes(config: Gpt2Config) -> int:
@@ -89,7 +96,70 @@ def copy_bandwidth(dev, reps) -> float:
     return d2d_bandwidth(dev, reps)
 
 
-def cuda_shape(dev, name: str, tokens: int, reps: int, copy_bw: float, workdir: Path) -> list[dict]:
+def long_prompt(config: Gpt2Config, n: int) -> list[int]:
+    return [(i * 7919 + 13) % config.vocab_size for i in range(n)]
+
+
+def cuda_prefill(dev, name: str, config: Gpt2Config, ckpt: Path, reps: int, lengths: list[int]) -> list[dict]:
+    """Time to first token and prompt tokens/s of batched prefill, HRX vs torch SDPA prefill
+    (HRX alone, without a peer, where torch is not installed)."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    lengths = [n for n in lengths if n <= config.n_positions]
+    if not lengths:
+        return []
+    context = max(lengths)
+    dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
+    peer = None
+    if torch is not None:
+        from hrx_models.gpt2.torch_reference import TorchGpt2
+
+        peer = TorchGpt2(ckpt, dtype=torch.bfloat16, context=context)
+    peer_name = "PyTorch BF16 prefill (the prompt as a matrix, causal SDPA)" if peer is not None else None
+    out: list[dict] = []
+    shape = f"{config.n_layer}x{config.n_embd}"
+    with dec.slot() as slot:
+        for n in lengths:
+            ids = long_prompt(config, n)
+
+            def hrx_ttft(ids=ids):
+                slot.stream.synchronize()
+                t = time.perf_counter()
+                slot.start(ids)
+                slot.prefill()
+                slot.step()
+                slot.stream.synchronize()
+                return time.perf_counter() - t
+
+            def torch_ttft(ids=ids):
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                peer.prefill(ids)
+                torch.cuda.synchronize()
+                return time.perf_counter() - t
+
+            fns = [hrx_ttft] if peer is None else [hrx_ttft, torch_ttft]
+            for fn in fns:
+                fn()  # warm-up: compilation, graph instantiation, first touch
+            h, *rest = rounds(fns, reps)
+            p = rest[0] if rest else None
+            torch_first = "-" if peer is None else int(peer.tok.item())
+            print(f"{name} prefill {n}: first token hrx {int(np.argmax(slot.logits()))}, torch BF16 SDPA {torch_first}; "
+                  f"{slot.chunk}-row chunks", flush=True)
+            what = f"GPT-2 {shape} batched prefill of a {n}-token prompt to the first token, BF16"
+            out.append(entry(f"model.cuda.{name}.prefill{n}_vs_torch_sdpa", what + ": prompt tokens/s", "tokens/s",
+                             n / h, peer=peer_name, peer_value=None if p is None else n / p,
+                             goal=None if p is None else ">= 1.0", command=CMD))
+            out.append(entry(f"model.cuda.{name}.ttft{n}_vs_torch_sdpa", what + ": time to first token", "ms",
+                             h * 1e3, peer=peer_name, peer_value=None if p is None else p * 1e3, command=CMD))
+    dec.close()
+    return out
+
+
+def cuda_shape(dev, name: str, tokens: int, reps: int, copy_bw: float, workdir: Path,
+               prompts: list[int]) -> list[dict]:
     import torch
     from hrx_models.gpt2.torch_reference import TorchGpt2
 
@@ -100,6 +170,8 @@ def cuda_shape(dev, name: str, tokens: int, reps: int, copy_bw: float, workdir: 
     ckpt = write_random_checkpoint(workdir / name, config, seed=0, dtype="bf16")
     print(f"{name}: wrote {config.parameters / 1e6:.0f} M parameters in {time.perf_counter() - t0:.1f} s", flush=True)
     dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
+    separate = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1, fused=False)
+    separate_slot = separate.acquire()
     ml_ctx, ml_gpt2, ml_model, ml_head = model_layer_setup(dev, ckpt, prompt, context)
     peer = TorchGpt2(ckpt, dtype=torch.bfloat16, context=context)
     graph = peer.cuda_graph()
@@ -134,8 +206,7 @@ def cuda_shape(dev, name: str, tokens: int, reps: int, copy_bw: float, workdir: 
 
         def hrx_launch_us():
             slot.start(prompt)
-            for _ in range(len(prompt) - 1):
-                slot.step(logits=False)
+            slot.prefill()
             slot.stream.synchronize()
             t = time.perf_counter()
             for _ in range(tokens):
@@ -147,11 +218,18 @@ def cuda_shape(dev, name: str, tokens: int, reps: int, copy_bw: float, workdir: 
         def model_layer_decode():
             return model_layer_rate(ml_model.slot(0), ml_head, prompt, tokens)
 
-        fns = [hrx_decode, torch_eager, torch_graphs, hrx_launch_us, model_layer_decode]
+        def separate_decode():
+            r = separate_slot.generate(prompt, tokens)
+            last["separate"] = list(r.tokens)
+            return r.tokens_per_s
+
+        fns = [hrx_decode, torch_eager, torch_graphs, hrx_launch_us, model_layer_decode, separate_decode]
         for fn in fns:
             fn()  # warm-up: compilation, graph instantiation, first touch
-        h, e, g, launch, ml = rounds(fns, reps)
+        h, e, g, launch, ml, sep = rounds(fns, reps)
     agree = sum(a == b for a, b in zip(last["hrx"], last["graphs"]))
+    print(f"{name}: fused and separate-kernel steps agree at "
+          f"{sum(a == b for a, b in zip(last['hrx'], last['separate']))}/{tokens} steps", flush=True)
     print(f"{name}: greedy tokens agree with torch BF16 (graphs) at {agree}/{tokens} steps; "
           f"torch eager vs graphs {sum(a == b for a, b in zip(last['eager'], last['graphs']))}/{tokens}", flush=True)
     shape = f"{config.n_layer}x{config.n_embd}"
@@ -174,20 +252,33 @@ def cuda_shape(dev, name: str, tokens: int, reps: int, copy_bw: float, workdir: 
     out.append(entry(f"model.cuda.{name}.model_layer", f"GPT-2 {shape} decode through hrx_core.model (one runtime "
                      f"submission per token) vs the DecoderSlot's graph replay", "tokens/s", ml,
                      peer="hrx_models DecoderSlot (stream graph replay)", peer_value=h, command=CMD))
+    out.append(entry(f"model.cuda.{name}.fused_vs_separate",
+                     f"GPT-2 {shape} decode: the fused step (5 kernels a layer) vs separate kernels (8 a layer)",
+                     "tokens/s", h, peer="hrx_models decoder, Gpt2Decoder(fused=False)", peer_value=sep, command=CMD))
     ml_model.close(), ml_gpt2.close(), ml_ctx.close()
+    separate.release(separate_slot)
+    separate.close()
     dec.close()
-    return out
+    return out + cuda_prefill(dev, name, config, ckpt, reps, prompts)
 
 
-def cuda_bench(reps: int, shapes: list[str], tokens: int) -> list[dict]:
-    import torch
-
+def cuda_bench(reps: int, shapes: list[str], tokens: int, prompts: list[int]) -> list[dict]:
+    try:
+        import torch
+    except ImportError:
+        torch = None
+        print("torch is not installed: the decode comparisons are skipped, prefill is measured without its peer",
+              flush=True)
     dev = hrx.device("cuda")
     bw = copy_bandwidth(dev, reps)
     out = [entry("model.cuda.d2d_copy", "D2D copy of 1 GiB in this run (read+write bytes)", "TB/s", bw, command=CMD)]
     with tempfile.TemporaryDirectory(prefix="hrx-bench-model-") as tmp:
         for name in shapes:
-            out += cuda_shape(dev, name, tokens, reps, bw, Path(tmp))
+            if torch is None:
+                ckpt = write_random_checkpoint(Path(tmp) / name, SHAPES[name], seed=0, dtype="bf16")
+                out += cuda_prefill(dev, name, SHAPES[name], ckpt, reps, prompts)
+                continue
+            out += cuda_shape(dev, name, tokens, reps, bw, Path(tmp), prompts)
             torch.cuda.empty_cache()  # the previous shape's peer is gone
     return out
 
@@ -238,7 +329,7 @@ def host_shape(dev, name: str, tokens: int, reps: int, workdir: Path) -> list[di
                   peer="hrx_models DecoderSlot (stream graph replay)", peer_value=h, command=CMD)]
 
 
-def host_bench(reps: int, shapes: list[str], tokens: int) -> list[dict]:
+def host_bench(reps: int, shapes: list[str], tokens: int, prompts: list[int]) -> list[dict]:
     dev = hrx.device("host")
     with tempfile.TemporaryDirectory(prefix="hrx-bench-model-") as tmp:
         return [e for name in shapes for e in host_shape(dev, name, tokens, reps, Path(tmp))]
@@ -250,10 +341,13 @@ def main() -> None:
     p.add_argument("--engine", choices=["cuda", "host"], default=None)
     p.add_argument("--shapes", default=None, help="comma-separated (cuda default: gpt2,1b; host: tiny,gpt2)")
     p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--prompts", default=",".join(map(str, PREFILL_PROMPTS)),
+                   help="comma-separated prompt lengths of the cuda prefill figures ('' for none)")
     args = p.parse_args()
+    prompts = [int(n) for n in args.prompts.split(",") if n]
     cuda = args.engine == "cuda" or (args.engine is None and "cuda" in hrx.engines() and hrx.engine_status()["cuda"].available)
     run, file, default_shapes = (cuda_bench, "h200.json", "gpt2,1b") if cuda else (host_bench, "host-2core.json", "tiny,gpt2")
-    entries = run(args.reps, (args.shapes or default_shapes).split(","), args.tokens)
+    entries = run(args.reps, (args.shapes or default_shapes).split(","), args.tokens, prompts)
     machine = hrx.device("cuda").info.name if cuda else host_machine()
     path = write(file, _machine(file, machine), entries)
     report(entries)

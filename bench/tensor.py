@@ -1,13 +1,20 @@
 """hrx_tensor against its peers, in one process: linear, linear_many, gather_rows.
 
-    python bench/tensor.py [--reps 7] [--engine cuda|host]
+    python bench/tensor.py [--reps 7] [--engine cuda|host] [--only base|sweep]
 
 On cuda (ids tensor.cuda.*, bench/results/h200.json): effective weight bandwidth of
 ``TensorOps.linear`` (BF16 [1,K] x [N,K]; weights rotated across enough buffers
 that no call is served from L2) against torch ``F.linear`` and against the D2D copy
 bandwidth measured in the same run; a recorded graph of linear fragments against a
 torch CUDA graph; linear_many against three linears and against one linear over the
-summed weights; gather_rows against ``index_select``. On the host (ids
+summed weights; gather_rows against ``index_select``; and the GEMV sweep (ids
+tensor.cuda.sweep.*): K and N each over {1024, 1536, 2048, 2560, 4096, 6144, 8192,
+12288, 16384} crossed, pairs under 4 MiB of weights skipped, each shape eager and as
+a graph against torch (``F.linear`` eager, and a CUDA graph of the same calls), and
+against the D2D copy bandwidth of the same run where the weights are >= 128 MiB;
+the worst shape of each is reported (``tensor.cuda.sweep.worst_*``). The sweep's
+weights are made on the device by torch and wrapped for HRX (both read the same
+bytes), rotated over >= 128 MiB per shape. On the host (ids
 tensor.host.*, bench/results/host-2core.json): linear against numpy matvec over
 weights pre-converted to float32, gather_rows against numpy take. Every figure
 alternates HRX and peer rounds; values are medians; GPU work is timed with host
@@ -45,6 +52,14 @@ CMD = "python bench/tensor.py"
 #: Linear shapes as (K, N): y[1, N] = x[1, K] @ w[N, K].T
 SHAPES = [(4096, 4096), (8192, 8192), (8192, 28672), (16384, 16384)]
 ROTATE_BYTES = 768 << 20  # weights cycled per shape: well beyond any L2
+#: The GEMV sweep (issue 18): K and N each over these, pairs under SWEEP_MIN_BYTES skipped.
+SWEEP_DIMS = (1024, 1536, 2048, 2560, 4096, 6144, 8192, 12288, 16384)
+SWEEP_MIN_BYTES = 4 << 20
+#: Weights a sweep shape rotates over (an H200's L2 is 50 MiB), and bytes a measurement reads.
+SWEEP_ROTATE_BYTES = 128 << 20
+SWEEP_MEASURE_BYTES = 4 << 30  # ~1 ms of GPU time: host clocks and a synchronize are exact enough
+#: Weights from which the linear is compared with the D2D copy bandwidth.
+VS_COPY_BYTES = 128 << 20
 
 
 def rounds(fns, reps):
@@ -80,7 +95,7 @@ def host_cost(fn, sync, calls: int = 2000, batch: int = 50) -> float:
 # -- cuda ---------------------------------------------------------------------------
 
 
-def cuda_bench(reps: int) -> list[dict]:
+def cuda_bench(reps: int, only: str | None = None) -> list[dict]:
     import torch
     import torch.nn.functional as F
 
@@ -92,6 +107,10 @@ def cuda_bench(reps: int) -> list[dict]:
 
     copy_bw = d2d_bandwidth(dev, reps)  # D2D copy bandwidth (read + write bytes), 1 GiB
     out.append(entry("tensor.cuda.d2d_copy", "D2D copy of 1 GiB in this run (read+write bytes)", "TB/s", copy_bw, command=CMD))
+    if only != "base":
+        out.extend(cuda_sweep(ops, dev, copy_bw, reps))
+    if only == "sweep":
+        return out
 
     def rotation(k, nrows):
         wbytes = k * nrows * 2
@@ -107,22 +126,7 @@ def cuda_bench(reps: int) -> list[dict]:
         tx = torch.from_numpy(x_host.view(np.int16)).cuda().view(torch.bfloat16)
         host, ws, tw, wbytes = rotation(k, nrows)
         iters = max(20, min(400, int(4e9 // wbytes)))
-
-        def hrx_eager():
-            t0 = time.perf_counter()
-            for i in range(iters):
-                ops.linear(x, ws[i % len(ws)]).close()
-            s.synchronize()
-            return wbytes * iters / (time.perf_counter() - t0) / 1e12
-
-        def torch_eager():
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for i in range(iters):
-                F.linear(tx, tw[i % len(tw)])
-            torch.cuda.synchronize()
-            return wbytes * iters / (time.perf_counter() - t0) / 1e12
-
+        hrx_eager, torch_eager = eager_rates(ops, x, ws, tx, tw, wbytes, iters)
         hrx_eager(), torch_eager()
         h, t = rounds([hrx_eager, torch_eager], reps)
         shape = f"{k}x{nrows}"
@@ -243,10 +247,157 @@ def cuda_bench(reps: int) -> list[dict]:
     return out
 
 
-def graph_pair(ops, dev, x, ws, tx, tw, wbytes, shape, reps):
-    """Recorded graph of linear fragments (one per rotated weight) vs a torch CUDA graph."""
+def eager_rates(ops, x, ws, tx, tw, wbytes: int, iters: int):
+    """Two functions timing ``iters`` eager projections over the rotated weights (weight
+    TB/s): ``TensorOps.linear`` and torch ``F.linear``."""
     import torch
     import torch.nn.functional as F
+
+    def hrx_eager() -> float:
+        t0 = time.perf_counter()
+        for i in range(iters):
+            ops.linear(x, ws[i % len(ws)]).close()
+        ops.stream.synchronize()
+        return wbytes * iters / (time.perf_counter() - t0) / 1e12
+
+    def torch_eager() -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(iters):
+            F.linear(tx, tw[i % len(tw)])
+        torch.cuda.synchronize()
+        return wbytes * iters / (time.perf_counter() - t0) / 1e12
+
+    return hrx_eager, torch_eager
+
+
+def torch_linears_graph(tx, tw):
+    """A torch CUDA graph of ``F.linear(tx, w)`` for every ``w`` of ``tw`` (warmed up on a
+    side stream first, as torch requires) and a function timing ``loops`` replays of it
+    (weight TB/s)."""
+    import torch
+    import torch.nn.functional as F
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for w in tw:
+            F.linear(tx, w)
+    torch.cuda.current_stream().wait_stream(side)
+    cg = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(cg):
+        for w in tw:
+            F.linear(tx, w)
+    nbytes = sum(w.numel() * w.element_size() for w in tw)
+
+    def rate(loops: int) -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(loops):
+            cg.replay()
+        torch.cuda.synchronize()
+        return nbytes * loops / (time.perf_counter() - t0) / 1e12
+
+    return cg, rate
+
+
+def hrx_replay_rate(rt, graph, nbytes: int, loops: int) -> float:
+    """Weight TB/s of ``loops`` submissions of a tracked graph reading ``nbytes`` each."""
+    t0 = time.perf_counter()
+    for _ in range(loops):
+        sub = rt.submit(graph)
+    sub.wait(timeout=60)
+    return nbytes * loops / (time.perf_counter() - t0) / 1e12
+
+
+def sweep_shapes() -> list[tuple[int, int]]:
+    """The sweep's (K, N) pairs: every pair of SWEEP_DIMS with >= SWEEP_MIN_BYTES of weights."""
+    return [(k, n) for k in SWEEP_DIMS for n in SWEEP_DIMS if 2 * k * n >= SWEEP_MIN_BYTES]
+
+
+def cuda_sweep(ops, dev, copy_bw: float, reps: int) -> list[dict]:
+    """The GEMV sweep (see the module docstring): per shape eager and graph ratios vs torch,
+    vs the D2D copy for large weights, and the worst shape of each."""
+    import torch
+
+    from hrx_core.execution import Runtime
+
+    s = ops.stream
+    rt = Runtime(dev)
+    out: list[dict] = []
+    worst: dict[str, tuple[float, str, float, float, str]] = {}
+    started = time.perf_counter()
+    for k, n in sweep_shapes():
+        shape = f"{k}x{n}"
+        wbytes = 2 * k * n
+        count = max(2, math.ceil(SWEEP_ROTATE_BYTES / wbytes))
+        tw = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(count)]
+        tx = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        wrapped: list = []  # HRX buffers over torch's memory (closed with the shape)
+        try:
+            for t in (*tw, tx):
+                wrapped.append(dev.wrap(t))
+            ws = [ops.tensor(b, (n, k), bfloat16) for b in wrapped[:-1]]
+            x = ops.tensor(wrapped[-1], (1, k), bfloat16)
+        except hrx.HRXError:  # no wrapping here: copies of the same bytes
+            for b in wrapped:
+                b.close()
+            wrapped = []
+            ws = [ops.upload(t.view(torch.int16).cpu().numpy().view(bfloat16)) for t in tw]
+            x = ops.upload(tx.view(torch.int16).cpu().numpy().view(bfloat16))
+        hrx_eager, torch_eager = eager_rates(ops, x, ws, tx, tw, wbytes, max(count, SWEEP_MEASURE_BYTES // wbytes))
+
+        g = rt.graph(f"sweep {shape}")  # every rotated weight's projection in one region
+        outs: list = []
+        g.compute("linears", lambda rg: outs.extend(ops.record_linear(rg, x, w) for w in ws))
+        rt.submit(g).wait(timeout=60)
+        _, torch_rate = torch_linears_graph(tx, tw)  # the rate function keeps the graph alive
+        loops = max(1, SWEEP_MEASURE_BYTES // (wbytes * count))
+
+        def hrx_graph():
+            return hrx_replay_rate(rt, g, wbytes * count, loops)
+
+        def torch_graph():
+            return torch_rate(loops)
+
+        fns = [hrx_eager, torch_eager, hrx_graph, torch_graph]
+        for fn in fns:
+            fn()  # warm-up
+        he, te, hg, tg = rounds(fns, reps)
+        what = f"linear BF16 [1,{k}]x[{n},{k}] ({wbytes >> 20} MiB), weight bandwidth"
+        out.append(entry(f"tensor.cuda.sweep.eager.{shape}", what + ", eager", "TB/s", he, peer="torch F.linear (eager)",
+                         peer_value=te, goal=">= 1.0", command=CMD + " --only sweep"))
+        out.append(entry(f"tensor.cuda.sweep.graph.{shape}", what + f", {count} projections in one recorded region", "TB/s",
+                         hg, peer=f"torch CUDA graph of {count} F.linear", peer_value=tg, goal=">= 1.0",
+                         command=CMD + " --only sweep"))
+        rows = [("eager", he, te, "torch F.linear (eager)"), ("graph", hg, tg, "torch CUDA graph of F.linear")]
+        if wbytes >= VS_COPY_BYTES:
+            out.append(entry(f"tensor.cuda.sweep.vs_copy.{shape}", what + ", graph, vs the D2D copy of this run", "TB/s",
+                             hg, peer="D2D copy (same run)", peer_value=copy_bw, goal=">= 0.92", command=CMD + " --only sweep"))
+            rows.append(("vs_copy", hg, copy_bw, "D2D copy (same run)"))
+        for kind, h, p, peer in rows:
+            if kind not in worst or h / p < worst[kind][0]:
+                worst[kind] = (h / p, shape, h, p, peer)
+        print(f"sweep {shape}: eager {he / te:.3f}x torch, graph {hg / tg:.3f}x torch graph"
+              + (f", {hg / copy_bw:.3f}x copy" if wbytes >= VS_COPY_BYTES else ""), flush=True)
+        g.close()
+        for o in outs:
+            o.close()
+        for t in (*ws, x, *wrapped):
+            t.close()
+        s.synchronize()
+        tw = tx = torch_rate = None  # the graph and torch's weights go before the next shape's
+        torch.cuda.empty_cache()
+    goals = {"eager": ">= 1.0", "graph": ">= 1.0", "vs_copy": ">= 0.92"}
+    for kind, (_, shape, h, p, peer) in worst.items():
+        out.append(entry(f"tensor.cuda.sweep.worst_{kind}", f"the sweep's worst shape ({kind}): linear {shape}, weight "
+                         f"bandwidth", "TB/s", h, peer=peer, peer_value=p, goal=goals[kind], command=CMD + " --only sweep"))
+    print(f"sweep: {len(sweep_shapes())} shapes in {time.perf_counter() - started:.1f} s", flush=True)
+    return out
+
+
+def graph_pair(ops, dev, x, ws, tx, tw, wbytes, shape, reps):
+    """Recorded graph of linear fragments (one per rotated weight) vs a torch CUDA graph."""
     from hrx_core.execution import Runtime
 
     rt = Runtime(dev)
@@ -261,37 +412,16 @@ def graph_pair(ops, dev, x, ws, tx, tw, wbytes, shape, reps):
     rt.submit(g2).wait(timeout=60)
     loops = max(2, int(2e9 // (wbytes * len(ws))))
 
-    def replay(graph):
-        t0 = time.perf_counter()
-        for _ in range(loops):
-            sub = rt.submit(graph)
-        sub.wait(timeout=60)
-        return wbytes * len(ws) * loops / (time.perf_counter() - t0) / 1e12
-
     def hrx_graph():
-        return replay(g)
+        return hrx_replay_rate(rt, g, wbytes * len(ws), loops)
 
     def hrx_fragments():
-        return replay(g2)
+        return hrx_replay_rate(rt, g2, wbytes * len(ws), loops)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for w in tw:
-            F.linear(tx, w)
-    torch.cuda.current_stream().wait_stream(stream)
-    cg = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(cg):
-        for w in tw:
-            F.linear(tx, w)
+    _, torch_rate = torch_linears_graph(tx, tw)  # the rate function keeps the graph alive
 
     def torch_graph():
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(loops):
-            cg.replay()
-        torch.cuda.synchronize()
-        return wbytes * len(tw) * loops / (time.perf_counter() - t0) / 1e12
+        return torch_rate(loops)
 
     hrx_graph(), hrx_fragments(), torch_graph()
     h, f, t = rounds([hrx_graph, hrx_fragments, torch_graph], reps)
@@ -390,12 +520,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--engine", choices=["cuda", "host"], default=None)
+    p.add_argument("--only", choices=["base", "sweep"], default=None,
+                   help="cuda: only the original figures, or only the GEMV sweep (default: both)")
     args = p.parse_args()
     engine = args.engine
     if engine is None:
         engine = "cuda" if "cuda" in hrx.engines() and hrx.engine_status()["cuda"].available else "host"
     if engine == "cuda":
-        entries = cuda_bench(args.reps)
+        entries = cuda_bench(args.reps, args.only)
         path = write("h200.json", _machine("h200.json", hrx.device("cuda").info.name), entries)
     else:
         entries = host_bench(args.reps)

@@ -137,17 +137,18 @@ def test_malformed_directories(dev, tmp_path):
 
 
 def test_shapes_the_kernels_cannot_run_are_refused_clearly(dev, tmp_path):
-    d = write_random_checkpoint(tmp_path, Gpt2Config(n_embd=96, n_layer=1, n_head=4, n_positions=8, vocab_size=32))
-    with pytest.raises(Unsupported, match=r"n_embd = 96 is not a multiple of 128.*hrx_tensor\.linear"):
+    d = write_random_checkpoint(tmp_path, Gpt2Config(n_embd=100, n_layer=1, n_head=4, n_positions=8, vocab_size=32))
+    with pytest.raises(Unsupported, match=r"n_embd = 100 is not a multiple of 8.*16-byte vectors"):
         Gpt2Decoder.load(d, dev)
 
 
 def test_budget_covers_weights_and_slots(dev, tiny_dir, tiny_config):
-    from hrx_models.gpt2.decoder import slot_layout
+    from hrx_models.gpt2.decoder import PREFILL_CHUNK, slot_layout
     from hrx_models.gpt2.loader import weights_layout
 
     cfg = tiny_config
-    wbytes, sbytes = weights_layout(cfg).nbytes, slot_layout(cfg, cfg.n_positions).nbytes
+    chunk = min(PREFILL_CHUNK, cfg.n_positions)
+    wbytes, sbytes = weights_layout(cfg).nbytes, slot_layout(cfg, cfg.n_positions, chunk).nbytes
     with pytest.raises(BudgetExceeded):
         Gpt2Decoder.load(tiny_dir, dev, budget=MemoryBudget(wbytes - 1))
     budget = MemoryBudget(wbytes + sbytes)

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("hrx_models", reason="hrx-models is not installed: pip install -e plugins/hrx_models")
 from hrx_models.gpt2 import Gpt2Decoder
-from hrx_models.gpt2.testing import check_greedy, check_logits
+from hrx_models.gpt2.testing import check_greedy, check_logits, step_logits
 
 from hrx_core.errors import InvalidArgument
 
@@ -19,19 +19,9 @@ PROMPTS = [[1, 2, 3, 4, 5], [7], [100, 200, 300, 400, 500, 13, 17, 19], [511, 0,
 STEPS = 64
 
 
-def device_logits(decoder, ids):
-    with decoder.slot() as s:
-        s.start(ids)
-        out = []
-        for _ in ids:
-            s.step()
-            out.append(s.logits())
-    return np.stack(out)
-
-
 def test_logits_match_reference(decoder, reference, tiny_dir):
     ids = PROMPTS[2] + PROMPTS[0] + list(range(40, 80))
-    got = device_logits(decoder, ids)
+    got = step_logits(decoder, ids)
     want = reference.logits(ids)  # mirrors the device's BF16 rounding points
     for t in range(len(ids)):
         check_logits(got[t], want[t], f"position {t} vs the BF16-mirroring reference")
@@ -68,13 +58,14 @@ def test_streaming_and_batched_agree(decoder):
 
 def test_step_graph_is_recorded_once_and_replayed(decoder):
     with decoder.slot() as s:
-        step, prefill = s.step_graph, s.prefill_graph
-        before = step.launches, prefill.launches
+        step, prefill, chunk = s.step_graph, s.prefill_graph, s.chunk_graph
+        before = step.launches, prefill.launches, chunk.launches
         s.generate(PROMPTS[2], 10)
-        assert s.step_graph is step and s.prefill_graph is prefill
-        assert step.launches - before[0] == 10 and prefill.launches - before[1] == len(PROMPTS[2]) - 1
+        assert s.step_graph is step and s.prefill_graph is prefill and s.chunk_graph is chunk
+        # the 7 prompt positions before the last go through one batched-prefill chunk
+        assert step.launches - before[0] == 10 and prefill.launches == before[1] and chunk.launches - before[2] == 1
         # two allocations bound: the packed weights and the slot's packed state
-        assert step.binding_bytes == decoder.weights.nbytes + s.layout.nbytes
+        assert step.binding_bytes == chunk.binding_bytes == decoder.weights.nbytes + s.layout.nbytes
 
 
 def alone(decoder):

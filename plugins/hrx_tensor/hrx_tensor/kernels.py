@@ -2,13 +2,19 @@
 
 ``hrx_tensor_linear`` computes up to three projections of one BF16 input in one
 dispatch: buffers x, w0, w1, w2 (read) and y (write, the outputs concatenated in
-order); scalars K, N0, N1, N2 and out_f32 (0: BF16 output, 1: F32). Unused weights
-are bound to w0 again with their N set to 0. On CUDA one warp computes one output
-row: 16-byte loads of the weight row (8 BF16 per lane per step, four steps unrolled
-so four loads are in flight, non-allocating in L1), x read through the read-only
-cache, four FP32 partial sums per lane, a warp-shuffle reduction and round to nearest
-even for BF16 output (the bit-exact equivalent of ``__float2bfloat16_rn``, written
-out so NVRTC needs no cuda_bf16.h include path).
+order); scalars K, N0, N1, N2, out_f32 (0: BF16 output, 1: F32) and ksplit (warps
+per output row: 1, 2, 4 or 8). Unused weights are bound to w0 again with their N set
+to 0. On CUDA ``ksplit`` warps of a block of LINEAR_WARPS compute one output row
+(split-K inside the block: warp ``p`` of a row takes the 16-byte vectors ``p * 32 +
+lane``, stepping ``32 * ksplit``), so a short N still fills the GPU; each lane keeps
+four 16-byte loads of the weight row in flight (predicated past the row's end, so a
+short row -- K = 768 is three vectors a lane -- has all its loads in flight at once;
+non-allocating in L1), x is read through the read-only cache, four FP32 partial
+sums per lane, a warp-shuffle reduction, then the row's ``ksplit`` partials summed in
+warp order through shared memory (deterministic), and round to nearest even for BF16
+output (the bit-exact equivalent of ``__float2bfloat16_rn``, written out so NVRTC
+needs no cuda_bf16.h include path). :func:`linear_launch` picks ``ksplit`` and the
+grid from the shape (the plan's choice, not a trial per call).
 
 ``hrx_tensor_gather`` copies ``n`` rows of ``row_units`` units of ``width`` bytes
 (16, 8, 4, 2 or 1 -- the widest dividing the row size and both offsets) from table
@@ -29,14 +35,20 @@ from hrx_core.kernel import Kernel
 
 from . import native
 
-#: Warps (output rows) per block of the CUDA GEMV.
+#: Warps per block of the CUDA GEMV (LINEAR_WARPS / ksplit output rows a block).
 LINEAR_WARPS = 8
+#: Split K over more warps while the grid has fewer blocks than this (~8 resident
+#: blocks of 256 threads on each of an H200's 132 SMs)...
+LINEAR_TARGET_BLOCKS = 1024
+#: ...and each warp of a split row still has at least this many 16-byte vectors
+#: (two per lane: four loads in flight need the row to be long enough to matter).
+LINEAR_MIN_VECTORS_PER_WARP = 64
 #: Threads per block of the CUDA gather (at most; fewer for short rows).
 GATHER_THREADS = 256
 #: Host GEMV: rows converted from BF16 to F32 per step, sized to stay in cache.
 HOST_CHUNK_BYTES = 256 * 1024
 
-LINEAR_CUDA = r"""
+GEMV_CUDA = r"""
 __device__ __forceinline__ uint4 hrx_ld_stream(const uint4* p) {
 #ifdef __AMDGCN__
     return __ldcs(p);  // gfx1151 (hrx_gpu.amdgpu prelude): nontemporal loads
@@ -46,6 +58,13 @@ __device__ __forceinline__ uint4 hrx_ld_stream(const uint4* p) {
         : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
     return r;
 #endif
+}
+
+// A zero vector, member by member (no make_uint4: NVRTC compiles these without includes).
+__device__ __forceinline__ uint4 hrx_zero4() {
+    uint4 z;
+    z.x = 0u; z.y = 0u; z.z = 0u; z.w = 0u;
+    return z;
 }
 
 __device__ __forceinline__ float hrx_dot2(unsigned int a, unsigned int b, float acc) {
@@ -62,6 +81,86 @@ __device__ __forceinline__ float hrx_dot8(uint4 a, uint4 b, float acc) {
     return acc;
 }
 
+// Where a warp of a GEMV block works: ``ks`` warps (1, 2, 4, 8; anything else is 1) share
+// each output row, so a block computes (blockDim / 32) / ks rows.
+struct HrxGemvWarp {
+    unsigned int lane, warp, ks, out, piece;
+    bool active;  // a real row (uniform across the warp)
+};
+
+__device__ __forceinline__ HrxGemvWarp hrx_gemv_warp(unsigned int ksplit, unsigned int n_rows) {
+    HrxGemvWarp r;
+    r.lane = threadIdx.x & 31u;
+    r.warp = threadIdx.x >> 5;
+    r.ks = (ksplit == 2u || ksplit == 4u || ksplit == 8u) ? ksplit : 1u;
+    const unsigned int rows = (blockDim.x >> 5) / r.ks;
+    r.out = blockIdx.x * rows + r.warp / r.ks;
+    r.piece = r.warp % r.ks;
+    r.active = r.warp / r.ks < rows && r.out < n_rows;
+    return r;
+}
+
+// The four 16-byte loads of one unrolled step of a lane at vector i, stepping ``stride``
+// (predicated: past the row's end a lane loads nothing).
+struct HrxGemvLoads {
+    uint4 v0, v1, v2, v3;
+};
+
+__device__ __forceinline__ HrxGemvLoads hrx_gemv_load(const uint4* wr, unsigned int i, unsigned int stride,
+                                                      unsigned int nvec) {
+    const uint4 zero = hrx_zero4();
+    HrxGemvLoads l;
+    l.v0 = i < nvec ? hrx_ld_stream(wr + i) : zero;
+    l.v1 = i + stride < nvec ? hrx_ld_stream(wr + i + stride) : zero;
+    l.v2 = i + 2u * stride < nvec ? hrx_ld_stream(wr + i + 2u * stride) : zero;
+    l.v3 = i + 3u * stride < nvec ? hrx_ld_stream(wr + i + 3u * stride) : zero;
+    return l;
+}
+
+// The loads of the warp's first step: a caller issues them early (before a prologue that
+// computes x, say) so that the weights stream while it works.
+__device__ __forceinline__ HrxGemvLoads hrx_gemv_first(const uint4* wr, unsigned int nvec, const HrxGemvWarp& r) {
+    return hrx_gemv_load(wr, r.lane + 32u * r.piece, 32u * r.ks, nvec);
+}
+
+// The warp's share of one row's dot product with x, summed across the warp (every lane
+// holds it): vectors ``piece * 32 + lane``, stepping 32 * ks, four 16-byte weight loads a
+// lane issued before use; ``first`` holds the first step's (hrx_gemv_first). ``X_SHARED``:
+// x is in shared memory (plain loads), else global (the read-only cache).
+template <bool X_SHARED>
+__device__ __forceinline__ float hrx_gemv_dot(const uint4* x, const uint4* wr, unsigned int nvec, const HrxGemvWarp& r,
+                                              HrxGemvLoads first) {
+    const unsigned int stride = 32u * r.ks, start = r.lane + 32u * r.piece;
+    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+    HrxGemvLoads l = first;
+    for (unsigned int i = start; i < nvec; i += 4u * stride) {
+        if (i != start) l = hrx_gemv_load(wr, i, stride, nvec);
+        const unsigned int i1 = i + stride, i2 = i1 + stride, i3 = i2 + stride;
+        a0 = hrx_dot8(l.v0, X_SHARED ? x[i] : __ldg(x + i), a0);
+        if (i1 < nvec) a1 = hrx_dot8(l.v1, X_SHARED ? x[i1] : __ldg(x + i1), a1);
+        if (i2 < nvec) a2 = hrx_dot8(l.v2, X_SHARED ? x[i2] : __ldg(x + i2), a2);
+        if (i3 < nvec) a3 = hrx_dot8(l.v3, X_SHARED ? x[i3] : __ldg(x + i3), a3);
+    }
+    float s = (a0 + a1) + (a2 + a3);
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+// The row's sum from its ks warps' shares, in warp order (deterministic), valid in the
+// row's first warp (piece 0). Called by every thread of the block (a barrier when ks > 1);
+// ``partial``: 32 floats of shared memory.
+__device__ __forceinline__ float hrx_gemv_combine(float s, const HrxGemvWarp& r, float* partial) {
+    if (r.ks == 1u) return s;
+    if (r.lane == 0) partial[r.warp] = s;
+    __syncthreads();
+    if (r.piece == 0u)
+        for (unsigned int p = 1; p < r.ks; ++p) s += partial[r.warp + p];
+    return s;
+}
+"""
+
+LINEAR_CUDA = GEMV_CUDA + r"""
 __device__ __forceinline__ unsigned short hrx_f32_to_bf16_rn(float f) {
     unsigned int u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);  // quiet NaN
@@ -73,40 +172,27 @@ extern "C" __global__ void __launch_bounds__(256)
 hrx_tensor_linear(const uint4* __restrict__ x, const unsigned short* __restrict__ w0,
                   const unsigned short* __restrict__ w1, const unsigned short* __restrict__ w2,
                   unsigned char* __restrict__ y, unsigned int K, unsigned int N0, unsigned int N1,
-                  unsigned int N2, unsigned int out_f32) {
-    const unsigned int lane = threadIdx.x & 31u;
-    const unsigned int out = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (out >= N0 + N1 + N2) return;
-    const unsigned short* w;
-    unsigned int row = out;
-    if (row < N0) {
-        w = w0;
-    } else if (row < N0 + N1) {
-        w = w1; row -= N0;
-    } else {
-        w = w2; row -= N0 + N1;
+                  unsigned int N2, unsigned int out_f32, unsigned int ksplit) {
+    __shared__ float partial[32];
+    const HrxGemvWarp r = hrx_gemv_warp(ksplit, N0 + N1 + N2);
+    float s = 0.f;
+    if (r.active) {
+        const unsigned short* w;
+        unsigned int row = r.out;
+        if (row < N0) {
+            w = w0;
+        } else if (row < N0 + N1) {
+            w = w1; row -= N0;
+        } else {
+            w = w2; row -= N0 + N1;
+        }
+        const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)row * K);
+        s = hrx_gemv_dot<false>(x, wr, K >> 3, r, hrx_gemv_first(wr, K >> 3, r));
     }
-    const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)row * K);
-    const unsigned int nvec = K >> 3;  // 16-byte vectors per row (a multiple of 16)
-    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-    unsigned int i = lane;
-    for (; i + 96u < nvec; i += 128u) {
-        uint4 v0 = hrx_ld_stream(wr + i);
-        uint4 v1 = hrx_ld_stream(wr + i + 32u);
-        uint4 v2 = hrx_ld_stream(wr + i + 64u);
-        uint4 v3 = hrx_ld_stream(wr + i + 96u);
-        a0 = hrx_dot8(v0, __ldg(x + i), a0);
-        a1 = hrx_dot8(v1, __ldg(x + i + 32u), a1);
-        a2 = hrx_dot8(v2, __ldg(x + i + 64u), a2);
-        a3 = hrx_dot8(v3, __ldg(x + i + 96u), a3);
-    }
-    for (; i < nvec; i += 32u) a0 = hrx_dot8(hrx_ld_stream(wr + i), __ldg(x + i), a0);
-    float s = (a0 + a1) + (a2 + a3);
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) {
-        if (out_f32) reinterpret_cast<float*>(y)[out] = s;
-        else reinterpret_cast<unsigned short*>(y)[out] = hrx_f32_to_bf16_rn(s);
+    s = hrx_gemv_combine(s, r, partial);
+    if (r.active && r.piece == 0u && r.lane == 0) {
+        if (out_f32) reinterpret_cast<float*>(y)[r.out] = s;
+        else reinterpret_cast<unsigned short*>(y)[r.out] = hrx_f32_to_bf16_rn(s);
     }
 }
 """
@@ -189,8 +275,26 @@ def _host_matvec(w32: np.ndarray, x_even: np.ndarray, x_odd: np.ndarray, out: np
 USE_NATIVE = True
 
 
+def linear_split(k: int, n: int) -> int:
+    """Warps per output row of the CUDA GEMV for K = ``k`` and ``n`` output rows: split K
+    (1, 2, 4, 8) while the grid is short of LINEAR_TARGET_BLOCKS and every warp keeps at
+    least LINEAR_MIN_VECTORS_PER_WARP vectors of its row."""
+    ks, nvec = 1, k // 8
+    while (ks < LINEAR_WARPS and -(-n * ks // LINEAR_WARPS) < LINEAR_TARGET_BLOCKS
+           and nvec >= 2 * ks * LINEAR_MIN_VECTORS_PER_WARP):
+        ks *= 2
+    return ks
+
+
+def linear_launch(k: int, n: int) -> tuple[int, int, int]:
+    """(grid, block, ksplit) of the GEMV kernel for K = ``k`` and ``n`` output rows in all."""
+    ks = linear_split(k, n)
+    return -(-n // (LINEAR_WARPS // ks)), LINEAR_WARPS * 32, ks
+
+
 def _linear_host(x: np.ndarray, w0: np.ndarray, w1: np.ndarray, w2: np.ndarray, y: np.ndarray,
-                 k: np.uint32, n0: np.uint32, n1: np.uint32, n2: np.uint32, out_f32: np.uint32) -> None:
+                 k: np.uint32, n0: np.uint32, n1: np.uint32, n2: np.uint32, out_f32: np.uint32,
+                 ksplit: np.uint32) -> None:
     k = int(k)
     xf = (x.view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
     x_even, x_odd = np.ascontiguousarray(xf[0::2]), np.ascontiguousarray(xf[1::2])
@@ -222,7 +326,7 @@ def _gather_host(table: np.ndarray, idx: np.ndarray, out: np.ndarray,
 LINEAR = Kernel(
     "hrx_tensor_linear",
     buffers=("read", "read", "read", "read", "write"),
-    scalars=(np.uint32, np.uint32, np.uint32, np.uint32, np.uint32),
+    scalars=(np.uint32, np.uint32, np.uint32, np.uint32, np.uint32, np.uint32),
     host=_linear_host,
     cuda=LINEAR_CUDA,
 )

@@ -32,15 +32,17 @@ static inline float hrx_bf16(uint16_t v) {
     return f;
 }
 
-/* y[n] = sum_k bf16(w[n, k]) * x[k] for rows [n0, n1); k is a multiple of 16.
-   Four rows at a time share each load of x; 16 independent F32 partial sums per row
-   let the compiler vectorize without reassociating (no -ffast-math). */
+/* y[n] = sum_k bf16(w[n, k]) * x[k] for rows [n0, n1); any k (a tail of k % 16
+   columns is summed last). Four rows at a time share each load of x; 16 independent
+   F32 partial sums per row let the compiler vectorize without reassociating (no
+   -ffast-math). */
 void hrx_gemv_bf16(const uint16_t *w, const float *x, float *y, int64_t n0, int64_t n1, int64_t k) {
     int64_t n = n0;
     for (; n + 4 <= n1; n += 4) {
         const uint16_t *r0 = w + n * k, *r1 = r0 + k, *r2 = r1 + k, *r3 = r2 + k;
         float a0[16] = {0}, a1[16] = {0}, a2[16] = {0}, a3[16] = {0};
-        for (int64_t i = 0; i < k; i += 16) {
+        int64_t i = 0;
+        for (; i + 16 <= k; i += 16) {
             for (int j = 0; j < 16; ++j) {
                 float xv = x[i + j];
                 a0[j] += hrx_bf16(r0[i + j]) * xv;
@@ -48,6 +50,13 @@ void hrx_gemv_bf16(const uint16_t *w, const float *x, float *y, int64_t n0, int6
                 a2[j] += hrx_bf16(r2[i + j]) * xv;
                 a3[j] += hrx_bf16(r3[i + j]) * xv;
             }
+        }
+        for (int j = 0; i + j < k; ++j) {  /* the tail: one more partial sum each */
+            float xv = x[i + j];
+            a0[j] += hrx_bf16(r0[i + j]) * xv;
+            a1[j] += hrx_bf16(r1[i + j]) * xv;
+            a2[j] += hrx_bf16(r2[i + j]) * xv;
+            a3[j] += hrx_bf16(r3[i + j]) * xv;
         }
         float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
         for (int j = 0; j < 16; ++j) {
@@ -58,10 +67,14 @@ void hrx_gemv_bf16(const uint16_t *w, const float *x, float *y, int64_t n0, int6
     for (; n < n1; ++n) {
         const uint16_t *row = w + n * k;
         float acc[16] = {0};
-        for (int64_t i = 0; i < k; i += 16) {
+        int64_t i = 0;
+        for (; i + 16 <= k; i += 16) {
             for (int j = 0; j < 16; ++j) {
                 acc[j] += hrx_bf16(row[i + j]) * x[i + j];
             }
+        }
+        for (int j = 0; i + j < k; ++j) {
+            acc[j] += hrx_bf16(row[i + j]) * x[i + j];
         }
         float s = 0.0f;
         for (int j = 0; j < 16; ++j) {

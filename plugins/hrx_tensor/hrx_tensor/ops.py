@@ -45,7 +45,9 @@ BF16 = np.dtype(bfloat16)
 F32 = np.dtype(np.float32)
 _OUT_DTYPES = {BF16: 0, F32: 1}
 MAX_PROJECTIONS = 3
-K_MULTIPLE = 128
+#: K must be a multiple of 8: weight rows are whole 16-byte vectors (the kernels read
+#: rows in 16-byte loads and handle any number of them, tails included).
+K_MULTIPLE = 8
 #: Index buffers per gather slot, used in turn: the host writes the next call's
 #: indices while earlier gathers still read theirs. Fewer for very long index lists.
 INDEX_RING = 8
@@ -228,11 +230,10 @@ class TensorOps(OpFamily):
     # -- linear -------------------------------------------------------------------
 
     def _linear_geometry(self, k: int, ns: Sequence[int], out_dtype: np.dtype) -> tuple[int, int, tuple[Any, ...]]:
-        total = sum(ns)
         n3 = list(ns) + [0] * (MAX_PROJECTIONS - len(ns))
-        scalars = (np.uint32(k), *(np.uint32(n) for n in n3), np.uint32(_OUT_DTYPES[out_dtype]))
-        warps = _kernels.LINEAR_WARPS
-        return -(-total // warps), warps * 32, scalars
+        grid, block, ksplit = _kernels.linear_launch(k, sum(ns))
+        scalars = (np.uint32(k), *(np.uint32(n) for n in n3), np.uint32(_OUT_DTYPES[out_dtype]), np.uint32(ksplit))
+        return grid, block, scalars
 
     def linear(self, x: DeviceTensor, w: DeviceTensor, out_dtype: Any = "bf16") -> DeviceTensor:
         """y = x @ w.T for BF16 x [1, K] and w [N, K]; FP32 accumulation; BF16 or F32 [1, N]."""

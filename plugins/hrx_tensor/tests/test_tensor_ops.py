@@ -42,7 +42,9 @@ def check_bf16(y, ref, mag=None):
     assert np.all(np.abs(got - rounded) <= ulp * 1.0001 + slack)
 
 
-SHAPES = [(128, 1), (128, 300), (256, 7), (1024, 64), (4096, 33), (2048, 1000)]
+#: K a multiple of 128 and not (1600: GPT-2 XL; 8, 72, 200, 6408: tails of 1 to 15 vectors past 16-vector steps)
+SHAPES = [(128, 1), (128, 300), (256, 7), (1024, 64), (4096, 33), (2048, 1000), (1600, 77), (8, 3), (72, 40),
+          (200, 9), (6408, 130)]
 
 
 @pytest.mark.parametrize("k,n", SHAPES, ids=[f"K{k}xN{n}" for k, n in SHAPES])
@@ -286,7 +288,7 @@ def test_host_linear_both_paths(monkeypatch, use_native, out_dtype):
     monkeypatch.setattr(kernels, "USE_NATIVE", use_native)
     ops = TensorOps(hrx.device("host"))
     rng = np.random.default_rng(11)
-    for k, n in [(128, 5), (2048, 300), (4096, 129)]:
+    for k, n in [(128, 5), (2048, 300), (4096, 129), (1600, 37), (200, 9), (8, 6), (6408, 67)]:
         x, w = rand_bf16(rng, (1, k)), rand_bf16(rng, (n, k), 0.05)
         with ops.upload(x) as xt, ops.upload(w) as wt, ops.linear(xt, wt, out_dtype=out_dtype) as y:
             got = y.numpy()[0]

@@ -19,7 +19,7 @@ WEIGHTS_FILE = "model.safetensors"
 #: Activations GPT-2 checkpoints name for the tanh approximation of GELU.
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")
 #: Limits of this decoder's kernels (checked by :meth:`Gpt2Config.check_runnable`).
-K_MULTIPLE = 128          # hrx_tensor.linear: K % 128 == 0 (K = n_embd and 4 * n_embd)
+K_MULTIPLE = 8            # hrx_tensor.linear and the row gathers: rows of whole 16-byte vectors
 MAX_HEAD_DIM = 256        # attention keeps one head's query in shared memory
 HEAD_DIMS = (8, 16, 32, 64, 128, 256)  # attention reads 16-byte vectors; hd / 8 divides its block
 MAX_EMBD = 8192           # layer norms keep at most 8 values a thread, 1024 threads
@@ -71,8 +71,8 @@ class Gpt2Config:
         self.validate(where)
         if self.n_embd % K_MULTIPLE:
             raise Unsupported(
-                f"{where}: n_embd = {self.n_embd} is not a multiple of {K_MULTIPLE}: the decoder's projections run on "
-                f"hrx_tensor.linear, which needs K % {K_MULTIPLE} == 0 (write a checkpoint with n_embd a multiple of {K_MULTIPLE})"
+                f"{where}: n_embd = {self.n_embd} is not a multiple of {K_MULTIPLE}: the decoder's projections and row "
+                f"gathers read rows of whole 16-byte vectors (hrx_tensor.linear needs K % {K_MULTIPLE} == 0)"
             )
         if self.n_embd > MAX_EMBD:
             raise Unsupported(f"{where}: n_embd = {self.n_embd} exceeds {MAX_EMBD} (layer norms run in one block)")

@@ -11,11 +11,18 @@ recorded once on its stream:
   down-projection, residual + next layer norm (ln_1 of the next layer, or ln_f);
   then the tied logits ``linear(h, wte)`` and greedy argmax, which writes the next
   token into the device-side sequence and advances the position;
-* ``prefill``: the same without logits (prompt positions), advancing the position.
+* ``prefill``: the same without logits (one prompt position), advancing the position;
+* ``chunk`` (batched prefill, ``prefill_chunk`` rows): up to that many prompt
+  positions at once through the layers as a matrix -- row embeddings + ln_1, then per
+  layer GEMMs (BF16 tensor cores on CUDA sm_80+), the chunk's K/V rows written into the
+  cache in one pass, causal attention of every row over the cache, residual + layer
+  norm per row, bias + GELU -- advancing the position by the rows done
+  (:mod:`hrx_models.gpt2.prefill_kernels`). A T-token prompt is ceil((T - 1) / chunk)
+  launches; its last position is the first decode step (which produces the first token).
 
 Position and tokens live on the device, so every step replays the same graph with
 nothing uploaded: generating N tokens from a T-token prompt is one upload (prompt
-and state), T-1 + N graph launches and one download. On CUDA each graph is one
+and state), ceil((T-1) / prefill_chunk) + N graph launches and one download. On CUDA each graph is one
 native CUDA graph (8 kernels a layer). The projections are ``hrx_tensor.linear``
 dispatches (BF16 GEMV, F32 out); the rest are this package's kernels
 (:mod:`hrx_models.gpt2.kernels`).
@@ -38,14 +45,16 @@ from typing import Any, Self
 
 import attrs
 import numpy as np
-from hrx_tensor.kernels import GATHER_THREADS
+from hrx_tensor.kernels import GATHER_THREADS, linear_launch
 from ml_dtypes import bfloat16
 
 from hrx_core.budget import MemoryBudget
 from hrx_core.errors import ArtifactError, HRXError, InvalidArgument, Timeout, Unsupported, show
 from hrx_core.timeouts import check_timeout
 
+from . import fused_kernels as FK
 from . import kernels as K
+from . import prefill_kernels as PK
 from .config import Gpt2Config
 from .layout import Layout
 from ..tokenizer import Tokenizer
@@ -54,6 +63,8 @@ from .loader import Gpt2Weights, load_weights
 BF16 = np.dtype(bfloat16)
 #: Words of the step state at the start of a slot: uint32 [pos, n_prompt, 0, 0].
 STATE_WORDS = 4
+#: Default rows of a batched-prefill chunk (``Gpt2Decoder(prefill_chunk=)``; at most the context).
+PREFILL_CHUNK = 512  # GPT-2 small's 768-wide GEMMs: 96 tiles of 64 x 64, 8 chunk rows of tiles
 
 
 @attrs.frozen
@@ -82,7 +93,9 @@ class TextGeneration:
     generation: Generation
 
 
-def slot_layout(config: Gpt2Config, context: int) -> Layout:
+def slot_layout(config: Gpt2Config, context: int, chunk: int = 0) -> Layout:
+    """A slot's packed state; ``chunk`` > 0 adds the activations of a batched-prefill
+    chunk of that many rows."""
     d = config.n_embd
     entries: list[tuple[str, tuple[int, ...], Any]] = [
         ("state", (STATE_WORDS,), np.uint32), ("emb_idx", (2,), np.int64), ("seq", (context,), np.int32),
@@ -93,6 +106,12 @@ def slot_layout(config: Gpt2Config, context: int) -> Layout:
     ]
     for i in range(config.n_layer):
         entries += [(f"k{i}", (context, d), BF16), (f"v{i}", (context, d), BF16)]
+    if chunk:
+        entries += [
+            ("px", (chunk, d), np.float32), ("pxn", (chunk, d), BF16), ("pqkv", (chunk, 3 * d), np.float32),
+            ("pattn", (chunk, d), BF16), ("pproj", (chunk, d), np.float32), ("pfc", (chunk, 4 * d), np.float32),
+            ("pact", (chunk, 4 * d), BF16),
+        ]
     return Layout(entries)
 
 
@@ -109,6 +128,16 @@ class StepKernels:
     bias_gelu: Any = K.BIAS_GELU
     argmax: Any = K.ARGMAX
     advance: Any = K.ADVANCE
+    embed: Any = FK.EMBED
+    ln_linear: Any = FK.LN_LINEAR
+    linear_residual: Any = FK.LINEAR_RESIDUAL
+    embed_rows: Any = PK.EMBED_ROWS
+    gemm: Any = PK.GEMM
+    kv_rows: Any = PK.KV_ROWS
+    attention_rows: Any = PK.ATTENTION_ROWS
+    residual_ln_rows: Any = PK.RESIDUAL_LN_ROWS
+    bias_gelu_rows: Any = PK.BIAS_GELU_ROWS
+    advance_rows: Any = PK.ADVANCE_ROWS
 
     @classmethod
     def for_engine(cls, engine: str) -> StepKernels:
@@ -124,21 +153,40 @@ class StepKernels:
 
 
 def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callable[[str], Any],
-                s: Mapping[str, Any], *, logits: bool) -> None:
+                s: Mapping[str, Any], *, logits: bool, fused: bool = False) -> None:
     """Record one decode step into ``g`` (anything with ``dispatch(kernel, grid, bindings,
     block=, scalars=)``: a stream's access graph, a tracked-graph compute region).
 
     ``w(name)`` gives the view of a parameter (HF name, device layout); ``s`` the slot's
     views by :func:`slot_layout` name. ``logits=False`` records the prefill variant.
+    ``fused`` records the fused step (:mod:`.fused_kernels`: 5 kernels a layer, not 8).
     """
     d, p, v = cfg.n_embd, context, cfg.vocab_size
     eps = np.float32(cfg.layer_norm_epsilon)
-    warps = k.linear_warps
+    scale = np.float32(1.0 / math.sqrt(cfg.head_dim))
+
+    def attention(i: int) -> None:
+        h = f"h.{i}."
+        g.dispatch(k.attention, cfg.n_head, [s["qkv"], w(h + "attn.c_attn.bias"), s["state"], s[f"k{i}"], s[f"v{i}"], s["attn"]],
+                   block=K.ATTENTION_THREADS, scalars=(np.uint32(d), np.uint32(cfg.head_dim), np.uint32(p), scale))
+
+    def finish() -> None:
+        if logits:
+            g.dispatch(k.argmax, 1, [s["logits"], s["state"], s["seq"], s["emb_idx"]], block=K.ARGMAX_THREADS,
+                       scalars=(np.uint32(v), np.uint32(p)))
+        else:
+            g.dispatch(k.advance, 1, [s["state"], s["seq"], s["emb_idx"]], block=32, scalars=(np.uint32(p),))
+
+    if fused:
+        _record_fused_layers(g, k, cfg, w, s, attention, logits=logits)
+        finish()
+        return
 
     def project(x: Any, weight: str, y: Any, kdim: int, n: int) -> None:
         wv = w(weight)
-        g.dispatch(k.linear, -(-n // warps), [x, wv, wv, wv, y], block=warps * 32,
-                   scalars=(np.uint32(kdim), np.uint32(n), np.uint32(0), np.uint32(0), np.uint32(1)))
+        grid, block, ksplit = linear_launch(kdim, n)
+        g.dispatch(k.linear, grid, [x, wv, wv, wv, y], block=block,
+                   scalars=(np.uint32(kdim), np.uint32(n), np.uint32(0), np.uint32(0), np.uint32(1), np.uint32(ksplit)))
 
     def residual_ln(bias: str, ln: str) -> None:
         g.dispatch(k.residual_ln, 1, [s["x"], s["proj"], w(bias), w(ln + ".weight"), w(ln + ".bias"), s["xn"]],
@@ -146,19 +194,17 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
 
     # embeddings: hrx_tensor's gather (the kernel of TensorOps.gather_rows) of one row each,
     # indexed by the device-side emb_idx = [token, position]
-    units = 2 * d // 16  # 16-byte units (rows are 2 * n_embd bytes, a multiple of 256)
+    units = 2 * d // 16  # 16-byte units (rows are 2 * n_embd bytes, a multiple of 16)
     block = min(GATHER_THREADS, max(32, -(-units // 32) * 32))
     for table, idx, row in (("wte.weight", 0, "te"), ("wpe.weight", 8, "pe")):
         g.dispatch(k.gather, 1, [w(table), s["emb_idx"].slice(idx, 8), s[row]], block=block,
                    scalars=(np.uint64(units), np.uint32(16), np.uint64(1)))
     g.dispatch(k.embed_ln, 1, [s["te"], s["pe"], w("h.0.ln_1.weight"), w("h.0.ln_1.bias"), s["x"], s["xn"]],
                block=K.ln_block(d), scalars=(np.uint32(d), eps))
-    scale = np.float32(1.0 / math.sqrt(cfg.head_dim))
     for i in range(cfg.n_layer):
         h = f"h.{i}."
         project(s["xn"], h + "attn.c_attn.weight", s["qkv"], d, 3 * d)
-        g.dispatch(k.attention, cfg.n_head, [s["qkv"], w(h + "attn.c_attn.bias"), s["state"], s[f"k{i}"], s[f"v{i}"], s["attn"]],
-                   block=K.ATTENTION_THREADS, scalars=(np.uint32(d), np.uint32(cfg.head_dim), np.uint32(p), scale))
+        attention(i)
         project(s["attn"], h + "attn.c_proj.weight", s["proj"], d, d)
         residual_ln(h + "attn.c_proj.bias", h + "ln_2")
         project(s["xn"], h + "mlp.c_fc.weight", s["fc"], d, 4 * d)
@@ -168,10 +214,77 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
         residual_ln(h + "mlp.c_proj.bias", f"h.{i + 1}.ln_1" if i + 1 < cfg.n_layer else "ln_f")
     if logits:
         project(s["xn"], "wte.weight", s["logits"], d, v)
-        g.dispatch(k.argmax, 1, [s["logits"], s["state"], s["seq"], s["emb_idx"]], block=K.ARGMAX_THREADS,
-                   scalars=(np.uint32(v), np.uint32(p)))
-    else:
-        g.dispatch(k.advance, 1, [s["state"], s["seq"], s["emb_idx"]], block=32, scalars=(np.uint32(p),))
+    finish()
+
+
+def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[str], Any], s: Mapping[str, Any],
+                         attention: Callable[[int], None], *, logits: bool) -> None:
+    """The fused step up to the logits: embeddings, then per layer ln_1 + QKV, attention,
+    proj + residual, ln_2 + fc + GELU, proj + residual; ln_f + the tied logits."""
+    d = cfg.n_embd
+    eps = np.float32(cfg.layer_norm_epsilon)
+
+    def ln_linear(ln: str, weight: str, bias: str, out: Any, n: int, gelu: int) -> None:
+        grid, block, ksplit = linear_launch(d, n)
+        # ``out`` is bound as both outputs (F32 y, BF16 act): the kernel writes the one ``gelu`` selects
+        g.dispatch(k.ln_linear, grid, [s["x"], w(ln + ".weight"), w(ln + ".bias"), w(weight), w(bias), out, out],
+                   block=block, scalars=(np.uint32(d), np.uint32(n), eps, np.uint32(ksplit), np.uint32(gelu)))
+
+    def linear_residual(a: Any, weight: str, bias: str, kdim: int) -> None:
+        grid, block, ksplit = linear_launch(kdim, d)
+        g.dispatch(k.linear_residual, grid, [a, w(weight), w(bias), s["x"]], block=block,
+                   scalars=(np.uint32(kdim), np.uint32(d), np.uint32(ksplit)))
+
+    g.dispatch(k.embed, -(-d // FK.EMBED_THREADS), [w("wte.weight"), w("wpe.weight"), s["emb_idx"], s["x"]],
+               block=FK.EMBED_THREADS, scalars=(np.uint32(d),))
+    for i in range(cfg.n_layer):
+        h = f"h.{i}."
+        ln_linear(h + "ln_1", h + "attn.c_attn.weight", h + "attn.c_attn.bias", s["qkv"], 3 * d, 0)
+        attention(i)
+        linear_residual(s["attn"], h + "attn.c_proj.weight", h + "attn.c_proj.bias", d)
+        ln_linear(h + "ln_2", h + "mlp.c_fc.weight", h + "mlp.c_fc.bias", s["act"], 4 * d, 1)
+        linear_residual(s["act"], h + "mlp.c_proj.weight", h + "mlp.c_proj.bias", 4 * d)
+    if logits:
+        ln_linear("ln_f", "wte.weight", "ln_f.bias", s["logits"], cfg.vocab_size, 0)
+
+
+def record_prefill_chunk(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, chunk: int,
+                         w: Callable[[str], Any], s: Mapping[str, Any]) -> None:
+    """Record one batched-prefill chunk of up to ``chunk`` rows into ``g`` (the positions
+    ``pos .. min(pos + chunk, n_prompt - 1) - 1``, read from the slot state by every
+    kernel); ``w`` and ``s`` as for :func:`record_step` (``s`` of a layout with ``chunk``)."""
+    d, p, c = cfg.n_embd, context, chunk
+    eps, cs, st = np.float32(cfg.layer_norm_epsilon), np.uint32(chunk), s["state"]
+    row_tiles = -(-c // PK.GEMM_BM)
+
+    def gemm(a: Any, weight: str, y: Any, kdim: int, n: int) -> None:
+        g.dispatch(k.gemm, (-(-n // PK.GEMM_BN), row_tiles), [a, w(weight), st, y], block=PK.GEMM_THREADS,
+                   scalars=(np.uint32(kdim), np.uint32(n), cs))
+
+    def residual_ln(bias: str, ln: str) -> None:
+        g.dispatch(k.residual_ln_rows, c, [s["px"], s["pproj"], w(bias), w(ln + ".weight"), w(ln + ".bias"), s["pxn"], st],
+                   block=K.ln_block(d), scalars=(np.uint32(d), eps, cs))
+
+    g.dispatch(k.embed_rows, c, [w("wte.weight"), w("wpe.weight"), st, s["seq"], w("h.0.ln_1.weight"),
+                                 w("h.0.ln_1.bias"), s["px"], s["pxn"]],
+               block=K.ln_block(d), scalars=(np.uint32(d), eps, cs, np.uint32(cfg.vocab_size), np.uint32(p)))
+    scale = np.float32(1.0 / math.sqrt(cfg.head_dim))
+    for i in range(cfg.n_layer):
+        h = f"h.{i}."
+        gemm(s["pxn"], h + "attn.c_attn.weight", s["pqkv"], d, 3 * d)
+        g.dispatch(k.kv_rows, c, [s["pqkv"], w(h + "attn.c_attn.bias"), st, s[f"k{i}"], s[f"v{i}"]], block=256,
+                   scalars=(np.uint32(d), np.uint32(p), cs))
+        g.dispatch(k.attention_rows, (cfg.n_head, -(-c // PK.ATTENTION_ROWS_PER_BLOCK)),
+                   [s["pqkv"], w(h + "attn.c_attn.bias"), st, s[f"k{i}"], s[f"v{i}"], s["pattn"]],
+                   block=256, scalars=(np.uint32(d), np.uint32(cfg.head_dim), np.uint32(p), scale, cs))
+        gemm(s["pattn"], h + "attn.c_proj.weight", s["pproj"], d, d)
+        residual_ln(h + "attn.c_proj.bias", h + "ln_2")
+        gemm(s["pxn"], h + "mlp.c_fc.weight", s["pfc"], d, 4 * d)
+        g.dispatch(k.bias_gelu_rows, -(-c * 4 * d // K.GELU_THREADS), [s["pfc"], w(h + "mlp.c_fc.bias"), st, s["pact"]],
+                   block=K.GELU_THREADS, scalars=(np.uint32(4 * d), cs))
+        gemm(s["pact"], h + "mlp.c_proj.weight", s["pproj"], 4 * d, d)
+        residual_ln(h + "mlp.c_proj.bias", f"h.{i + 1}.ln_1" if i + 1 < cfg.n_layer else "ln_f")
+    g.dispatch(k.advance_rows, 1, [st, s["seq"], s["emb_idx"]], block=32, scalars=(np.uint32(p), cs))
 
 
 def head_words(layout: Layout, ids: np.ndarray, context: int | None = None) -> np.ndarray:
@@ -247,15 +360,23 @@ class DecoderSlot:
         self.config = decoder.config
         self.context = decoder.context
         self.stream = decoder.device.stream()
-        self.layout = slot_layout(self.config, self.context)
+        #: rows of a batched-prefill chunk (0: the prompt goes one position per step)
+        self.chunk = min(decoder.prefill_chunk, self.context)
+        self.layout = slot_layout(self.config, self.context, self.chunk)
         self.buffer = decoder.device.allocate(self.layout.nbytes, budget=decoder.budget)
         self._lock = threading.Lock()
         self._prompt: tuple[int, ...] = ()
         self._pos = 0
+        graphs = []
         try:
             self.step_graph = self._record(logits=True)
+            graphs.append(self.step_graph)
             self.prefill_graph = self._record(logits=False)
+            graphs.append(self.prefill_graph)
+            self.chunk_graph = self._record_chunk() if self.chunk else None
         except BaseException:
+            for graph in graphs:
+                graph.close()
             self.buffer.close()
             raise
 
@@ -267,7 +388,13 @@ class DecoderSlot:
     def _record(self, *, logits: bool) -> Any:
         g = self.stream.access_graph()
         record_step(g, self.decoder.kernels, self.config, self.context, self.decoder.weights.view,
-                    self.layout.views(self.buffer), logits=logits)
+                    self.layout.views(self.buffer), logits=logits, fused=self.decoder.fused)
+        return g
+
+    def _record_chunk(self) -> Any:
+        g = self.stream.access_graph()
+        record_prefill_chunk(g, self.decoder.kernels, self.config, self.context, self.chunk, self.decoder.weights.view,
+                             self.layout.views(self.buffer))
         return g
 
     # -- requests -------------------------------------------------------------------
@@ -303,6 +430,24 @@ class DecoderSlot:
         self._pos += 1
         return done
 
+    def prefill(self) -> Any:
+        """After :meth:`start`: process the prompt's positions but the last -- in chunks of
+        ``chunk`` rows through the batched graph, or one step each when ``chunk`` is 0.
+        Returns the completion of the last launch (None for a one-token prompt); the
+        next :meth:`step` produces the first token."""
+        left = len(self._prompt) - 1 - self._pos
+        done = None
+        if left <= 0:
+            return done
+        if self.chunk_graph is None:
+            for _ in range(left):
+                done = self.step(logits=False)
+            return done
+        for _ in range(-(-left // self.chunk)):
+            done = self.chunk_graph.launch()
+        self._pos += left
+        return done
+
     def logits(self) -> np.ndarray:
         """The F32 logits of the last ``step(logits=True)`` (downloaded)."""
         return self.stream.download(self.layout.view(self.buffer, "logits")).view(np.float32).copy()
@@ -329,8 +474,7 @@ class DecoderSlot:
         with self._lock:
             t0 = time.perf_counter_ns()
             self.start(ids)
-            for _ in range(ids.size - 1):
-                self.step(logits=False)
+            self.prefill()
             self.stream.synchronize()
             t1 = time.perf_counter_ns()
             track = None
@@ -375,9 +519,7 @@ class DecoderSlot:
         try:
             t0 = time.perf_counter_ns()
             self.start(ids)
-            done = None
-            for _ in range(ids.size - 1):
-                done = self.step(logits=False)
+            done = self.prefill()
             if done is not None:
                 await _settled(done)
             self.stream.synchronize()  # complete already: reports a failure once
@@ -399,6 +541,8 @@ class DecoderSlot:
         finally:
             self.step_graph.close()
             self.prefill_graph.close()
+            if self.chunk_graph is not None:
+                self.chunk_graph.close()
             self.buffer.close()
 
 
@@ -406,17 +550,25 @@ class Gpt2Decoder:
     """A GPT-2 loaded on one device, with a pool of :class:`DecoderSlot` for requests.
 
     ``context`` (default n_positions) sizes each slot's KV cache; ``max_slots``
-    bounds the pool (leasing waits for a free slot beyond it).
+    bounds the pool (leasing waits for a free slot beyond it); ``prefill_chunk`` is
+    the rows of a batched-prefill chunk (at most the context; 0 runs the prompt one
+    position per decode-shaped step, as before batched prefill); ``fused`` records the
+    fused decode step (:mod:`.fused_kernels`), else the step of separate kernels.
     """
 
     def __init__(self, weights: Gpt2Weights, device: Any, *, budget: MemoryBudget | None = None,
-                 context: int | None = None, max_slots: int = 8) -> None:
+                 context: int | None = None, max_slots: int = 8, prefill_chunk: int = PREFILL_CHUNK,
+                 fused: bool = True) -> None:
         cfg = weights.config
         context = cfg.n_positions if context is None else context
         if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= cfg.n_positions:
             raise InvalidArgument(f"context: expected an int in 1..{cfg.n_positions} (n_positions), got {show(context)}")
         if isinstance(max_slots, bool) or not isinstance(max_slots, int) or max_slots < 1:
             raise InvalidArgument(f"max_slots: expected an int >= 1, got {show(max_slots)}")
+        if isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int) or prefill_chunk < 0:
+            raise InvalidArgument(f"prefill_chunk: expected an int >= 0, got {show(prefill_chunk)}")
+        if not isinstance(fused, bool):
+            raise InvalidArgument(f"fused: expected a bool, got {show(fused)}")
         self.kernels = StepKernels.for_engine(device.info.engine)
         self.weights = weights
         self.config = cfg
@@ -424,6 +576,8 @@ class Gpt2Decoder:
         self.budget = budget
         self.context = context
         self.max_slots = max_slots
+        self.prefill_chunk = prefill_chunk
+        self.fused = fused
         self._slots: list[DecoderSlot] = []
         self._idle: list[DecoderSlot] = []
         self._cond = threading.Condition()
@@ -432,13 +586,15 @@ class Gpt2Decoder:
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str], device: Any = None, *, budget: MemoryBudget | None = None,
-             context: int | None = None, max_slots: int = 8) -> Gpt2Decoder:
+             context: int | None = None, max_slots: int = 8, prefill_chunk: int = PREFILL_CHUNK,
+             fused: bool = True) -> Gpt2Decoder:
         """Load a Hugging Face GPT-2 checkpoint onto ``device`` (default: the best one).
 
         ``directory`` is a checkpoint directory or a Hugging Face repo id (``"gpt2"``),
         resolved through :func:`hrx_models.resolve.resolve_checkpoint` (cache first; offline
         or without network a missing file fails at once, listing what is missing).
-        ``budget`` is charged for the weights and every slot.
+        ``budget`` is charged for the weights and every slot; ``context``, ``max_slots``,
+        ``prefill_chunk`` and ``fused`` as for the constructor.
         """
         import hrx_core as hrx
 
@@ -453,7 +609,8 @@ class Gpt2Decoder:
         finally:
             stream.close()  # frees the loader's staging
         try:
-            return cls(weights, device, budget=budget, context=context, max_slots=max_slots)
+            return cls(weights, device, budget=budget, context=context, max_slots=max_slots, prefill_chunk=prefill_chunk,
+                       fused=fused)
         except BaseException:
             weights.close()
             raise

@@ -67,6 +67,12 @@ __device__ __forceinline__ unsigned short hrx_f32_to_bf16_rn(float f) {
     return (unsigned short)(u >> 16);
 }
 
+// gelu_new (GPT-2's tanh approximation of GELU)
+__device__ __forceinline__ float hrx_gelu_new(float v) {
+    const float t = tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v));
+    return 0.5f * v * (1.f + t);
+}
+
 // Sum over the block; every thread gets the result. red: 32 floats of shared memory.
 __device__ __forceinline__ float hrx_block_sum(float v, float* red) {
     #pragma unroll
@@ -156,7 +162,7 @@ extern "C" __global__ void __launch_bounds__(1024) hrx_gpt2_residual_ln(
 }
 """
 
-ATTENTION_CUDA = _PRELUDE + f"""
+ATTEND_CUDA = _PRELUDE + f"""
 #define HRX_MAX_HEAD_DIM {MAX_HEAD_DIM}u
 #define HRX_MAX_POSITIONS {MAX_POSITIONS}u
 #define HRX_ATTN_THREADS {ATTENTION_THREADS}u
@@ -185,30 +191,19 @@ __device__ __forceinline__ void hrx_axpy8_bf16(float p, uint4 v, float* acc) {
     acc[7] += p * __uint_as_float(v.w & 0xffff0000u);
 }
 
-// One block of HRX_ATTN_THREADS per head. head_dim hd is a power of two in 8..256
-// (checked on the host), so rows split into 16-byte vectors and hd / 8 divides the block.
-extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention(
-        const float* __restrict__ qkv, const unsigned short* __restrict__ bias,
-        const unsigned int* __restrict__ state, unsigned short* __restrict__ kc,
-        unsigned short* __restrict__ vc, unsigned short* __restrict__ out,
-        unsigned int D, unsigned int hd, unsigned int P, float scale) {
-    __shared__ float red[32];
-    __shared__ float q[HRX_MAX_HEAD_DIM];
-    __shared__ float part[8u * HRX_ATTN_THREADS];
-    __shared__ float sc[HRX_MAX_POSITIONS];
-    const unsigned int pos = state[0];
-    if (pos >= P || P > HRX_MAX_POSITIONS || hd > HRX_MAX_HEAD_DIM || (hd & 7u) || blockDim.x != HRX_ATTN_THREADS) return;
-    const unsigned int base = blockIdx.x * hd;
+// out[0..hd) = softmax(scale * q . K[0..pos]) . V[0..pos] for the head whose columns start
+// at ``base`` (q: hd F32 in shared memory, written before a barrier; K/V rows 0..pos in the
+// cache, visible to the block). One block of HRX_ATTN_THREADS; head_dim hd is a power of
+// two in 8..256 (checked on the host), so rows split into 16-byte vectors and hd / 8
+// divides the block. sc: HRX_MAX_POSITIONS floats, part: 8 * HRX_ATTN_THREADS, red: 32.
+// (kc/vc carry no __restrict__: the decode kernel writes the row it then reads, so
+// these loads must not take the non-coherent read-only path.)
+__device__ __forceinline__ void hrx_attend(const float* q, const unsigned short* kc,
+                                           const unsigned short* vc, unsigned short* out,
+                                           unsigned int D, unsigned int hd, unsigned int base, unsigned int pos,
+                                           float scale, float* sc, float* part, float* red) {
     const unsigned int tid = threadIdx.x;
-    // 1. this head's query (F32) and the new key/value row, appended to the cache (BF16)
-    for (unsigned int i = tid; i < hd; i += blockDim.x) {
-        const unsigned int c = base + i;
-        q[i] = qkv[c] + hrx_bf16_to_f32(bias[c]);
-        kc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(qkv[D + c] + hrx_bf16_to_f32(bias[D + c]));
-        vc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(qkv[2u * D + c] + hrx_bf16_to_f32(bias[2u * D + c]));
-    }
-    __syncthreads();  // the block's cache writes and q are visible to the whole block
-    // 2. scores: one thread per cached row, 16-byte loads along the head dimension
+    // scores: one thread per cached row, 16-byte loads along the head dimension
     const unsigned int nvec = hd >> 3;
     for (unsigned int t = tid; t <= pos; t += blockDim.x) {
         const uint4* kr = reinterpret_cast<const uint4*>(kc + (size_t)t * D + base);
@@ -218,7 +213,7 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention(
         sc[t] = s * scale;
     }
     __syncthreads();
-    // 3. softmax over rows 0..pos
+    // softmax over rows 0..pos
     float m = -3.402823466e38f;
     for (unsigned int t = tid; t <= pos; t += blockDim.x) m = fmaxf(m, sc[t]);
     m = hrx_block_max(m, red);
@@ -229,7 +224,7 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention(
         sum += e;
     }
     const float inv = 1.f / hrx_block_sum(sum, red);  // its barriers also publish sc
-    // 4. out = softmax . V: thread (row group rg, vector dg) sums 8 dims over rows rg, rg + groups, ...
+    // out = softmax . V: thread (row group rg, vector dg) sums 8 dims over rows rg, rg + groups, ...
     const unsigned int groups = blockDim.x / nvec;
     const unsigned int dg = tid % nvec, rg = tid / nvec;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -247,14 +242,39 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention(
 }
 """
 
+ATTENTION_CUDA = ATTEND_CUDA + r"""
+// One block of HRX_ATTN_THREADS per head: add the QKV bias, append this position's K/V
+// row to the cache, attend over rows 0..pos.
+extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention(
+        const float* __restrict__ qkv, const unsigned short* __restrict__ bias,
+        const unsigned int* __restrict__ state, unsigned short* __restrict__ kc,
+        unsigned short* __restrict__ vc, unsigned short* __restrict__ out,
+        unsigned int D, unsigned int hd, unsigned int P, float scale) {
+    __shared__ float red[32];
+    __shared__ float q[HRX_MAX_HEAD_DIM];
+    __shared__ float part[8u * HRX_ATTN_THREADS];
+    __shared__ float sc[HRX_MAX_POSITIONS];
+    const unsigned int pos = state[0];
+    if (pos >= P || P > HRX_MAX_POSITIONS || hd > HRX_MAX_HEAD_DIM || (hd & 7u) || blockDim.x != HRX_ATTN_THREADS) return;
+    const unsigned int base = blockIdx.x * hd;
+    // this head's query (F32) and the new key/value row, appended to the cache (BF16)
+    for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
+        const unsigned int c = base + i;
+        q[i] = qkv[c] + hrx_bf16_to_f32(bias[c]);
+        kc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(qkv[D + c] + hrx_bf16_to_f32(bias[D + c]));
+        vc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(qkv[2u * D + c] + hrx_bf16_to_f32(bias[2u * D + c]));
+    }
+    __syncthreads();  // the block's cache writes and q are visible to the whole block
+    hrx_attend(q, kc, vc, out, D, hd, base, pos, scale, sc, part, red);
+}
+"""
+
 BIAS_GELU_CUDA = _PRELUDE + r"""
 extern "C" __global__ void hrx_gpt2_bias_gelu(const float* __restrict__ y, const unsigned short* __restrict__ bias,
                                               unsigned short* __restrict__ out, unsigned int N) {
     const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) return;
-    const float v = y[i] + hrx_bf16_to_f32(bias[i]);
-    const float t = tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v));
-    out[i] = hrx_f32_to_bf16_rn(0.5f * v * (1.f + t));
+    out[i] = hrx_f32_to_bf16_rn(hrx_gelu_new(y[i] + hrx_bf16_to_f32(bias[i])));
 }
 """
 
@@ -450,7 +470,11 @@ ENGINES = ("host", "cuda", "amdgpu")
 
 
 def kernels_for(engine: str) -> dict[str, Kernel]:
-    """The GPT-2 kernels for ``engine`` by name (empty where there are none)."""
+    """The GPT-2 kernels (decode step, fused decode step, batched prefill) for ``engine`` by name
+    (empty where there are none)."""
     if engine not in ENGINES:
         return {}
-    return {k.name: k for k in ALL}
+    from .fused_kernels import FUSED
+    from .prefill_kernels import PREFILL
+
+    return {k.name: k for k in (*ALL, *FUSED, *PREFILL)}

@@ -10,7 +10,7 @@ prepared slots with two entry points.
 The definition adopts the packed weight allocation of :func:`load_weights` as one
 weight (``"weights"``, not charged twice) and loads the decoder's kernels. The slot
 factory allocates one slot-private tensor of :func:`slot_layout` (state, tokens,
-activations, KV cache) and records :func:`record_step` into two tracked graphs that
+activations, KV cache) and records :func:`record_step` (the fused step) into two tracked graphs that
 share it: ``"prefill"`` (no logits) and ``"step"`` (tied logits + greedy argmax). Both
 take the input ``"head"`` -- the state words and the prompt, uploaded with a
 request's first submission only -- and ``"step"`` outputs ``"logits"`` and ``"seq"``.
@@ -61,7 +61,7 @@ class Gpt2Definition:
                 kernels = StepKernels.for_engine(context.device.info.engine)
                 loaded = {}
                 for k in (kernels.linear, kernels.gather, kernels.embed_ln, kernels.residual_ln, kernels.attention, kernels.bias_gelu,
-                          kernels.argmax, kernels.advance):
+                          kernels.argmax, kernels.advance, kernels.embed, kernels.ln_linear, kernels.linear_residual):
                     session.load_kernel(k)
                     loaded[k.name] = session.kernel(k.name)
                 stream = context.device.stream()
@@ -78,7 +78,9 @@ class Gpt2Definition:
         shared = StepKernels(loaded[kernels.linear.name], kernels.linear_warps, loaded[kernels.gather.name],
                              loaded[kernels.embed_ln.name],
                              loaded[kernels.residual_ln.name], loaded[kernels.attention.name],
-                             loaded[kernels.bias_gelu.name], loaded[kernels.argmax.name], loaded[kernels.advance.name])
+                             loaded[kernels.bias_gelu.name], loaded[kernels.argmax.name], loaded[kernels.advance.name],
+                             embed=loaded[kernels.embed.name], ln_linear=loaded[kernels.ln_linear.name],
+                             linear_residual=loaded[kernels.linear_residual.name])
         return cls(definition, weights.config, shared, session)
 
     def slot_factory(self, context_len: int) -> Any:
@@ -103,9 +105,9 @@ class Gpt2Definition:
             logits = mem.reshape(layout.nbytes // 4, dtype=np.float32).rows(
                 layout.entries["logits"][0] // 4, cfg.vocab_size)
             prefill = b.graph
-            prefill.compute("prefill", lambda g: record_step(g, kernels, cfg, context_len, w, views, logits=False))
+            prefill.compute("prefill", lambda g: record_step(g, kernels, cfg, context_len, w, views, logits=False, fused=True))
             step = b.new_graph("step")
-            step.compute("step", lambda g: record_step(g, kernels, cfg, context_len, w, views, logits=True))
+            step.compute("step", lambda g: record_step(g, kernels, cfg, context_len, w, views, logits=True, fused=True))
             return {
                 "prefill": InferenceGraph(inputs={"head": head}, outputs={"seq": seq}, graph=prefill),
                 "step": InferenceGraph(inputs={"head": head}, outputs={"logits": logits, "seq": seq}, graph=step),

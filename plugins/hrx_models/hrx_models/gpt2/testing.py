@@ -55,3 +55,15 @@ def check_greedy(reference: Any, prompt: Sequence[int], got: Sequence[int], want
     )
     warnings.warn(f"greedy tokens part ways at step {i} on a near-tie (reference margin "
                   f"{logits[want[i]] - logits[got[i]]:.3g}); every device choice is within BF16 tolerance")
+
+
+def step_logits(decoder: Any, ids: Sequence[int]) -> np.ndarray:
+    """Logits [T, V] of ``decoder`` at every position of ``ids``, one decode step each
+    on a pooled slot (the device-side counterpart of a reference's ``logits``)."""
+    with decoder.slot() as s:
+        s.start(ids)
+        out = []
+        for _ in ids:
+            s.step()
+            out.append(s.logits())
+    return np.stack(out)

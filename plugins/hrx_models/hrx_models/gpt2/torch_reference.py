@@ -104,6 +104,38 @@ class TorchGpt2:
         self.tok.fill_(int(prompt[-1]))
         self.seq[: len(prompt)] = torch.tensor(prompt, device=self.device)
 
+    def prefill(self, prompt: list[int]) -> None:
+        """The whole prompt at once (the standard batched prefill: the layers over a [T, D]
+        matrix, causal ``scaled_dot_product_attention``), filling the KV cache rows 0..T-1;
+        leaves the state of ``start(prompt)`` followed by one ``forward()``: the first
+        generated token in ``seq[T]`` and ``tok``, its logits in ``last_logits``."""
+        torch, p = self.torch, self.p
+        F = torch.nn.functional
+        d, nh = self.d, self.n_head
+        hd = d // nh
+        n = len(prompt)
+        ids = torch.tensor(prompt, dtype=torch.long, device=self.device)
+        x = p["wte.weight"][ids] + p["wpe.weight"][:n]                      # [T, D]
+        for i in range(self.n_layer):
+            h = f"h.{i}."
+            a = F.layer_norm(x, (d,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], self.eps)
+            q, k, v = F.linear(a, p[h + "attn.c_attn.weight"], p[h + "attn.c_attn.bias"]).view(n, 3, nh, hd).unbind(1)
+            self.k[i, :n] = k
+            self.v[i, :n] = v
+            o = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True)
+            x = x + F.linear(o.transpose(0, 1).reshape(n, d), p[h + "attn.c_proj.weight"], p[h + "attn.c_proj.bias"])
+            m = F.layer_norm(x, (d,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], self.eps)
+            m = F.gelu(F.linear(m, p[h + "mlp.c_fc.weight"], p[h + "mlp.c_fc.bias"]), approximate="tanh")
+            x = x + F.linear(m, p[h + "mlp.c_proj.weight"], p[h + "mlp.c_proj.bias"])
+        x = F.layer_norm(x[n - 1 :], (d,), p["ln_f.weight"], p["ln_f.bias"], self.eps)
+        logits = F.linear(x, p["wte.weight"]).float().reshape(-1)
+        self.last_logits.copy_(logits)
+        nxt = torch.argmax(logits).reshape(1)
+        self.seq[:n] = ids
+        self.pos.fill_(n)
+        self.seq.index_copy_(0, self.pos, nxt)
+        self.tok.copy_(nxt)
+
     def cuda_graph(self) -> Any:
         """Capture forward() once (after a warm-up on a side stream); replay() it per step."""
         torch = self.torch

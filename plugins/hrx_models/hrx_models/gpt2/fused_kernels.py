@@ -1,0 +1,157 @@
+"""The fused GPT-2 decode step's kernels: layer norms in the prologue of the GEMV that
+reads them, bias + GELU and bias + residual in GEMV epilogues, the embeddings in one
+kernel -- one hrx Kernel each (a host numpy mirror and a CUDA C++ source).
+
+A fused step is 5 kernels a layer (``ln_linear`` QKV, ``attention``, ``linear_residual``
+proj, ``ln_linear`` fc + GELU, ``linear_residual`` proj) instead of 8, and one for the
+embeddings instead of three: 63 kernels a token for GPT-2 small instead of 101.
+
+* ``hrx_gpt2_embed``: ``x = wte[tok] + wpe[pos]`` at the device-side ``emb_idx``.
+* ``hrx_gpt2_ln_linear``: every warp issues its first weight loads, then every block
+  computes ``xn = bf16(LN(x) g + b)`` into shared memory while they stream (the unfused
+  step's ``xn``; x is at most MAX_EMBD floats, read from L2 by every block), then the GEMV of hrx_tensor (the same split of K over warps, chosen by
+  ``linear_launch``) over it; the epilogue writes ``y = acc`` (F32: QKV, logits) or,
+  with ``gelu`` set, ``act = bf16(gelu_new(acc + bias))`` (the MLP's first projection).
+* ``hrx_gpt2_linear_residual``: the GEMV of a BF16 input (attention output, GELU
+  output); the epilogue adds to the residual stream: ``x[n] += acc + bias[n]``.
+
+The numerics are the unfused step's: the same BF16 rounding points, F32 accumulation;
+only the order of the layer norm's sums differs (a block of 256 threads here).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hrx_tensor.kernels import GEMV_CUDA
+from hrx_tensor.kernels import _linear_host as _tensor_linear_host
+
+from hrx_core.kernel import Kernel
+
+from .config import MAX_EMBD
+from .kernels import _PRELUDE, _bf, _bias_gelu_host, _layer_norm_host
+
+#: Threads of the embedding kernel.
+EMBED_THREADS = 256
+
+EMBED_CUDA = _PRELUDE + r"""
+extern "C" __global__ void hrx_gpt2_embed(
+        const unsigned short* __restrict__ wte, const unsigned short* __restrict__ wpe,
+        const long long* __restrict__ emb_idx, float* __restrict__ x, unsigned int D) {
+    const unsigned short* te = wte + (size_t)emb_idx[0] * D;  // indices are in range (see kernels.py)
+    const unsigned short* pe = wpe + (size_t)emb_idx[1] * D;
+    for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < D; i += gridDim.x * blockDim.x)
+        x[i] = hrx_bf16_to_f32(te[i]) + hrx_bf16_to_f32(pe[i]);
+}
+"""
+
+LN_LINEAR_CUDA = _PRELUDE + GEMV_CUDA + f"""
+#define HRX_MAX_EMBD {MAX_EMBD}u
+""" + r"""
+// grid and block as hrx_tensor.linear (linear_launch(K, N)): xn = bf16(LN(x) g + b) into
+// shared memory by every block, then y[n] = xn . w[n] (F32), or with gelu set
+// act[n] = bf16(gelu_new(xn . w[n] + bias[n])).
+extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
+        const float* __restrict__ x, const unsigned short* __restrict__ g, const unsigned short* __restrict__ b,
+        const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias,
+        float* __restrict__ y, unsigned short* __restrict__ act,
+        unsigned int K, unsigned int N, float eps, unsigned int ksplit, unsigned int gelu) {
+    __shared__ uint4 xs[HRX_MAX_EMBD / 8u];  // xn, BF16: 16 KiB at K = 8192
+    __shared__ float red[32];
+    __shared__ float partial[32];
+    if (K > HRX_MAX_EMBD || (K & 7u) || K == 0u) return;  // the host checks: the whole grid
+    unsigned short* xn = reinterpret_cast<unsigned short*>(xs);
+    const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
+    const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)(r.active ? r.out : 0u) * K);
+    HrxGemvLoads first;
+    if (r.active) first = hrx_gemv_first(wr, K >> 3, r);  // the weights stream during the prologue
+    // prologue: the layer norm of x, two passes over it (L2-resident: K floats)
+    float sum = 0.f;
+    for (unsigned int i = threadIdx.x; i < K; i += blockDim.x) sum += x[i];
+    const float mean = hrx_block_sum(sum, red) / (float)K;
+    float sq = 0.f;
+    for (unsigned int i = threadIdx.x; i < K; i += blockDim.x) { const float d = x[i] - mean; sq += d * d; }
+    const float rstd = rsqrtf(hrx_block_sum(sq, red) / (float)K + eps);
+    for (unsigned int i = threadIdx.x; i < K; i += blockDim.x)
+        xn[i] = hrx_f32_to_bf16_rn((x[i] - mean) * rstd * hrx_bf16_to_f32(g[i]) + hrx_bf16_to_f32(b[i]));
+    __syncthreads();
+    float s = 0.f;
+    if (r.active) s = hrx_gemv_dot<true>(xs, wr, K >> 3, r, first);
+    s = hrx_gemv_combine(s, r, partial);
+    if (r.active && r.piece == 0u && r.lane == 0) {
+        if (gelu) act[r.out] = hrx_f32_to_bf16_rn(hrx_gelu_new(s + hrx_bf16_to_f32(bias[r.out])));
+        else y[r.out] = s;
+    }
+}
+"""
+
+LINEAR_RESIDUAL_CUDA = _PRELUDE + GEMV_CUDA + r"""
+// grid and block as hrx_tensor.linear (linear_launch(K, N)): x[n] += a . w[n] + bias[n].
+extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_linear_residual(
+        const uint4* __restrict__ a, const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias,
+        float* __restrict__ x, unsigned int K, unsigned int N, unsigned int ksplit) {
+    __shared__ float partial[32];
+    const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
+    float s = 0.f;
+    if (r.active) {
+        const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)r.out * K);
+        s = hrx_gemv_dot<false>(a, wr, K >> 3, r, hrx_gemv_first(wr, K >> 3, r));
+    }
+    s = hrx_gemv_combine(s, r, partial);
+    if (r.active && r.piece == 0u && r.lane == 0) x[r.out] = x[r.out] + (s + hrx_bf16_to_f32(bias[r.out]));
+}
+"""
+
+
+# -- host mirrors (the unfused step's host functions, composed) ----------------------
+
+
+def _gemv_f32(a: np.ndarray, w: np.ndarray, k: int, n: int) -> np.ndarray:
+    """F32 [n] = bf16 ``a`` (bytes) . bf16 rows of ``w`` (bytes): hrx_tensor's host GEMV."""
+    y = np.empty(4 * n, dtype=np.uint8)
+    _tensor_linear_host(a, w, w, w, y, np.uint32(k), np.uint32(n), np.uint32(0), np.uint32(0), np.uint32(1), np.uint32(1))
+    return y.view(np.float32)
+
+
+def _embed_host(wte, wpe, emb_idx, x, d) -> None:
+    d = int(d)
+    tok, pos = (int(v) for v in emb_idx[:16].view(np.int64))
+    x[: 4 * d].view(np.float32)[:] = _bf(wte[2 * d * tok : 2 * d * (tok + 1)]) + _bf(wpe[2 * d * pos : 2 * d * (pos + 1)])
+
+
+def _ln_linear_host(x, g, b, w, bias, y, act, k, n, eps, ksplit, gelu) -> None:
+    k, n = int(k), int(n)
+    xn = np.empty(2 * k, dtype=np.uint8)
+    _layer_norm_host(x[: 4 * k].view(np.float32), g, b, xn, k, eps)
+    out = _gemv_f32(xn, w, k, n)
+    if gelu:
+        _bias_gelu_host(out.view(np.uint8), bias, act, n)
+    else:
+        y[: 4 * n].view(np.float32)[:] = out
+
+
+def _linear_residual_host(a, w, bias, x, k, n, ksplit) -> None:
+    k, n = int(k), int(n)
+    xf = x[: 4 * n].view(np.float32)
+    xf += _gemv_f32(a[: 2 * k], w, k, n) + _bf(bias[: 2 * n])
+
+
+EMBED = Kernel(
+    "hrx_gpt2_embed",
+    buffers=("read", "read", "read", "write"),
+    scalars=(np.uint32,),
+    host=_embed_host, cuda=EMBED_CUDA,
+)
+LN_LINEAR = Kernel(
+    "hrx_gpt2_ln_linear",
+    buffers=("read", "read", "read", "read", "read", "write", "write"),
+    scalars=(np.uint32, np.uint32, np.float32, np.uint32, np.uint32),
+    host=_ln_linear_host, cuda=LN_LINEAR_CUDA,
+)
+LINEAR_RESIDUAL = Kernel(
+    "hrx_gpt2_linear_residual",
+    buffers=("read", "read", "read", "read_write"),
+    scalars=(np.uint32, np.uint32, np.uint32),
+    host=_linear_residual_host, cuda=LINEAR_RESIDUAL_CUDA,
+)
+
+FUSED = (EMBED, LN_LINEAR, LINEAR_RESIDUAL)

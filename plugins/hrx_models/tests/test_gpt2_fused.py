@@ -1,0 +1,143 @@
+"""The fused decode step: its kernels against numpy formulas written here (float64),
+and the fused decoder against the step of separate kernels, on each engine (cuda: the
+gpu marker)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("hrx_models", reason="hrx-models is not installed: pip install -e plugins/hrx_models")
+from hrx_models.gpt2 import Gpt2Decoder
+from hrx_models.gpt2 import fused_kernels as FK
+from hrx_models.gpt2.testing import check_greedy, check_logits, step_logits
+from hrx_tensor.kernels import linear_launch
+from ml_dtypes import bfloat16
+
+from hrx_core.errors import InvalidArgument
+
+BF16_ULP = 2.0**-8
+
+
+def bf16(rng, shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(bfloat16)
+
+
+def f64(a):
+    return np.asarray(a).astype(np.float64)
+
+
+class Run:
+    def __init__(self, dev):
+        self.s = dev.stream()
+
+    def buf(self, a):
+        return self.s.allocate_from(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+
+    def get(self, b, dtype):
+        return self.s.download(b).view(dtype)
+
+
+def gelu_new(v):
+    return 0.5 * v * (1.0 + np.tanh(0.7978845608028654 * (v + 0.044715 * v**3)))
+
+
+# (K, N): GPT-2 small's QKV, fc and logits widths, XL's 1600, K = 200 (a tail), and
+# shapes whose split of K over warps is 1, 2, 4 and 8
+LN_CASES = [(768, 2304), (768, 3072), (1600, 300), (200, 72), (2048, 40), (4096, 64), (8192, 33), (768, 50257)]
+
+
+@pytest.mark.parametrize("gelu", [0, 1], ids=["y", "gelu"])
+@pytest.mark.parametrize("k,n", LN_CASES, ids=[f"K{k}xN{n}-split{linear_launch(k, n)[2]}" for k, n in LN_CASES])
+def test_ln_linear(dev, k, n, gelu):
+    rng = np.random.default_rng(k * 3 + n)
+    eps = np.float32(1e-5)
+    x = (rng.standard_normal(k) * 2 + 0.5).astype(np.float32)
+    g, b = bf16(rng, k, 0.3) + bfloat16(1), bf16(rng, k, 0.3)
+    w, bias = bf16(rng, (n, k), 0.05), bf16(rng, n, 0.5)
+    r = Run(dev)
+    y, act = r.buf(np.zeros(n, np.float32)), r.buf(np.zeros(n, bfloat16))
+    grid, block, ks = linear_launch(k, n)
+    r.s.dispatch(FK.LN_LINEAR, grid, [r.buf(x), r.buf(g), r.buf(b), r.buf(w), r.buf(bias), y, act], block=block,
+                 scalars=(k, n, eps, ks, gelu))
+    xd = f64(x)
+    # xn as the device rounds it (BF16 of the F32 layer norm), then the float64 GEMV
+    xn = ((xd - xd.mean()) / np.sqrt(xd.var() + 1e-5) * f64(g) + f64(b)).astype(np.float32).astype(bfloat16)
+    acc, mag = f64(w) @ f64(xn), np.abs(f64(w)) @ np.abs(f64(xn))
+    if gelu:
+        got = f64(r.get(act, bfloat16))
+        want = gelu_new(acc + f64(bias))
+        # one BF16 rounding of xn may land on the other side (a few elements an ulp of xn off)
+        tol = 2 * BF16_ULP * (np.abs(want) + BF16_ULP * mag) + 1e-4
+        assert (np.abs(got - want) <= tol).all(), f"ln_linear gelu: worst {np.max(np.abs(got - want) - tol):.3g} over"
+        assert (f64(r.get(y, np.float32)) == 0).all(), "ln_linear wrote y in gelu mode"
+    else:
+        got = f64(r.get(y, np.float32))
+        tol = 2 * BF16_ULP * mag + 1e-5
+        assert (np.abs(got - acc) <= tol).all(), f"ln_linear: worst {np.max(np.abs(got - acc) / np.maximum(mag, 1e-9)):.3g}"
+        assert (f64(r.get(act, bfloat16)) == 0).all(), "ln_linear wrote act without gelu"
+
+
+RES_CASES = [(768, 768), (3072, 768), (6400, 1600), (200, 200), (16384, 64)]
+
+
+@pytest.mark.parametrize("k,n", RES_CASES, ids=[f"K{k}xN{n}-split{linear_launch(k, n)[2]}" for k, n in RES_CASES])
+def test_linear_residual(dev, k, n):
+    rng = np.random.default_rng(k + 5 * n)
+    a, w, bias = bf16(rng, k), bf16(rng, (n, k), 0.05), bf16(rng, n, 0.5)
+    x0 = rng.standard_normal(n).astype(np.float32)
+    r = Run(dev)
+    x = r.buf(x0)
+    grid, block, ks = linear_launch(k, n)
+    r.s.dispatch(FK.LINEAR_RESIDUAL, grid, [r.buf(a), r.buf(w), r.buf(bias), x], block=block, scalars=(k, n, ks))
+    got = f64(r.get(x, np.float32))
+    want = f64(x0) + f64(w) @ f64(a) + f64(bias)
+    mag = np.abs(f64(x0)) + np.abs(f64(w)) @ np.abs(f64(a)) + np.abs(f64(bias))
+    assert (np.abs(got - want) <= 1e-5 * mag + 1e-6).all(), "linear_residual: x += a . w + bias"
+
+
+def test_embed(dev):
+    rng = np.random.default_rng(1)
+    v, p, d = 50, 20, 1600
+    wte, wpe = bf16(rng, (v, d)), bf16(rng, (p, d))
+    r = Run(dev)
+    x = r.buf(np.zeros(d, np.float32))
+    r.s.dispatch(FK.EMBED, -(-d // FK.EMBED_THREADS), [r.buf(wte), r.buf(wpe), r.buf(np.array([37, 11], np.int64)), x],
+                 block=FK.EMBED_THREADS, scalars=(d,))
+    np.testing.assert_array_equal(r.get(x, np.float32), (f64(wte[37]) + f64(wpe[11])).astype(np.float32))
+
+
+@pytest.fixture(scope="module")
+def pair(dev, tiny_dir):
+    fused = Gpt2Decoder.load(tiny_dir, dev, fused=True)
+    separate = Gpt2Decoder.load(tiny_dir, dev, fused=False)
+    yield fused, separate
+    fused.close()
+    separate.close()
+
+
+def test_fused_step_has_fewer_kernels(pair, tiny_config):
+    fused, separate = pair
+    layers = tiny_config.n_layer
+    with fused.slot() as a, separate.slot() as b:
+        assert len(a.step_graph.nodes) == 1 + 5 * layers + 2
+        assert len(b.step_graph.nodes) == 3 + 8 * layers + 2
+
+
+@pytest.mark.parametrize("prompt", [[1, 2, 3, 4, 5], [7], [100, 200, 300, 400, 500, 13, 17, 19]],
+                         ids=["5-token", "1-token", "8-token"])
+def test_fused_step_equals_separate_kernels(pair, reference, prompt):
+    fused, separate = pair
+    ids = prompt + list(range(40, 60))
+    got, want = step_logits(fused, ids), step_logits(separate, ids)
+    for t in range(len(ids)):
+        check_logits(got[t], want[t], f"position {t}: fused vs separate kernels")
+    a, b = fused.generate(prompt, 32).tokens, separate.generate(prompt, 32).tokens
+    if fused.device.info.engine == "host":
+        assert a == b  # the host mirrors compose the separate kernels' host functions: exact
+    check_greedy(reference, prompt, a, b)
+
+
+def test_fused_is_validated(dev, tiny_dir):
+    with pytest.raises(InvalidArgument, match="fused"):
+        Gpt2Decoder.load(tiny_dir, dev, fused=1)

@@ -1,0 +1,170 @@
+"""Batched prefill: its kernels against numpy formulas written here (float64), and
+prefill-then-decode against decode-only, on each engine (cuda: the gpu marker).
+
+The kernel tests also prove the row masking: rows past the chunk's ``m`` (read from
+the device-side state) and columns past N keep the sentinel they were filled with.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("hrx_models", reason="hrx-models is not installed: pip install -e plugins/hrx_models")
+from hrx_models.gpt2 import Gpt2Decoder
+from hrx_models.gpt2 import prefill_kernels as PK
+from hrx_models.gpt2.testing import check_greedy, check_logits
+from ml_dtypes import bfloat16
+
+from hrx_core.errors import InvalidArgument
+
+SENTINEL = -7.0
+
+
+def bf16(rng, shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(bfloat16)
+
+
+def f64(a):
+    return np.asarray(a).astype(np.float64)
+
+
+def state(pos, n_prompt):
+    return np.array([pos, n_prompt, 0, 0], np.uint32)
+
+
+class Run:
+    def __init__(self, dev):
+        self.s = dev.stream()
+
+    def buf(self, a):
+        return self.s.allocate_from(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+
+    def get(self, b, dtype, shape):
+        return self.s.download(b).view(dtype).reshape(shape)
+
+
+# (K, N, chunk C, pos, n_prompt): m = min(C, n_prompt - 1 - pos) rows. GPT-2 small and
+# XL projection shapes at full chunks, partial tiles in both dimensions, K = 8 and 200
+# (one and 25 16-byte vectors: tails of the 32-wide k stage), m = 0.
+GEMM_CASES = [
+    (768, 2304, 256, 0, 1024), (3072, 768, 256, 256, 1024), (1600, 4800, 128, 0, 100), (6400, 1600, 64, 3, 60),
+    (200, 72, 64, 0, 6), (8, 3, 16, 2, 12), (128, 96, 32, 5, 6),
+]
+
+
+@pytest.mark.parametrize("k,n,c,pos,n_prompt", GEMM_CASES, ids=[f"K{c[0]}xN{c[1]}xC{c[2]}" for c in GEMM_CASES])
+def test_gemm(dev, k, n, c, pos, n_prompt):
+    rng = np.random.default_rng(k + n)
+    m = max(0, min(c, n_prompt - 1 - pos))
+    a, w = bf16(rng, (c, k)), bf16(rng, (n, k), 0.05)
+    r = Run(dev)
+    y = r.buf(np.full((c, n), SENTINEL, np.float32))
+    r.s.dispatch(PK.GEMM, (-(-n // PK.GEMM_BN), -(-c // PK.GEMM_BM)), [r.buf(a), r.buf(w), r.buf(state(pos, n_prompt)), y],
+                 block=PK.GEMM_THREADS, scalars=(k, n, c))
+    got = f64(r.get(y, np.float32, (c, n)))
+    want = f64(a[:m]) @ f64(w).T
+    mag = np.abs(f64(a[:m])) @ np.abs(f64(w)).T  # F32 accumulation: relative to the sum of |terms|
+    err = np.abs(got[:m] - want)
+    assert (err <= 1e-5 * mag + 1e-6).all(), f"gemm: rows < {m} differ by up to {err.max():.3g}"
+    assert (got[m:] == SENTINEL).all(), "gemm wrote rows past the chunk's m"
+
+
+# (n_embd, head_dim, context P, chunk C, pos, n_prompt): m = min(C, n_prompt - 1 - pos) rows
+# in blocks of 8 (the last partial); keys in one 32-row tile or several; head dims 8..256
+ATTN_CASES = [(256, 64, 48, 16, 20, 31), (128, 16, 100, 16, 70, 90), (512, 128, 160, 32, 100, 125),
+              (200, 8, 40, 8, 0, 40), (512, 256, 80, 64, 33, 80)]
+
+
+@pytest.mark.parametrize("d,hd,p,c,pos,n_prompt", ATTN_CASES, ids=[f"hd{a[1]}-pos{a[4]}" for a in ATTN_CASES])
+def test_kv_and_attention_rows(dev, d, hd, p, c, pos, n_prompt):
+    """The chunk's K/V rows land in the cache at rows pos.. with the bias; each row r
+    attends causally over cache rows 0 .. pos + r (rows before pos written earlier)."""
+    rng = np.random.default_rng(4)
+    m = min(c, n_prompt - 1 - pos)
+    qkv = rng.standard_normal((c, 3 * d)).astype(np.float32)
+    bias = bf16(rng, 3 * d, 0.1)
+    kc0, vc0 = bf16(rng, (p, d)), bf16(rng, (p, d))
+    scale = 1.0 / math.sqrt(hd)
+    r = Run(dev)
+    bufs = [r.buf(qkv), r.buf(bias), r.buf(state(pos, n_prompt)), r.buf(kc0), r.buf(vc0)]
+    out = r.buf(np.zeros((c, d), bfloat16))
+    r.s.dispatch(PK.KV_ROWS, c, bufs, block=256, scalars=(d, p, c))
+    r.s.dispatch(PK.ATTENTION_ROWS, (d // hd, -(-c // PK.ATTENTION_ROWS_PER_BLOCK)), [*bufs, out], block=256,
+                 scalars=(d, hd, p, scale, c))
+    kc, vc = f64(r.get(bufs[3], bfloat16, (p, d))), f64(r.get(bufs[4], bfloat16, (p, d)))
+    full = f64(qkv) + f64(bias)
+    want_k, want_v = f64(kc0), f64(vc0)
+    want_k[pos : pos + m] = f64(full[:m, d : 2 * d].astype(bfloat16))
+    want_v[pos : pos + m] = f64(full[:m, 2 * d :].astype(bfloat16))
+    np.testing.assert_array_equal(kc, want_k, err_msg="kv_rows: K cache")
+    np.testing.assert_array_equal(vc, want_v, err_msg="kv_rows: V cache")
+    got = f64(r.get(out, bfloat16, (c, d)))
+    for row in range(m):
+        t = pos + row + 1
+        for h in range(d // hd):
+            cols = slice(h * hd, (h + 1) * hd)
+            s = want_k[:t, cols] @ full[row, cols] * scale
+            prob = np.exp(s - s.max())
+            want = prob @ want_v[:t, cols] / prob.sum()
+            np.testing.assert_allclose(got[row, cols], want, rtol=2 * 2.0**-8, atol=1e-3,
+                                       err_msg=f"attention_rows: row {row}, head {h}")
+    assert (got[m:] == 0).all(), "attention_rows wrote rows past the chunk's m"
+
+
+def test_advance_rows_moves_the_position_and_the_embedding_indices(dev):
+    r = Run(dev)
+    seq = np.arange(100, 140, dtype=np.int32)
+    st, sq, idx = r.buf(state(3, 30)), r.buf(seq), r.buf(np.zeros(2, np.int64))
+    for want_pos in (19, 29, 29):  # chunks of 16: 3 -> 19 -> 29 (n_prompt - 1), then nothing left
+        r.s.dispatch(PK.ADVANCE_ROWS, 1, [st, sq, idx], block=32, scalars=(40, 16))
+        assert r.get(st, np.uint32, (4,))[0] == want_pos
+        assert r.get(idx, np.int64, (2,)).tolist() == [int(seq[want_pos]), want_pos]
+
+
+PROMPTS = [[7], [3, 9], list(range(1, 17)), list(range(5, 22)), [(i * 37) % 512 for i in range(41)],
+           [(i * 11 + 3) % 512 for i in range(100)]]
+
+
+@pytest.fixture(scope="module")
+def decoders(dev, tiny_dir):
+    """The same checkpoint with chunks of 16 rows (prompts of several chunks and partial
+    ones) and with prefill one position per step (decode-only)."""
+    batched = Gpt2Decoder.load(tiny_dir, dev, prefill_chunk=16)
+    steps = Gpt2Decoder.load(tiny_dir, dev, prefill_chunk=0)
+    yield batched, steps
+    batched.close()
+    steps.close()
+
+
+@pytest.mark.parametrize("prompt", PROMPTS, ids=[f"{len(p)}-token" for p in PROMPTS])
+def test_prefill_then_decode_equals_decode_only(decoders, reference, prompt):
+    batched, steps = decoders
+    with batched.slot() as a, steps.slot() as b:
+        assert a.chunk == 16 and a.chunk_graph is not None and b.chunk_graph is None
+        launches = a.chunk_graph.launches
+        for s in (a, b):
+            s.start(prompt)
+            s.prefill()
+            s.step()
+        assert a.chunk_graph.launches - launches == -(-(len(prompt) - 1) // 16)
+        assert a.position == b.position == len(prompt)
+        check_logits(a.logits(), b.logits(), "first token's logits, batched prefill vs decode-only")
+        # the prompt's KV cache rows: within BF16 tolerance (four ulps of the largest value;
+        # the second layer's rows carry the first's accumulation-order differences)
+        for name in ("k0", "v0", "k1", "v1"):
+            ka = a.stream.download(a.layout.view(a.buffer, name)).view(bfloat16)[: len(prompt) * 128].astype(np.float64)
+            kb = b.stream.download(b.layout.view(b.buffer, name)).view(bfloat16)[: len(prompt) * 128].astype(np.float64)
+            np.testing.assert_allclose(ka, kb, rtol=0, atol=4 * 2.0**-8 * np.abs(kb).max(), err_msg=f"cache {name}")
+    got, want = batched.generate(prompt, 16).tokens, steps.generate(prompt, 16).tokens
+    if batched.device.info.engine == "host":
+        assert got == want
+    check_greedy(reference, prompt, got, want)
+
+
+def test_prefill_chunk_is_validated(dev, tiny_dir):
+    for bad in (-1, 1.5, True, "16"):
+        with pytest.raises(InvalidArgument, match="prefill_chunk"):
+            Gpt2Decoder.load(tiny_dir, dev, prefill_chunk=bad)
