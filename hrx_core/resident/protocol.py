@@ -16,7 +16,9 @@ its own 64-byte line. A producer writes slot ``head % slots`` and then publishes
 ``head + 1`` with a release store; a consumer reads ``head`` with an acquire load,
 reads the slot, and hands it back by publishing ``tail + 1`` with a release store.
 
-Command word (written by the host): WAIT -> RUN -> STOP, or ABORT at any point.
+Command word (written by the host): WAIT -> RUN -> STOP, or ABORT at any point
+(STOP is published only after RUN, so a participant that first sees STOP runs and
+drains; before RUN the host ends a session with ABORT).
 Participant state words: WAITING (launched, waiting for RUN) -> RUNNING -> DONE,
 ABORTED, TIMED_OUT or FAILED. Every wait a participant does is bounded: it reads
 the command word on every poll, gives up waiting for RUN after ``start_timeout`` and
@@ -55,12 +57,13 @@ REASON_NAMES = {REASON_NONE: "", REASON_COMMAND: "host command", REASON_PEER: "t
 
 # -- control block: int64 words; hot words each on their own 64-byte line -------------------
 W_MAGIC, W_VERSION, W_SLOTS, W_START_TIMEOUT, W_IDLE_TIMEOUT, W_SESSION = 0, 1, 2, 3, 4, 5
-W_REQ_OFF, W_REQ_BYTES, W_FWD_OFF, W_FWD_BYTES, W_BWD_OFF, W_BWD_BYTES, W_RSP_OFF, W_RSP_BYTES = range(8, 16)
+W_REQ_OFF, W_REQ_STRIDE, W_FWD_OFF, W_FWD_STRIDE, W_BWD_OFF, W_BWD_STRIDE, W_RSP_OFF, W_RSP_STRIDE = range(8, 16)
 W_COMMAND = 16
 W_GPU_STATE, W_GPU_COUNT, W_GPU_REASON = 24, 25, 26
 W_NPU_STATE, W_NPU_COUNT, W_NPU_REASON = 32, 33, 34
 W_REQ_HEAD, W_REQ_TAIL, W_FWD_HEAD, W_FWD_TAIL = 40, 48, 56, 64
 W_BWD_HEAD, W_BWD_TAIL, W_RSP_HEAD, W_RSP_TAIL = 72, 80, 88, 96
+W_REQ_BYTES, W_FWD_BYTES, W_BWD_BYTES, W_RSP_BYTES = 104, 105, 106, 107
 CONTROL_BYTES = 1024
 SLOT_ALIGN = 64
 MAX_SLOTS = 1 << 16
@@ -118,8 +121,10 @@ class Layout:
         words[:] = 0
         words[W_SLOTS], words[W_START_TIMEOUT], words[W_IDLE_TIMEOUT], words[W_SESSION] = \
             self.slots, start_timeout_ns, idle_timeout_ns, session
+        sizes = (self.request_bytes, self.forward_bytes, self.backward_bytes, self.response_bytes)
         for i, (offset, stride) in enumerate(self.rings()):
             words[W_REQ_OFF + 2 * i], words[W_REQ_OFF + 2 * i + 1] = offset, stride
+            words[W_REQ_BYTES + i] = sizes[i]
         words[W_VERSION] = VERSION
         words[W_MAGIC] = MAGIC  # last: a participant checks it first
 
@@ -172,10 +177,10 @@ def _wait_run(words: np.ndarray, state: int) -> bool:
     start, limit, backoff = time.monotonic_ns(), int(words[W_START_TIMEOUT]), Backoff()
     while True:
         command = int(words[W_COMMAND])
-        if command == RUN:
+        if command in (RUN, STOP):  # the host publishes STOP only after RUN
             words[state] = RUNNING
             return True
-        if command in (STOP, ABORT):
+        if command == ABORT:
             words[state + 2] = REASON_COMMAND
             words[state] = ABORTED
             return False
@@ -226,7 +231,7 @@ def run_gpu_role(memory: np.ndarray, pre: Stage, post: Stage) -> int:
     """The GPU participant: request -> ``pre`` -> forward; backward -> ``post`` ->
     response (returned payloads first, for latency). Returns the final state."""
     words = memory[:CONTROL_BYTES].view(np.int64)
-    req_b, fwd_b, bwd_b, rsp_b = (int(words[W_REQ_BYTES + 2 * i]) for i in range(4))
+    req_b, fwd_b, bwd_b, rsp_b = (int(words[W_REQ_BYTES + i]) for i in range(4))
     slots = int(words[W_SLOTS])
     seq = {w: int(words[w]) for w in (W_REQ_TAIL, W_FWD_HEAD, W_BWD_TAIL, W_RSP_HEAD)}
 
@@ -331,8 +336,9 @@ HRX_RS_FN int hrx_rs_wait_run(int64_t *c, int state) {
     int64_t idle = 0;
     for (;;) {
         int64_t command = HRX_LOAD_ACQUIRE(c + HRX_RS_W_COMMAND);
-        if (command == HRX_RS_CMD_RUN) { HRX_STORE_RELEASE(c + state, HRX_RS_S_RUNNING); return 1; }
-        if (command == HRX_RS_CMD_STOP || command == HRX_RS_CMD_ABORT) { hrx_rs_end(c, state, HRX_RS_S_ABORTED, HRX_RS_R_COMMAND); return 0; }
+        /* the host publishes STOP only after RUN: both mean run (STOP: then drain) */
+        if (command == HRX_RS_CMD_RUN || command == HRX_RS_CMD_STOP) { HRX_STORE_RELEASE(c + state, HRX_RS_S_RUNNING); return 1; }
+        if (command == HRX_RS_CMD_ABORT) { hrx_rs_end(c, state, HRX_RS_S_ABORTED, HRX_RS_R_COMMAND); return 0; }
         if (HRX_NOW_NS() - start > limit) { hrx_rs_end(c, state, HRX_RS_S_TIMED_OUT, HRX_RS_R_START); return 0; }
         HRX_PAUSE(++idle);
     }

@@ -420,6 +420,8 @@ class ResidentSession:
         self._check_usable("send")
         if not self.started:
             raise InvalidArgument("send: the session is not started")
+        if self._state("gpu") in P.TERMINAL:
+            raise DeviceError(f"send: the GPU participant ended ({self._describe('gpu')})")
         w, seq = self._words, self._req_head
         slots = self.layout.slots
         self._wait_for("send", lambda: seq - int(w[P.W_REQ_TAIL]) < slots, timeout)

@@ -63,7 +63,7 @@ HRX_NPU_PROGRAM(%(entry)s) {
     uint8_t *base = buffers[0];
     int64_t *c = (int64_t *)base;
     if (lengths[0] < HRX_RS_CONTROL_BYTES) return;
-    int64_t end = c[HRX_RS_W_RSP_OFF] + c[HRX_RS_W_SLOTS] * c[HRX_RS_W_RSP_BYTES];
+    int64_t end = c[HRX_RS_W_RSP_OFF] + c[HRX_RS_W_SLOTS] * c[HRX_RS_W_RSP_STRIDE];
     if (end > lengths[0] || c[HRX_RS_W_FWD_BYTES] <= 0 || c[HRX_RS_W_BWD_BYTES] <= 0) {
         hrx_rs_end(c, HRX_RS_W_NPU_STATE, HRX_RS_S_FAILED, HRX_RS_R_ERROR);
         return;
