@@ -301,7 +301,8 @@ def c_constants() -> str:
     return "\n".join(f"#define HRX_RS_{k} {v}LL" for k, v in names.items()) + "\n"
 
 
-#: The protocol in C. A participant defines ``HRX_RS_FN`` (function qualifiers),
+#: The protocol in C. A participant defines the types ``hrx_i64`` (64-bit signed) and
+#: ``hrx_u8`` (a byte), ``HRX_RS_FN`` (function qualifiers),
 #: ``HRX_LOAD_ACQUIRE(p)`` / ``HRX_STORE_RELEASE(p, v)`` (64-bit, at the scope the
 #: fabric's visibility requires: system), ``HRX_NOW_NS()`` (a monotonic clock in ns)
 #: and ``HRX_PAUSE(n)`` (back off after ``n`` idle polls), then includes this text.
@@ -309,33 +310,33 @@ def c_constants() -> str:
 #: written); ``hrx_rs_*_commit`` publish it. Decisions and commits are one thread's;
 #: the work between them may be a whole thread block's.
 PROTOCOL_C = r"""
-typedef struct { int64_t op; uint8_t *in; uint8_t *out; } hrx_rs_work;
+typedef struct { hrx_i64 op; hrx_u8 *in; hrx_u8 *out; } hrx_rs_work;
 #define HRX_RS_IDLE 0
 #define HRX_RS_PRE 1
 #define HRX_RS_POST 2
 #define HRX_RS_STEP 3
 #define HRX_RS_EXIT 4
 
-HRX_RS_FN uint8_t *hrx_rs_slot(int64_t *c, uint8_t *base, int ring, int64_t seq) {
+HRX_RS_FN hrx_u8 *hrx_rs_slot(hrx_i64 *c, hrx_u8 *base, int ring, hrx_i64 seq) {
     return base + c[HRX_RS_W_REQ_OFF + 2 * ring] + (seq % c[HRX_RS_W_SLOTS]) * c[HRX_RS_W_REQ_OFF + 2 * ring + 1];
 }
 
-HRX_RS_FN void hrx_rs_end(int64_t *c, int state, int64_t value, int64_t reason) {
+HRX_RS_FN void hrx_rs_end(hrx_i64 *c, int state, hrx_i64 value, hrx_i64 reason) {
     c[state + 2] = reason;
     HRX_STORE_RELEASE(c + state, value);
 }
 
 /* WAITING until RUN: 1 to run; 0 to exit (the state is written). */
-HRX_RS_FN int hrx_rs_wait_run(int64_t *c, int state) {
+HRX_RS_FN int hrx_rs_wait_run(hrx_i64 *c, int state) {
     if (HRX_LOAD_ACQUIRE(c + HRX_RS_W_MAGIC) != HRX_RS_MAGIC || c[HRX_RS_W_VERSION] != HRX_RS_VERSION) {
         hrx_rs_end(c, state, HRX_RS_S_FAILED, HRX_RS_R_ERROR);
         return 0;
     }
     HRX_STORE_RELEASE(c + state, HRX_RS_S_WAITING);
-    int64_t start = HRX_NOW_NS(), limit = c[HRX_RS_W_START_TIMEOUT];
-    int64_t idle = 0;
+    hrx_i64 start = HRX_NOW_NS(), limit = c[HRX_RS_W_START_TIMEOUT];
+    hrx_i64 idle = 0;
     for (;;) {
-        int64_t command = HRX_LOAD_ACQUIRE(c + HRX_RS_W_COMMAND);
+        hrx_i64 command = HRX_LOAD_ACQUIRE(c + HRX_RS_W_COMMAND);
         /* the host publishes STOP only after RUN: both mean run (STOP: then drain) */
         if (command == HRX_RS_CMD_RUN || command == HRX_RS_CMD_STOP) { HRX_STORE_RELEASE(c + state, HRX_RS_S_RUNNING); return 1; }
         if (command == HRX_RS_CMD_ABORT) { hrx_rs_end(c, state, HRX_RS_S_ABORTED, HRX_RS_R_COMMAND); return 0; }
@@ -345,13 +346,13 @@ HRX_RS_FN int hrx_rs_wait_run(int64_t *c, int state) {
 }
 
 /* GPU role, one decision. *last: time of the last progress; *idle: idle polls. */
-HRX_RS_FN hrx_rs_work hrx_rs_gpu_poll(int64_t *c, uint8_t *base, int64_t *last, int64_t *idle) {
+HRX_RS_FN hrx_rs_work hrx_rs_gpu_poll(hrx_i64 *c, hrx_u8 *base, hrx_i64 *last, hrx_i64 *idle) {
     hrx_rs_work w = {HRX_RS_IDLE, 0, 0};
-    int64_t slots = c[HRX_RS_W_SLOTS];
-    int64_t command = HRX_LOAD_ACQUIRE(c + HRX_RS_W_COMMAND);
+    hrx_i64 slots = c[HRX_RS_W_SLOTS];
+    hrx_i64 command = HRX_LOAD_ACQUIRE(c + HRX_RS_W_COMMAND);
     if (command == HRX_RS_CMD_ABORT) { hrx_rs_end(c, HRX_RS_W_GPU_STATE, HRX_RS_S_ABORTED, HRX_RS_R_COMMAND); w.op = HRX_RS_EXIT; return w; }
-    int64_t req_tail = c[HRX_RS_W_REQ_TAIL], fwd_head = c[HRX_RS_W_FWD_HEAD];
-    int64_t bwd_tail = c[HRX_RS_W_BWD_TAIL], rsp_head = c[HRX_RS_W_RSP_HEAD];
+    hrx_i64 req_tail = c[HRX_RS_W_REQ_TAIL], fwd_head = c[HRX_RS_W_FWD_HEAD];
+    hrx_i64 bwd_tail = c[HRX_RS_W_BWD_TAIL], rsp_head = c[HRX_RS_W_RSP_HEAD];
     if (bwd_tail < HRX_LOAD_ACQUIRE(c + HRX_RS_W_BWD_HEAD) && rsp_head - HRX_LOAD_ACQUIRE(c + HRX_RS_W_RSP_TAIL) < slots) {
         w.op = HRX_RS_POST; w.in = hrx_rs_slot(c, base, 2, bwd_tail); w.out = hrx_rs_slot(c, base, 3, rsp_head);
         return w;
@@ -360,7 +361,7 @@ HRX_RS_FN hrx_rs_work hrx_rs_gpu_poll(int64_t *c, uint8_t *base, int64_t *last, 
         w.op = HRX_RS_PRE; w.in = hrx_rs_slot(c, base, 0, req_tail); w.out = hrx_rs_slot(c, base, 1, fwd_head);
         return w;
     }
-    int64_t peer = HRX_LOAD_ACQUIRE(c + HRX_RS_W_NPU_STATE);
+    hrx_i64 peer = HRX_LOAD_ACQUIRE(c + HRX_RS_W_NPU_STATE);
     if (peer >= HRX_RS_S_DONE && (peer != HRX_RS_S_DONE || fwd_head != bwd_tail)) {
         hrx_rs_end(c, HRX_RS_W_GPU_STATE, HRX_RS_S_ABORTED, HRX_RS_R_PEER); w.op = HRX_RS_EXIT; return w;
     }
@@ -374,7 +375,7 @@ HRX_RS_FN hrx_rs_work hrx_rs_gpu_poll(int64_t *c, uint8_t *base, int64_t *last, 
     return w;
 }
 
-HRX_RS_FN void hrx_rs_gpu_commit(int64_t *c, hrx_rs_work w, int64_t *last, int64_t *idle) {
+HRX_RS_FN void hrx_rs_gpu_commit(hrx_i64 *c, hrx_rs_work w, hrx_i64 *last, hrx_i64 *idle) {
     if (w.op == HRX_RS_POST) {
         HRX_STORE_RELEASE(c + HRX_RS_W_BWD_TAIL, c[HRX_RS_W_BWD_TAIL] + 1);
         HRX_STORE_RELEASE(c + HRX_RS_W_RSP_HEAD, c[HRX_RS_W_RSP_HEAD] + 1);
@@ -388,16 +389,16 @@ HRX_RS_FN void hrx_rs_gpu_commit(int64_t *c, hrx_rs_work w, int64_t *last, int64
 }
 
 /* NPU role, one decision. */
-HRX_RS_FN hrx_rs_work hrx_rs_npu_poll(int64_t *c, uint8_t *base, int64_t *last, int64_t *idle) {
+HRX_RS_FN hrx_rs_work hrx_rs_npu_poll(hrx_i64 *c, hrx_u8 *base, hrx_i64 *last, hrx_i64 *idle) {
     hrx_rs_work w = {HRX_RS_IDLE, 0, 0};
     if (HRX_LOAD_ACQUIRE(c + HRX_RS_W_COMMAND) == HRX_RS_CMD_ABORT) {
         hrx_rs_end(c, HRX_RS_W_NPU_STATE, HRX_RS_S_ABORTED, HRX_RS_R_COMMAND); w.op = HRX_RS_EXIT; return w;
     }
-    int64_t peer = HRX_LOAD_ACQUIRE(c + HRX_RS_W_GPU_STATE);
+    hrx_i64 peer = HRX_LOAD_ACQUIRE(c + HRX_RS_W_GPU_STATE);
     if (peer >= HRX_RS_S_DONE && peer != HRX_RS_S_DONE) {
         hrx_rs_end(c, HRX_RS_W_NPU_STATE, HRX_RS_S_ABORTED, HRX_RS_R_PEER); w.op = HRX_RS_EXIT; return w;
     }
-    int64_t fwd_tail = c[HRX_RS_W_FWD_TAIL], bwd_head = c[HRX_RS_W_BWD_HEAD];
+    hrx_i64 fwd_tail = c[HRX_RS_W_FWD_TAIL], bwd_head = c[HRX_RS_W_BWD_HEAD];
     if (fwd_tail < HRX_LOAD_ACQUIRE(c + HRX_RS_W_FWD_HEAD) && bwd_head - HRX_LOAD_ACQUIRE(c + HRX_RS_W_BWD_TAIL) < c[HRX_RS_W_SLOTS]) {
         w.op = HRX_RS_STEP; w.in = hrx_rs_slot(c, base, 1, fwd_tail); w.out = hrx_rs_slot(c, base, 2, bwd_head);
         return w;
@@ -410,7 +411,7 @@ HRX_RS_FN hrx_rs_work hrx_rs_npu_poll(int64_t *c, uint8_t *base, int64_t *last, 
     return w;
 }
 
-HRX_RS_FN void hrx_rs_npu_commit(int64_t *c, int64_t *last, int64_t *idle) {
+HRX_RS_FN void hrx_rs_npu_commit(hrx_i64 *c, hrx_i64 *last, hrx_i64 *idle) {
     HRX_STORE_RELEASE(c + HRX_RS_W_FWD_TAIL, c[HRX_RS_W_FWD_TAIL] + 1);
     HRX_STORE_RELEASE(c + HRX_RS_W_BWD_HEAD, c[HRX_RS_W_BWD_HEAD] + 1);
     HRX_STORE_RELEASE(c + HRX_RS_W_NPU_COUNT, c[HRX_RS_W_NPU_COUNT] + 1);

@@ -37,6 +37,8 @@ from .transaction import Transaction
 C_PRIMITIVES = r"""
 #include <time.h>
 #include <sched.h>
+typedef int64_t hrx_i64;
+typedef uint8_t hrx_u8;
 #define HRX_RS_FN static inline
 #define HRX_LOAD_ACQUIRE(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define HRX_STORE_RELEASE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
@@ -60,16 +62,16 @@ PROGRAM_C = r"""
 HRX_NPU_PROGRAM(%(entry)s) {
     (void)nbuffers; (void)scratch; (void)scratch_bytes; (void)columns;
     if (column != 0) return;                      /* one column runs the protocol */
-    uint8_t *base = buffers[0];
-    int64_t *c = (int64_t *)base;
+    hrx_u8 *base = buffers[0];
+    hrx_i64 *c = (hrx_i64 *)base;
     if (lengths[0] < HRX_RS_CONTROL_BYTES) return;
-    int64_t end = c[HRX_RS_W_RSP_OFF] + c[HRX_RS_W_SLOTS] * c[HRX_RS_W_RSP_STRIDE];
+    hrx_i64 end = c[HRX_RS_W_RSP_OFF] + c[HRX_RS_W_SLOTS] * c[HRX_RS_W_RSP_STRIDE];
     if (end > lengths[0] || c[HRX_RS_W_FWD_BYTES] <= 0 || c[HRX_RS_W_BWD_BYTES] <= 0) {
         hrx_rs_end(c, HRX_RS_W_NPU_STATE, HRX_RS_S_FAILED, HRX_RS_R_ERROR);
         return;
     }
     if (!hrx_rs_wait_run(c, HRX_RS_W_NPU_STATE)) return;
-    int64_t last = HRX_NOW_NS(), idle = 0;
+    hrx_i64 last = HRX_NOW_NS(), idle = 0;
     for (;;) {
         hrx_rs_work w = hrx_rs_npu_poll(c, base, &last, &idle);
         if (w.op == HRX_RS_EXIT) return;

@@ -21,10 +21,10 @@ off with ``__nanosleep`` / ``s_sleep``.
 
 The stages are device functions the caller supplies::
 
-    __device__ void hrx_resident_pre(const uint8_t *in, int64_t in_bytes, uint8_t *out, int64_t out_bytes,
-                                     int tid, int nthreads);   /* request -> forward */
-    __device__ void hrx_resident_post(const uint8_t *in, int64_t in_bytes, uint8_t *out, int64_t out_bytes,
-                                      int tid, int nthreads);  /* backward -> response */
+    __device__ void hrx_resident_pre(const unsigned char *in, long long in_bytes, unsigned char *out,
+                                     long long out_bytes, int tid, int nthreads);   /* request -> forward */
+    __device__ void hrx_resident_post(const unsigned char *in, long long in_bytes, unsigned char *out,
+                                      long long out_bytes, int tid, int nthreads);  /* backward -> response */
 """
 
 from __future__ import annotations
@@ -35,28 +35,27 @@ from hrx_core.resident.protocol import protocol_c
 ENTRY = "hrx_resident_gpu"
 
 PRIMITIVES = r"""
+typedef long long hrx_i64;
+typedef unsigned char hrx_u8;
 #if defined(__HIP__)
-/* gfx1151: the prelude provides (u)int64_t, wall_clock64 (100 MHz) and the fences */
+/* gfx1151: the prelude provides wall_clock64 (100 MHz) and the fences */
 #define HRX_LOAD_ACQUIRE(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define HRX_STORE_RELEASE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
-#define HRX_NOW_NS() ((int64_t)wall_clock64() * 10)
+#define HRX_NOW_NS() ((hrx_i64)wall_clock64() * 10)
 #define HRX_PAUSE(n) do { if ((n) > 64) __builtin_amdgcn_s_sleep(8); } while (0)
 #else
-typedef long long int64_t;
-typedef unsigned long long uint64_t;
-typedef unsigned char uint8_t;
-__device__ __forceinline__ int64_t hrx_ld_acquire_sys(const int64_t *p) {
-    int64_t v;
+__device__ __forceinline__ hrx_i64 hrx_ld_acquire_sys(const hrx_i64 *p) {
+    hrx_i64 v;
     asm volatile("ld.acquire.sys.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
-__device__ __forceinline__ void hrx_st_release_sys(int64_t *p, int64_t v) {
+__device__ __forceinline__ void hrx_st_release_sys(hrx_i64 *p, hrx_i64 v) {
     asm volatile("st.release.sys.global.b64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
 }
-__device__ __forceinline__ int64_t hrx_globaltimer(void) {
-    uint64_t t;
+__device__ __forceinline__ hrx_i64 hrx_globaltimer(void) {
+    unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return (int64_t)t;
+    return (hrx_i64)t;
 }
 #define HRX_LOAD_ACQUIRE(p) hrx_ld_acquire_sys(p)
 #define HRX_STORE_RELEASE(p, v) hrx_st_release_sys((p), (v))
@@ -67,17 +66,17 @@ __device__ __forceinline__ int64_t hrx_globaltimer(void) {
 """
 
 KERNEL = r"""
-extern "C" __global__ void __launch_bounds__(1024) hrx_resident_gpu(uint8_t *base) {
-    int64_t *c = (int64_t *)base;
+extern "C" __global__ void __launch_bounds__(1024) hrx_resident_gpu(hrx_u8 *base) {
+    hrx_i64 *c = (hrx_i64 *)base;
     __shared__ int go;
-    __shared__ int64_t op;
-    __shared__ uint8_t *in_slot, *out_slot;
-    int64_t last = 0, idle = 0;
+    __shared__ hrx_i64 op;
+    __shared__ hrx_u8 *in_slot, *out_slot;
+    hrx_i64 last = 0, idle = 0;
     if (threadIdx.x == 0) go = hrx_rs_wait_run(c, HRX_RS_W_GPU_STATE);
     __syncthreads();
     if (!go) return;
-    const int64_t req_b = c[HRX_RS_W_REQ_BYTES], fwd_b = c[HRX_RS_W_FWD_BYTES];
-    const int64_t bwd_b = c[HRX_RS_W_BWD_BYTES], rsp_b = c[HRX_RS_W_RSP_BYTES];
+    const hrx_i64 req_b = c[HRX_RS_W_REQ_BYTES], fwd_b = c[HRX_RS_W_FWD_BYTES];
+    const hrx_i64 bwd_b = c[HRX_RS_W_BWD_BYTES], rsp_b = c[HRX_RS_W_RSP_BYTES];
     if (threadIdx.x == 0) last = HRX_NOW_NS();
     for (;;) {
         if (threadIdx.x == 0) {
@@ -85,7 +84,7 @@ extern "C" __global__ void __launch_bounds__(1024) hrx_resident_gpu(uint8_t *bas
             op = w.op; in_slot = w.in; out_slot = w.out;
         }
         __syncthreads();
-        const int64_t mine = op;
+        const hrx_i64 mine = op;
         if (mine == HRX_RS_EXIT) return;
         if (mine == HRX_RS_PRE) hrx_resident_pre(in_slot, req_b, out_slot, fwd_b, threadIdx.x, blockDim.x);
         else if (mine == HRX_RS_POST) hrx_resident_post(in_slot, bwd_b, out_slot, rsp_b, threadIdx.x, blockDim.x);

@@ -43,16 +43,12 @@ BLOCK = 256
 #: The GPU stages, as device functions (the resident participant) and as standalone
 #: kernels (the graph path): the same code on both paths.
 STAGES_CUDA = r"""
-#if !defined(__HIP__)
-typedef long long int64_t;
-typedef unsigned char uint8_t;
-#endif
 /* request (64m uint32) -> forward (A then B: 64m BF16 each) */
-__device__ void hrx_resident_pre(const uint8_t *in, int64_t in_bytes, uint8_t *out, int64_t out_bytes, int tid, int n) {
+__device__ void hrx_resident_pre(const unsigned char *in, long long in_bytes, unsigned char *out, long long out_bytes, int tid, int n) {
     const unsigned int *x = (const unsigned int *)in;
-    int64_t count = in_bytes / 4;
+    long long count = in_bytes / 4;
     unsigned short *a = (unsigned short *)out, *b = a + count;
-    for (int64_t i = tid; i < count; i += n) {
+    for (long long i = tid; i < count; i += n) {
         unsigned int v = x[i], y = (v * 2654435761u) ^ (v >> 13);
         float fa = (float)((int)(y & 15u) - 8), fb = (float)((int)((y >> 4) & 15u) - 8);
         a[i] = (unsigned short)(__float_as_uint(fa) >> 16);   /* small integers: exact in BF16 */
@@ -60,10 +56,10 @@ __device__ void hrx_resident_pre(const uint8_t *in, int64_t in_bytes, uint8_t *o
     }
 }
 /* backward (C: 64m FP32) -> response (relu(0.5 C + 1), FP32) */
-__device__ void hrx_resident_post(const uint8_t *in, int64_t in_bytes, uint8_t *out, int64_t out_bytes, int tid, int n) {
+__device__ void hrx_resident_post(const unsigned char *in, long long in_bytes, unsigned char *out, long long out_bytes, int tid, int n) {
     const float *c = (const float *)in;
     float *y = (float *)out;
-    for (int64_t i = tid; i < out_bytes / 4; i += n) {
+    for (long long i = tid; i < out_bytes / 4; i += n) {
         float v = __fadd_rn(__fmul_rn(c[i], 0.5f), 1.0f);
         y[i] = v > 0.0f ? v : 0.0f;
     }
@@ -71,10 +67,10 @@ __device__ void hrx_resident_post(const uint8_t *in, int64_t in_bytes, uint8_t *
 """
 
 STANDALONE_CUDA = STAGES_CUDA + r"""
-extern "C" __global__ void rs_pre(const uint8_t *x, uint8_t *ab, int64_t nbytes) {
+extern "C" __global__ void rs_pre(const unsigned char *x, unsigned char *ab, long long nbytes) {
     hrx_resident_pre(x, nbytes, ab, nbytes, threadIdx.x, blockDim.x);
 }
-extern "C" __global__ void rs_post(const uint8_t *c, uint8_t *y, int64_t nbytes) {
+extern "C" __global__ void rs_post(const unsigned char *c, unsigned char *y, long long nbytes) {
     hrx_resident_post(c, nbytes, y, nbytes, threadIdx.x, blockDim.x);
 }
 """
