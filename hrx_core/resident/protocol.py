@@ -302,23 +302,37 @@ def c_constants() -> str:
 
 
 #: The protocol in C. A participant defines the types ``hrx_i64`` (64-bit signed) and
-#: ``hrx_u8`` (a byte), ``HRX_RS_FN`` (function qualifiers),
-#: ``HRX_LOAD_ACQUIRE(p)`` / ``HRX_STORE_RELEASE(p, v)`` (64-bit, at the scope the
-#: fabric's visibility requires: system), ``HRX_NOW_NS()`` (a monotonic clock in ns)
-#: and ``HRX_PAUSE(n)`` (back off after ``n`` idle polls), then includes this text.
-#: ``hrx_rs_*_poll`` decide the next unit of work (or the exit, with the state
-#: written); ``hrx_rs_*_commit`` publish it. Decisions and commits are one thread's;
-#: the work between them may be a whole thread block's.
+#: ``hrx_u8`` (a byte), ``HRX_RS_FN`` (function qualifiers), ``HRX_LOAD_ACQUIRE(p)`` /
+#: ``HRX_STORE_RELEASE(p, v)`` (64-bit, at the scope the fabric's visibility requires:
+#: system), ``HRX_NOW_NS()`` (a monotonic clock in ns) and ``HRX_PAUSE(n)`` (back off
+#: after ``n`` idle polls), then includes this text. A participant keeps an ``hrx_rs``
+#: (its own sequence numbers, the layout, the peers' last-read heads and tails) so a
+#: poll reads shared memory only for what may have changed: the command word, and a
+#: peer's head or tail only when the cached one says "empty" or "full" -- on a GPU
+#: every such read crosses the bus. ``hrx_rs_*_poll`` decide the next unit of work
+#: (or the exit, with the state written); ``hrx_rs_*_commit`` publish it. Decisions
+#: and commits are one thread's; the work between them may be a whole thread block's.
 PROTOCOL_C = r"""
-typedef struct { hrx_i64 op; hrx_u8 *in; hrx_u8 *out; } hrx_rs_work;
 #define HRX_RS_IDLE 0
 #define HRX_RS_PRE 1
 #define HRX_RS_POST 2
 #define HRX_RS_STEP 3
 #define HRX_RS_EXIT 4
 
-HRX_RS_FN hrx_u8 *hrx_rs_slot(hrx_i64 *c, hrx_u8 *base, int ring, hrx_i64 seq) {
-    return base + c[HRX_RS_W_REQ_OFF + 2 * ring] + (seq % c[HRX_RS_W_SLOTS]) * c[HRX_RS_W_REQ_OFF + 2 * ring + 1];
+typedef struct {
+    hrx_i64 *c;
+    hrx_u8 *base;
+    hrx_i64 slots, idle_limit, off[4], stride[4], bytes[4];
+    hrx_i64 req_tail, fwd_head, bwd_tail, rsp_head, fwd_tail, bwd_head;  /* this side's own */
+    hrx_i64 req_head_seen, fwd_head_seen, bwd_head_seen;                 /* peers' heads, last read */
+    hrx_i64 fwd_tail_seen, bwd_tail_seen, rsp_tail_seen;                 /* peers' tails, last read */
+    hrx_i64 count, last, idle;
+} hrx_rs;
+
+typedef struct { hrx_i64 op; hrx_u8 *in; hrx_u8 *out; } hrx_rs_work;
+
+HRX_RS_FN hrx_u8 *hrx_rs_slot(const hrx_rs *s, int ring, hrx_i64 seq) {
+    return s->base + s->off[ring] + (seq % s->slots) * s->stride[ring];
 }
 
 HRX_RS_FN void hrx_rs_end(hrx_i64 *c, int state, hrx_i64 value, hrx_i64 reason) {
@@ -326,97 +340,130 @@ HRX_RS_FN void hrx_rs_end(hrx_i64 *c, int state, hrx_i64 value, hrx_i64 reason) 
     HRX_STORE_RELEASE(c + state, value);
 }
 
-/* WAITING until RUN: 1 to run; 0 to exit (the state is written). */
-HRX_RS_FN int hrx_rs_wait_run(hrx_i64 *c, int state) {
+/* WAITING until RUN: 1 to run (s filled from the control block); 0 to exit (state written). */
+HRX_RS_FN int hrx_rs_wait_run(hrx_rs *s, hrx_u8 *base, int state) {
+    hrx_i64 *c = (hrx_i64 *)base;
     if (HRX_LOAD_ACQUIRE(c + HRX_RS_W_MAGIC) != HRX_RS_MAGIC || c[HRX_RS_W_VERSION] != HRX_RS_VERSION) {
         hrx_rs_end(c, state, HRX_RS_S_FAILED, HRX_RS_R_ERROR);
         return 0;
     }
     HRX_STORE_RELEASE(c + state, HRX_RS_S_WAITING);
-    hrx_i64 start = HRX_NOW_NS(), limit = c[HRX_RS_W_START_TIMEOUT];
-    hrx_i64 idle = 0;
+    hrx_i64 start = HRX_NOW_NS(), limit = c[HRX_RS_W_START_TIMEOUT], idle = 0;
     for (;;) {
         hrx_i64 command = HRX_LOAD_ACQUIRE(c + HRX_RS_W_COMMAND);
         /* the host publishes STOP only after RUN: both mean run (STOP: then drain) */
-        if (command == HRX_RS_CMD_RUN || command == HRX_RS_CMD_STOP) { HRX_STORE_RELEASE(c + state, HRX_RS_S_RUNNING); return 1; }
+        if (command == HRX_RS_CMD_RUN || command == HRX_RS_CMD_STOP) break;
         if (command == HRX_RS_CMD_ABORT) { hrx_rs_end(c, state, HRX_RS_S_ABORTED, HRX_RS_R_COMMAND); return 0; }
         if (HRX_NOW_NS() - start > limit) { hrx_rs_end(c, state, HRX_RS_S_TIMED_OUT, HRX_RS_R_START); return 0; }
         HRX_PAUSE(++idle);
     }
+    s->c = c;
+    s->base = base;
+    s->slots = c[HRX_RS_W_SLOTS];
+    s->idle_limit = c[HRX_RS_W_IDLE_TIMEOUT];
+    for (int r = 0; r < 4; ++r) {
+        s->off[r] = c[HRX_RS_W_REQ_OFF + 2 * r];
+        s->stride[r] = c[HRX_RS_W_REQ_OFF + 2 * r + 1];
+        s->bytes[r] = c[HRX_RS_W_REQ_BYTES + r];
+    }
+    s->req_tail = c[HRX_RS_W_REQ_TAIL]; s->fwd_head = c[HRX_RS_W_FWD_HEAD];
+    s->bwd_tail = c[HRX_RS_W_BWD_TAIL]; s->rsp_head = c[HRX_RS_W_RSP_HEAD];
+    s->fwd_tail = c[HRX_RS_W_FWD_TAIL]; s->bwd_head = c[HRX_RS_W_BWD_HEAD];
+    s->req_head_seen = s->req_tail; s->fwd_head_seen = s->fwd_tail; s->bwd_head_seen = s->bwd_tail;
+    s->fwd_tail_seen = s->fwd_tail; s->bwd_tail_seen = s->bwd_tail; s->rsp_tail_seen = c[HRX_RS_W_RSP_TAIL];
+    s->count = 0;
+    s->idle = 0;
+    s->last = HRX_NOW_NS();
+    HRX_STORE_RELEASE(c + state, HRX_RS_S_RUNNING);
+    return 1;
 }
 
-/* GPU role, one decision. *last: time of the last progress; *idle: idle polls. */
-HRX_RS_FN hrx_rs_work hrx_rs_gpu_poll(hrx_i64 *c, hrx_u8 *base, hrx_i64 *last, hrx_i64 *idle) {
-    hrx_rs_work w = {HRX_RS_IDLE, 0, 0};
-    hrx_i64 slots = c[HRX_RS_W_SLOTS];
-    hrx_i64 command = HRX_LOAD_ACQUIRE(c + HRX_RS_W_COMMAND);
-    if (command == HRX_RS_CMD_ABORT) { hrx_rs_end(c, HRX_RS_W_GPU_STATE, HRX_RS_S_ABORTED, HRX_RS_R_COMMAND); w.op = HRX_RS_EXIT; return w; }
-    hrx_i64 req_tail = c[HRX_RS_W_REQ_TAIL], fwd_head = c[HRX_RS_W_FWD_HEAD];
-    hrx_i64 bwd_tail = c[HRX_RS_W_BWD_TAIL], rsp_head = c[HRX_RS_W_RSP_HEAD];
-    if (bwd_tail < HRX_LOAD_ACQUIRE(c + HRX_RS_W_BWD_HEAD) && rsp_head - HRX_LOAD_ACQUIRE(c + HRX_RS_W_RSP_TAIL) < slots) {
-        w.op = HRX_RS_POST; w.in = hrx_rs_slot(c, base, 2, bwd_tail); w.out = hrx_rs_slot(c, base, 3, rsp_head);
-        return w;
-    }
-    if (req_tail < HRX_LOAD_ACQUIRE(c + HRX_RS_W_REQ_HEAD) && fwd_head - HRX_LOAD_ACQUIRE(c + HRX_RS_W_FWD_TAIL) < slots) {
-        w.op = HRX_RS_PRE; w.in = hrx_rs_slot(c, base, 0, req_tail); w.out = hrx_rs_slot(c, base, 1, fwd_head);
-        return w;
-    }
-    hrx_i64 peer = HRX_LOAD_ACQUIRE(c + HRX_RS_W_NPU_STATE);
-    if (peer >= HRX_RS_S_DONE && (peer != HRX_RS_S_DONE || fwd_head != bwd_tail)) {
-        hrx_rs_end(c, HRX_RS_W_GPU_STATE, HRX_RS_S_ABORTED, HRX_RS_R_PEER); w.op = HRX_RS_EXIT; return w;
-    }
-    if (command == HRX_RS_CMD_STOP && req_tail == HRX_LOAD_ACQUIRE(c + HRX_RS_W_REQ_HEAD) && fwd_head == bwd_tail) {
-        hrx_rs_end(c, HRX_RS_W_GPU_STATE, HRX_RS_S_DONE, 0); w.op = HRX_RS_EXIT; return w;
-    }
-    if (HRX_NOW_NS() - *last > c[HRX_RS_W_IDLE_TIMEOUT]) {
-        hrx_rs_end(c, HRX_RS_W_GPU_STATE, HRX_RS_S_TIMED_OUT, HRX_RS_R_IDLE); w.op = HRX_RS_EXIT; return w;
-    }
-    HRX_PAUSE(++*idle);
+/* Is there an unread slot at `tail` (refreshing the peer's head only when the cached one says empty)? */
+HRX_RS_FN int hrx_rs_readable(hrx_rs *s, hrx_i64 tail, hrx_i64 *seen, int word) {
+    if (tail == *seen) *seen = HRX_LOAD_ACQUIRE(s->c + word);
+    return tail < *seen;
+}
+
+/* Is there a free slot at `head` (refreshing the peer's tail only when the cached one says full)? */
+HRX_RS_FN int hrx_rs_writable(hrx_rs *s, hrx_i64 head, hrx_i64 *seen, int word) {
+    if (head - *seen >= s->slots) *seen = HRX_LOAD_ACQUIRE(s->c + word);
+    return head - *seen < s->slots;
+}
+
+HRX_RS_FN hrx_rs_work hrx_rs_exit(hrx_rs *s, int state, hrx_i64 value, hrx_i64 reason) {
+    hrx_rs_work w = {HRX_RS_EXIT, 0, 0};
+    hrx_rs_end(s->c, state, value, reason);
     return w;
 }
 
-HRX_RS_FN void hrx_rs_gpu_commit(hrx_i64 *c, hrx_rs_work w, hrx_i64 *last, hrx_i64 *idle) {
-    if (w.op == HRX_RS_POST) {
-        HRX_STORE_RELEASE(c + HRX_RS_W_BWD_TAIL, c[HRX_RS_W_BWD_TAIL] + 1);
-        HRX_STORE_RELEASE(c + HRX_RS_W_RSP_HEAD, c[HRX_RS_W_RSP_HEAD] + 1);
-        HRX_STORE_RELEASE(c + HRX_RS_W_GPU_COUNT, c[HRX_RS_W_GPU_COUNT] + 1);
-    } else if (w.op == HRX_RS_PRE) {
-        HRX_STORE_RELEASE(c + HRX_RS_W_REQ_TAIL, c[HRX_RS_W_REQ_TAIL] + 1);
-        HRX_STORE_RELEASE(c + HRX_RS_W_FWD_HEAD, c[HRX_RS_W_FWD_HEAD] + 1);
+HRX_RS_FN hrx_rs_work hrx_rs_idle(hrx_rs *s, int state) {
+    hrx_rs_work w = {HRX_RS_IDLE, 0, 0};
+    if (HRX_NOW_NS() - s->last > s->idle_limit) return hrx_rs_exit(s, state, HRX_RS_S_TIMED_OUT, HRX_RS_R_IDLE);
+    HRX_PAUSE(++s->idle);
+    return w;
+}
+
+/* GPU role, one decision: a returned payload to respond with first (latency), else a new request. */
+HRX_RS_FN hrx_rs_work hrx_rs_gpu_poll(hrx_rs *s) {
+    hrx_rs_work w = {HRX_RS_IDLE, 0, 0};
+    hrx_i64 command = HRX_LOAD_ACQUIRE(s->c + HRX_RS_W_COMMAND);
+    if (command == HRX_RS_CMD_ABORT) return hrx_rs_exit(s, HRX_RS_W_GPU_STATE, HRX_RS_S_ABORTED, HRX_RS_R_COMMAND);
+    if (hrx_rs_readable(s, s->bwd_tail, &s->bwd_head_seen, HRX_RS_W_BWD_HEAD)
+            && hrx_rs_writable(s, s->rsp_head, &s->rsp_tail_seen, HRX_RS_W_RSP_TAIL)) {
+        w.op = HRX_RS_POST; w.in = hrx_rs_slot(s, 2, s->bwd_tail); w.out = hrx_rs_slot(s, 3, s->rsp_head);
+        return w;
     }
-    *last = HRX_NOW_NS();
-    *idle = 0;
+    if (hrx_rs_readable(s, s->req_tail, &s->req_head_seen, HRX_RS_W_REQ_HEAD)
+            && hrx_rs_writable(s, s->fwd_head, &s->fwd_tail_seen, HRX_RS_W_FWD_TAIL)) {
+        w.op = HRX_RS_PRE; w.in = hrx_rs_slot(s, 0, s->req_tail); w.out = hrx_rs_slot(s, 1, s->fwd_head);
+        return w;
+    }
+    hrx_i64 peer = HRX_LOAD_ACQUIRE(s->c + HRX_RS_W_NPU_STATE);
+    if (peer >= HRX_RS_S_DONE && (peer != HRX_RS_S_DONE || s->fwd_head != s->bwd_tail))
+        return hrx_rs_exit(s, HRX_RS_W_GPU_STATE, HRX_RS_S_ABORTED, HRX_RS_R_PEER);
+    /* STOP was read before the request head (refreshed above when caught up): every request is in */
+    if (command == HRX_RS_CMD_STOP && s->req_tail == s->req_head_seen && s->fwd_head == s->bwd_tail)
+        return hrx_rs_exit(s, HRX_RS_W_GPU_STATE, HRX_RS_S_DONE, 0);
+    return hrx_rs_idle(s, HRX_RS_W_GPU_STATE);
+}
+
+HRX_RS_FN void hrx_rs_gpu_commit(hrx_rs *s, hrx_rs_work w) {
+    if (w.op == HRX_RS_POST) {
+        HRX_STORE_RELEASE(s->c + HRX_RS_W_BWD_TAIL, ++s->bwd_tail);
+        HRX_STORE_RELEASE(s->c + HRX_RS_W_RSP_HEAD, ++s->rsp_head);
+        HRX_STORE_RELEASE(s->c + HRX_RS_W_GPU_COUNT, ++s->count);
+    } else if (w.op == HRX_RS_PRE) {
+        HRX_STORE_RELEASE(s->c + HRX_RS_W_REQ_TAIL, ++s->req_tail);
+        HRX_STORE_RELEASE(s->c + HRX_RS_W_FWD_HEAD, ++s->fwd_head);
+    }
+    s->last = HRX_NOW_NS();
+    s->idle = 0;
 }
 
 /* NPU role, one decision. */
-HRX_RS_FN hrx_rs_work hrx_rs_npu_poll(hrx_i64 *c, hrx_u8 *base, hrx_i64 *last, hrx_i64 *idle) {
+HRX_RS_FN hrx_rs_work hrx_rs_npu_poll(hrx_rs *s) {
     hrx_rs_work w = {HRX_RS_IDLE, 0, 0};
-    if (HRX_LOAD_ACQUIRE(c + HRX_RS_W_COMMAND) == HRX_RS_CMD_ABORT) {
-        hrx_rs_end(c, HRX_RS_W_NPU_STATE, HRX_RS_S_ABORTED, HRX_RS_R_COMMAND); w.op = HRX_RS_EXIT; return w;
-    }
-    hrx_i64 peer = HRX_LOAD_ACQUIRE(c + HRX_RS_W_GPU_STATE);
-    if (peer >= HRX_RS_S_DONE && peer != HRX_RS_S_DONE) {
-        hrx_rs_end(c, HRX_RS_W_NPU_STATE, HRX_RS_S_ABORTED, HRX_RS_R_PEER); w.op = HRX_RS_EXIT; return w;
-    }
-    hrx_i64 fwd_tail = c[HRX_RS_W_FWD_TAIL], bwd_head = c[HRX_RS_W_BWD_HEAD];
-    if (fwd_tail < HRX_LOAD_ACQUIRE(c + HRX_RS_W_FWD_HEAD) && bwd_head - HRX_LOAD_ACQUIRE(c + HRX_RS_W_BWD_TAIL) < c[HRX_RS_W_SLOTS]) {
-        w.op = HRX_RS_STEP; w.in = hrx_rs_slot(c, base, 1, fwd_tail); w.out = hrx_rs_slot(c, base, 2, bwd_head);
+    if (HRX_LOAD_ACQUIRE(s->c + HRX_RS_W_COMMAND) == HRX_RS_CMD_ABORT)
+        return hrx_rs_exit(s, HRX_RS_W_NPU_STATE, HRX_RS_S_ABORTED, HRX_RS_R_COMMAND);
+    hrx_i64 peer = HRX_LOAD_ACQUIRE(s->c + HRX_RS_W_GPU_STATE);
+    if (peer >= HRX_RS_S_DONE && peer != HRX_RS_S_DONE)
+        return hrx_rs_exit(s, HRX_RS_W_NPU_STATE, HRX_RS_S_ABORTED, HRX_RS_R_PEER);
+    if (hrx_rs_readable(s, s->fwd_tail, &s->fwd_head_seen, HRX_RS_W_FWD_HEAD)
+            && hrx_rs_writable(s, s->bwd_head, &s->bwd_tail_seen, HRX_RS_W_BWD_TAIL)) {
+        w.op = HRX_RS_STEP; w.in = hrx_rs_slot(s, 1, s->fwd_tail); w.out = hrx_rs_slot(s, 2, s->bwd_head);
         return w;
     }
-    if (peer == HRX_RS_S_DONE) { hrx_rs_end(c, HRX_RS_W_NPU_STATE, HRX_RS_S_DONE, 0); w.op = HRX_RS_EXIT; return w; }
-    if (HRX_NOW_NS() - *last > c[HRX_RS_W_IDLE_TIMEOUT]) {
-        hrx_rs_end(c, HRX_RS_W_NPU_STATE, HRX_RS_S_TIMED_OUT, HRX_RS_R_IDLE); w.op = HRX_RS_EXIT; return w;
-    }
-    HRX_PAUSE(++*idle);
-    return w;
+    /* the GPU reports DONE only once every forward returned: nothing is left */
+    if (peer == HRX_RS_S_DONE) return hrx_rs_exit(s, HRX_RS_W_NPU_STATE, HRX_RS_S_DONE, 0);
+    return hrx_rs_idle(s, HRX_RS_W_NPU_STATE);
 }
 
-HRX_RS_FN void hrx_rs_npu_commit(hrx_i64 *c, hrx_i64 *last, hrx_i64 *idle) {
-    HRX_STORE_RELEASE(c + HRX_RS_W_FWD_TAIL, c[HRX_RS_W_FWD_TAIL] + 1);
-    HRX_STORE_RELEASE(c + HRX_RS_W_BWD_HEAD, c[HRX_RS_W_BWD_HEAD] + 1);
-    HRX_STORE_RELEASE(c + HRX_RS_W_NPU_COUNT, c[HRX_RS_W_NPU_COUNT] + 1);
-    *last = HRX_NOW_NS();
-    *idle = 0;
+HRX_RS_FN void hrx_rs_npu_commit(hrx_rs *s) {
+    HRX_STORE_RELEASE(s->c + HRX_RS_W_FWD_TAIL, ++s->fwd_tail);
+    HRX_STORE_RELEASE(s->c + HRX_RS_W_BWD_HEAD, ++s->bwd_head);
+    HRX_STORE_RELEASE(s->c + HRX_RS_W_NPU_COUNT, ++s->count);
+    s->last = HRX_NOW_NS();
+    s->idle = 0;
 }
 """
 

@@ -62,22 +62,20 @@ PROGRAM_C = r"""
 HRX_NPU_PROGRAM(%(entry)s) {
     (void)nbuffers; (void)scratch; (void)scratch_bytes; (void)columns;
     if (column != 0) return;                      /* one column runs the protocol */
-    hrx_u8 *base = buffers[0];
-    hrx_i64 *c = (hrx_i64 *)base;
+    hrx_i64 *c = (hrx_i64 *)buffers[0];
     if (lengths[0] < HRX_RS_CONTROL_BYTES) return;
-    hrx_i64 end = c[HRX_RS_W_RSP_OFF] + c[HRX_RS_W_SLOTS] * c[HRX_RS_W_RSP_STRIDE];
-    if (end > lengths[0] || c[HRX_RS_W_FWD_BYTES] <= 0 || c[HRX_RS_W_BWD_BYTES] <= 0) {
+    if (c[HRX_RS_W_RSP_OFF] + c[HRX_RS_W_SLOTS] * c[HRX_RS_W_RSP_STRIDE] > lengths[0]) {
         hrx_rs_end(c, HRX_RS_W_NPU_STATE, HRX_RS_S_FAILED, HRX_RS_R_ERROR);
         return;
     }
-    if (!hrx_rs_wait_run(c, HRX_RS_W_NPU_STATE)) return;
-    hrx_i64 last = HRX_NOW_NS(), idle = 0;
+    hrx_rs s;
+    if (!hrx_rs_wait_run(&s, buffers[0], HRX_RS_W_NPU_STATE)) return;
     for (;;) {
-        hrx_rs_work w = hrx_rs_npu_poll(c, base, &last, &idle);
+        hrx_rs_work w = hrx_rs_npu_poll(&s);
         if (w.op == HRX_RS_EXIT) return;
         if (w.op == HRX_RS_STEP) {
-            hrx_resident_step(w.in, c[HRX_RS_W_FWD_BYTES], w.out, c[HRX_RS_W_BWD_BYTES]);
-            hrx_rs_npu_commit(c, &last, &idle);
+            hrx_resident_step(w.in, s.bytes[1], w.out, s.bytes[2]);
+            hrx_rs_npu_commit(&s);
         }
     }
 }

@@ -515,20 +515,65 @@ static void hrx_resident_step(const uint8_t *in, int64_t in_bytes, uint8_t *out,
 """
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+GPU_ROLE_C = r"""
+static void gpu_pre(const hrx_u8 *in, hrx_i64 ib, hrx_u8 *out, hrx_i64 ob) {
+    for (hrx_i64 j = 0; j < ob; ++j) out[j] = j < ib ? (hrx_u8)(in[j] * 3 + 1) : 0;
+}
+static void gpu_post(const hrx_u8 *in, hrx_i64 ib, hrx_u8 *out, hrx_i64 ob) {
+    hrx_i64 n = ib < ob ? ib : ob;
+    for (hrx_i64 j = 0; j < ob; ++j) out[j] = j < n ? in[n - 1 - j] : 0;
+}
+HRX_NPU_PROGRAM(rs_gpu_role_c) {   /* the C GPU role, single-threaded, as the cuda kernel's thread 0 runs it */
+    (void)lengths; (void)nbuffers; (void)scratch; (void)scratch_bytes; (void)column; (void)columns;
+    hrx_rs s;
+    if (!hrx_rs_wait_run(&s, buffers[0], HRX_RS_W_GPU_STATE)) return;
+    for (;;) {
+        hrx_rs_work w = hrx_rs_gpu_poll(&s);
+        if (w.op == HRX_RS_EXIT) return;
+        if (w.op == HRX_RS_PRE) gpu_pre(w.in, s.bytes[0], w.out, s.bytes[1]);
+        else if (w.op == HRX_RS_POST) gpu_post(w.in, s.bytes[2], w.out, s.bytes[3]);
+        else continue;
+        hrx_rs_gpu_commit(&s, w);
+    }
+}
+"""
+
+
+def _c_gpu_role_kernel():
+    """A host-engine kernel running the protocol's C GPU role (what the persistent cuda
+    kernel's thread 0 runs) on the CPU, through npu-host's C compiler."""
+    from hrx_npu.compiler import load_entry
+    from hrx_npu.resident import C_PRIMITIVES
+
+    from hrx_core.resident.protocol import protocol_c
+
+    art = hrx.compile(C_PRIMITIVES + protocol_c() + GPU_ROLE_C, target="npu-host-c", entry="rs_gpu_role_c")
+    ffi, fn = load_entry(art.code)
+
+    def participant(memory):
+        fn(ffi.new("uint8_t *[]", [ffi.cast("uint8_t *", memory.ctypes.data)]), ffi.new("int64_t[]", [memory.nbytes]), 1,
+           ffi.NULL, 0, 0, 1)
+
+    return hrx.Kernel("rs_gpu_role_c", buffers=("read_write",), host=participant)
+
+
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     slots=st.integers(1, 4),
     sizes=st.tuples(*(st.integers(1, 96) for _ in range(4))),
     gpu_first=st.booleans(),
-    native=st.booleans(),
+    gpu_c=st.booleans(),
+    npu_c=st.booleans(),
     ops=st.lists(st.tuples(st.integers(0, 5), st.binary(max_size=96)), min_size=1, max_size=12),
 )
-def test_random_request_streams_match_a_serial_reference(host_pair, slots, sizes, gpu_first, native, ops):
+def test_random_request_streams_match_a_serial_reference(host_pair, slots, sizes, gpu_first, gpu_c, npu_c, ops):
+    """Either role in Python or in the protocol's C, random slot counts and sizes,
+    random interleavings of sends and receives."""
     gpu, npu = host_pair
     layout = Layout(slots, *sizes)
     startup = ResidentStartup(gpu, npu, layout)
-    kernel = host_gpu_kernel("rs_bytes", _pre, _post)
-    prog = load_participant(npu, layout, "rs_bytes", **(dict(step_c=STEP_BYTES_C) if native else dict(step_numpy=_step)))
+    kernel = _c_gpu_role_kernel() if gpu_c else host_gpu_kernel("rs_bytes", _pre, _post)
+    prog = load_participant(npu, layout, "rs_bytes", **(dict(step_c=STEP_BYTES_C) if npu_c else dict(step_numpy=_step)))
     session = ResidentSession(startup, KernelParticipant("gpu", gpu, kernel), ProgramParticipant(prog))
     try:
         (session.submit_gpu if gpu_first else session.submit_npu)()

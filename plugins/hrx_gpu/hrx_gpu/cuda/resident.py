@@ -67,32 +67,32 @@ __device__ __forceinline__ hrx_i64 hrx_globaltimer(void) {
 
 KERNEL = r"""
 extern "C" __global__ void __launch_bounds__(1024) hrx_resident_gpu(hrx_u8 *base) {
-    hrx_i64 *c = (hrx_i64 *)base;
     __shared__ int go;
     __shared__ hrx_i64 op;
     __shared__ hrx_u8 *in_slot, *out_slot;
-    hrx_i64 last = 0, idle = 0;
-    if (threadIdx.x == 0) go = hrx_rs_wait_run(c, HRX_RS_W_GPU_STATE);
+    __shared__ hrx_i64 sizes[4];
+    hrx_rs s;   /* thread 0's */
+    if (threadIdx.x == 0) {
+        go = hrx_rs_wait_run(&s, base, HRX_RS_W_GPU_STATE);
+        for (int r = 0; r < 4; ++r) sizes[r] = go ? s.bytes[r] : 0;
+    }
     __syncthreads();
     if (!go) return;
-    const hrx_i64 req_b = c[HRX_RS_W_REQ_BYTES], fwd_b = c[HRX_RS_W_FWD_BYTES];
-    const hrx_i64 bwd_b = c[HRX_RS_W_BWD_BYTES], rsp_b = c[HRX_RS_W_RSP_BYTES];
-    if (threadIdx.x == 0) last = HRX_NOW_NS();
     for (;;) {
         if (threadIdx.x == 0) {
-            hrx_rs_work w = hrx_rs_gpu_poll(c, base, &last, &idle);
+            hrx_rs_work w = hrx_rs_gpu_poll(&s);
             op = w.op; in_slot = w.in; out_slot = w.out;
         }
         __syncthreads();
         const hrx_i64 mine = op;
         if (mine == HRX_RS_EXIT) return;
-        if (mine == HRX_RS_PRE) hrx_resident_pre(in_slot, req_b, out_slot, fwd_b, threadIdx.x, blockDim.x);
-        else if (mine == HRX_RS_POST) hrx_resident_post(in_slot, bwd_b, out_slot, rsp_b, threadIdx.x, blockDim.x);
+        if (mine == HRX_RS_PRE) hrx_resident_pre(in_slot, sizes[0], out_slot, sizes[1], threadIdx.x, blockDim.x);
+        else if (mine == HRX_RS_POST) hrx_resident_post(in_slot, sizes[2], out_slot, sizes[3], threadIdx.x, blockDim.x);
         if (mine != HRX_RS_IDLE) __threadfence_system();   /* this thread's share of the slot, before the release */
         __syncthreads();
         if (threadIdx.x == 0 && mine != HRX_RS_IDLE) {
             hrx_rs_work w = {mine, in_slot, out_slot};
-            hrx_rs_gpu_commit(c, w, &last, &idle);
+            hrx_rs_gpu_commit(&s, w);
         }
         __syncthreads();   /* op is rewritten only after every thread read it */
     }
