@@ -596,3 +596,16 @@ def test_random_request_streams_match_a_serial_reference(host_pair, slots, sizes
     finally:
         assert session.close()
         prog.close()
+
+
+def test_docs_resident_section_runs_as_written(capsys):
+    from pathlib import Path
+    import re
+
+    doc = Path(__file__).resolve().parents[3] / "docs" / "npu.md"
+    section = doc.read_text().split("## Resident GPU-NPU exchange", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 1
+    exec(compile(blocks[0], str(doc), "exec"), {})
+    out = capsys.readouterr().out
+    assert "[ 8 10 12 14]" in out and "'responses': 1" in out
