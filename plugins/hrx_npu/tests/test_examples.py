@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from conftest import NPU_ENGINES, simulated_amd, skip_unless_shared_memory
 from hrx_npu.examples import gemm_pipeline, gpu_npu_parallel, resident_exchange, shared_bench, shared_roundtrip
@@ -71,6 +72,21 @@ def test_resident_exchange(gpu, npu_engine):
     assert r["checks_failed"] == 0 and r["checks_passed"] == (6 + 2) + 6 + (6 + 2)  # one at a time (+2 warm-up), pipelined, graph path
     assert r["counts"] == {"requests": 14, "responses": 14, "gpu": 14, "npu": 14}
     assert r["resident_roundtrip_ms"] > 0 and r["graph_roundtrip_ms"] > 0
+
+
+def test_resident_throughput_checks_every_word(gpu, npu_engine):
+    skip_unless_shared_memory(gpu, npu_engine)
+    r = resident_exchange.throughput(4096, 6, 2, gpu_engine=gpu.info.engine, npu_engine=npu_engine, reps=1)
+    assert r["ok"] and r["wrong_words"] == 0 and r["exchange_gbps"] > 0 and r["coherent_bound_gbps"] > 0, r
+    # the GPU's verification sees a wrong word
+    fwd = np.zeros(64, np.uint8)
+    resident_exchange._gen_host(np.array([7, 0, 0, 0], np.uint32).view(np.uint8), fwd)
+    bwd, rsp = fwd ^ np.uint8(0x5A), np.zeros(16, np.uint8)
+    resident_exchange._verify_host(bwd, rsp)
+    assert list(rsp.view(np.uint32)[:2]) == [7, 0]
+    bwd[9] ^= 1
+    resident_exchange._verify_host(bwd, rsp)
+    assert list(rsp.view(np.uint32)[:2]) == [7, 1]
 
 
 def _hrx(*args, cwd, npu_engine="npu-host", **env):

@@ -35,7 +35,7 @@ from hrx_core.resident import KernelParticipant, Layout, ResidentSession, Reside
 from ..programs import matmul8x8_reference
 from ..resident import ProgramParticipant, load_participant
 from .common import engine_arguments, engines, table
-from .kernels import epilogue_reference, int_transform_reference
+from .kernels import GOLDEN, epilogue_reference, int_transform_reference
 
 ALPHA, BETA = 0.5, 1.0
 BLOCK = 256
@@ -261,6 +261,152 @@ def run(payloads: int = 64, m: int = 1, slots: int = 8, *, gpu_engine: str | Non
     }
     result["ok"] = result["checks_failed"] == 0 and states["gpu"] == "DONE" and states["npu"] == "DONE"
     say(summary(result))
+    return result
+
+
+# -- throughput: the GPU generates large payloads, the NPU transforms them, the GPU verifies --------
+
+KEY32 = 0x5A5A5A5A
+
+#: GPU stages of the throughput exchange: a request carries a seed; the GPU fills the
+#: forward payload (word 0 the seed, word i seed * GOLDEN + i), the NPU xors it with
+#: 0x5A, the GPU checks every word of the backward payload and responds (seed, wrong words).
+STREAM_CUDA = r"""
+__device__ void hrx_resident_pre(const unsigned char *in, long long in_bytes, unsigned char *out, long long out_bytes, int tid, int n) {
+    unsigned int seed = *(const unsigned int *)in, *o = (unsigned int *)out;
+    for (long long i = tid; i < out_bytes / 4; i += n) o[i] = i == 0 ? seed : seed * 2654435761u + (unsigned int)i;
+}
+__device__ void hrx_resident_post(const unsigned char *in, long long in_bytes, unsigned char *out, long long out_bytes, int tid, int n) {
+    __shared__ unsigned int bad;
+    const unsigned int *w = (const unsigned int *)in;
+    unsigned int seed = w[0] ^ 0x5A5A5A5Au, mine = 0;
+    if (tid == 0) bad = 0;
+    __syncthreads();
+    for (long long i = tid + 1; i < in_bytes / 4; i += n) mine += (w[i] ^ 0x5A5A5A5Au) != seed * 2654435761u + (unsigned int)i;
+    if (mine) atomicAdd(&bad, mine);
+    __syncthreads();
+    if (tid == 0) { ((unsigned int *)out)[0] = seed; ((unsigned int *)out)[1] = bad; }
+}
+"""
+
+STREAM_STEP_C = r"""
+static void hrx_resident_step(const uint8_t *in, int64_t in_bytes, uint8_t *out, int64_t out_bytes) {
+    int64_t n = in_bytes < out_bytes ? in_bytes : out_bytes, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, in + i, 8);
+        v ^= 0x5A5A5A5A5A5A5A5AULL;
+        memcpy(out + i, &v, 8);
+    }
+    for (; i < n; ++i) out[i] = in[i] ^ 0x5A;
+}
+"""
+
+
+def _pattern(seed: int, nbytes: int) -> np.ndarray:
+    words = np.arange(nbytes // 4, dtype=np.uint32)
+    out = np.uint32(seed * GOLDEN & 0xFFFFFFFF) + words
+    out[0] = seed
+    return out
+
+
+def _gen_host(req: np.ndarray, fwd: np.ndarray) -> None:
+    fwd.view(np.uint32)[:] = _pattern(int(req.view(np.uint32)[0]), fwd.nbytes)
+
+
+def _xor_numpy(fwd: np.ndarray, bwd: np.ndarray) -> None:
+    np.bitwise_xor(fwd, np.uint8(0x5A), out=bwd)
+
+
+def _verify_host(bwd: np.ndarray, rsp: np.ndarray) -> None:
+    w = bwd.view(np.uint32) ^ np.uint32(KEY32)
+    seed = int(w[0])
+    bad = int(np.count_nonzero(w[1:] != _pattern(seed, bwd.nbytes)[1:]))
+    rsp.view(np.uint32)[:2] = (seed, bad)
+
+
+def coherent_bandwidth(gpu: Any, npu: Any, nbytes: int, reps: int) -> dict[str, float]:
+    """GB/s each side reaches copying ``nbytes`` between two buffers of the coherent
+    attachment: the GPU with a device copy, the NPU with a copy program."""
+    from hrx_core.placement import Fabric
+
+    from ..programs import load_xor_copy
+
+    fabric = Fabric()
+    profile = [p for p in fabric.allocation_profiles([gpu, npu], coherent=True) if p.host == "coherent"][0]
+    prog = load_xor_copy(npu, nbytes)
+    with profile.allocate(nbytes, fabric=fabric) as a, profile.allocate(nbytes, fabric=fabric) as b:
+        gs, ns = gpu.stream(), npu.stream()
+        inv = prog.invocation([a.on(npu), b.on(npu)])
+        gpu_t, npu_t = [], []
+        for i in range(reps + 1):
+            t = time.perf_counter()
+            gs.copy(a.on(gpu), b.on(gpu)).wait()
+            if i:
+                gpu_t.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            inv.launch(ns).wait()
+            if i:
+                npu_t.append(time.perf_counter() - t)
+    prog.close()
+    return {"gpu_gbps": nbytes / statistics.median(gpu_t) / 1e9, "npu_gbps": nbytes / statistics.median(npu_t) / 1e9}
+
+
+def throughput(nbytes: int = 1 << 20, payloads: int = 64, slots: int = 4, *, gpu_engine: str | None = None,
+               npu_engine: str | None = None, reps: int = 5, log: Any = None) -> dict[str, Any]:
+    """Payload throughput of a resident exchange of ``nbytes`` payloads (the GPU
+    generates them, the NPU transforms them, the GPU verifies every word) against the
+    coherent bandwidth both sides reach in the same run (``coherent_bandwidth``)."""
+    from hrx_gpu.cuda.resident import participant_source
+
+    gpu, npu = engines(gpu_engine, npu_engine)
+    nbytes = max(64, nbytes // 64 * 64)
+    layout = Layout(slots, 16, nbytes, nbytes, 16)
+    startup = ResidentStartup(gpu, npu, layout)
+    kernel = host_gpu_kernel("resident_stream", _gen_host, _verify_host, cuda=participant_source(STREAM_CUDA))
+    prog = load_participant(npu, layout, "hrx_resident_xor", step_c=STREAM_STEP_C, step_numpy=_xor_numpy)
+    session = ResidentSession(startup, KernelParticipant("gpu", gpu, kernel, block=1024 if gpu.info.kind == "gpu" else 1),
+                              ProgramParticipant(prog))
+    bad = wrong_seed = 0
+    try:
+        session.submit_gpu()
+        session.submit_npu()
+        session.start()
+        seeds = list(range(1, payloads + 1))
+        for seed in seeds[:slots]:  # warm-up
+            session.send(np.array([seed], np.uint32))
+        for seed in seeds[:slots]:
+            session.receive(timeout=60)
+        t = time.perf_counter()
+        pending = 0
+        out = []
+        for seed in seeds:
+            if pending == slots:
+                out.append(session.receive(timeout=60).view(np.uint32))
+                pending -= 1
+            session.send(np.array([seed], np.uint32))
+            pending += 1
+        while pending:
+            out.append(session.receive(timeout=60).view(np.uint32))
+            pending -= 1
+        elapsed = time.perf_counter() - t
+        for seed, r in zip(seeds, out):
+            wrong_seed += int(r[0]) != seed
+            bad += int(r[1])
+        session.stop(timeout=60)
+    finally:
+        session.close()
+        prog.close()
+    bw = coherent_bandwidth(gpu, npu, nbytes, reps)
+    gbps = 2 * nbytes * payloads / elapsed / 1e9
+    bound = 2 * min(bw["gpu_gbps"], bw["npu_gbps"])
+    result = {"gpu": gpu.name, "npu": npu.name, "bytes": nbytes, "payloads": payloads, "exchange_gbps": gbps,
+              "coherent_bound_gbps": bound, **bw, "ratio": gbps / bound, "wrong_words": bad, "wrong_seeds": wrong_seed,
+              "ok": bad == 0 and wrong_seed == 0}
+    if log is not None:
+        log(f"resident throughput {gpu.name} <-> {npu.name}, {nbytes:,}-byte payloads: {gbps:.2f} GB/s exchanged "
+            f"(GPU->NPU + NPU->GPU) vs {bound:.2f} GB/s (2 x the slower side's coherent copy: GPU {bw['gpu_gbps']:.2f}, "
+            f"NPU {bw['npu_gbps']:.2f} GB/s); {bad} wrong words")
     return result
 
 
