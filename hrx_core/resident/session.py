@@ -29,7 +29,6 @@ import atexit
 import itertools
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self
 
@@ -227,7 +226,10 @@ class ResidentStartup:
 # -- sessions -----------------------------------------------------------------------------------
 
 
-_live: weakref.WeakSet[ResidentSession] = weakref.WeakSet()
+#: Sessions with a participant submitted and not yet released: held here so a session
+#: dropped without close() stays owned (never freed under a running participant) and
+#: is sent ABORT at interpreter exit.
+_live: set[ResidentSession] = set()
 _quarantine: set[ResidentSession] = set()
 _registry_lock = threading.Lock()
 _atexit_registered = False
@@ -293,7 +295,6 @@ class ResidentSession:
         self._rsp_tail = 0
         startup.owner = self
         with _registry_lock:
-            _live.add(self)
             if not _atexit_registered:
                 atexit.register(_abort_all_at_exit)
                 _atexit_registered = True
@@ -359,6 +360,8 @@ class ResidentSession:
             stream = self._streams.get(role)
             if stream is None:
                 stream = self._streams[role] = _reserved_stream(part.device, "npu" if part.device.info.kind == "npu" else "compute")
+            with _registry_lock:
+                _live.add(self)
             done = part.launch(stream, self._memory.on(part.device))
             stream.slot.flush()
             self._launched[role] = done
@@ -525,9 +528,11 @@ class ResidentSession:
         self._leave_quarantine()
 
     def _leave_quarantine(self) -> None:
+        # from a completion's notifier thread, or now: once, when every launch completed
         with self._lock:
-            if self.released or not all(c.refresh_quiet() for c in self._launched.values()):
+            if not self.quarantined or not all(c.refresh_quiet() for c in self._launched.values()):
                 return
+            self.quarantined = False
             backing_of(self._memory.buffer.allocation).quarantined -= 1
         with _registry_lock:
             _quarantine.discard(self)
