@@ -34,7 +34,7 @@ from collections.abc import Callable
 import attrs
 import numpy as np
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, show
 
 MAGIC = 0x48525852_45534431  # "HRXRESD1"
 VERSION = 1
@@ -78,13 +78,13 @@ def _align(n: int, a: int = SLOT_ALIGN) -> int:
 
 def _positive(name: str, value: object, limit: int) -> int:
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 1 <= int(value) <= limit:
-        raise InvalidArgument(f"{name}: expected an int in [1, {limit}], got {value!r}")
+        raise InvalidArgument(f"{name}: expected an int in [1, {limit}], got {show(value)}")
     return int(value)
 
 
 def _seconds(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
-        raise InvalidArgument(f"{name}: expected seconds in (0, 3600], got {value!r}")
+        raise InvalidArgument(f"{name}: expected seconds in (0, 3600], got {show(value)}")
     return int(value * 1e9)
 
 

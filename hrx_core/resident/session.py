@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import abc
 import atexit
+import contextlib
 import itertools
 import threading
 import time
@@ -36,7 +37,7 @@ import numpy as np
 
 from ..buffer import Buffer, backing_of
 from ..completion import Completion
-from ..errors import DeviceError, InvalidArgument, Quarantined, Timeout, Unsupported
+from ..errors import DeviceError, InvalidArgument, Timeout, Unsupported, show
 from ..placement import HOST, Fabric, PlacedBuffer, Visibility, visibility
 from . import protocol as P
 
@@ -67,7 +68,7 @@ def _timeout_arg(name: str, value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise InvalidArgument(f"{name}: expected seconds >= 0 or None, got {value!r}")
+        raise InvalidArgument(f"{name}: expected seconds >= 0 or None, got {show(value)}")
     return float(value)
 
 
@@ -106,7 +107,7 @@ class KernelParticipant(Participant):
         from ..kernel import Kernel
 
         if role not in ("gpu", "npu"):
-            raise InvalidArgument(f"role: expected 'gpu' or 'npu', got {role!r}")
+            raise InvalidArgument(f"role: expected 'gpu' or 'npu', got {show(role)}")
         self.device = _device_arg("device", device)
         if not isinstance(kernel, Kernel):
             raise InvalidArgument(f"kernel: expected an hrx Kernel, got {type(kernel).__name__}")
@@ -114,7 +115,7 @@ class KernelParticipant(Participant):
             raise InvalidArgument(f"kernel: a participant kernel takes exactly one buffer (the session memory) and no scalars; "
                                   f"{kernel.name!r} takes {len(kernel.buffer_access)} buffers and {len(kernel.scalar_types)} scalars")
         if not isinstance(actions, frozenset) or not all(isinstance(a, str) for a in actions):
-            raise InvalidArgument(f"actions: expected a frozenset of action names, got {actions!r}")
+            raise InvalidArgument(f"actions: expected a frozenset of action names, got {show(actions)}")
         self.role = role
         self.kernel = kernel
         self.grid = grid
@@ -248,10 +249,8 @@ def _abort_all_at_exit() -> None:
     deadline = time.monotonic() + 2.0
     for s in sessions:
         for c in s._completions():
-            try:
+            with contextlib.suppress(Exception):  # best effort at exit
                 c.wait_quiet(max(0.0, deadline - time.monotonic()))
-            except Exception:  # noqa: BLE001 - best effort at exit
-                pass
 
 
 class ResidentSession:
@@ -266,7 +265,7 @@ class ResidentSession:
             raise InvalidArgument("startup: already owned by a session or closed")
         for name, part, role in (("gpu", gpu, "gpu"), ("npu", npu, "npu")):
             if not isinstance(part, Participant) or part.role != role:
-                raise InvalidArgument(f"{name}: expected a {role} Participant, got {getattr(part, 'role', type(part).__name__)!r}")
+                raise InvalidArgument(f"{name}: expected a {role} Participant, got {show(getattr(part, 'role', type(part).__name__))}")
             startup.check(part)
         prepared: list[Participant] = []
         try:
@@ -416,7 +415,7 @@ class ResidentSession:
         timeout = _timeout_arg("timeout", timeout)
         try:
             data = np.frombuffer(memoryview(payload).cast("B"), np.uint8)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, BufferError):
             raise InvalidArgument(f"payload: expected a bytes-like object or contiguous array, got {type(payload).__name__}") from None
         if data.nbytes > self.layout.request_bytes:
             raise InvalidArgument(f"payload: {data.nbytes} bytes exceeds the request slot ({self.layout.request_bytes} bytes)")

@@ -24,7 +24,7 @@ import numpy as np
 
 from hrx_core.buffer import Buffer
 from hrx_core.completion import Completion
-from hrx_core.errors import InvalidArgument
+from hrx_core.errors import InvalidArgument, show
 from hrx_core.resident import SYSTEM_SCOPE, Layout, Participant, host_npu_step
 from hrx_core.resident.protocol import protocol_c
 from hrx_core.stream import Stream
@@ -107,7 +107,7 @@ def load_participant(npu: NpuDevice, layout: Layout, entry: str, *, step_c: str 
     if not isinstance(layout, Layout):
         raise InvalidArgument(f"layout: expected a resident Layout, got {type(layout).__name__}")
     if not isinstance(entry, str) or not entry.isidentifier():
-        raise InvalidArgument(f"entry: expected a C identifier, got {entry!r}")
+        raise InvalidArgument(f"entry: expected a C identifier, got {show(entry)}")
     sources: dict[str, Any] = {}
     if step_c is not None:
         sources["npu-host-c"] = participant_c(step_c, entry)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from hrx_core.buffer import Binding, Buffer, View, backing_of
 from hrx_core.completion import Completion
-from hrx_core.errors import InvalidArgument, Overlap
+from hrx_core.errors import InvalidArgument, Overlap, show
 from hrx_core.stream import Stream
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class Transaction:
             if not isinstance(r, (Buffer, View, Binding)):
                 raise InvalidArgument(f"retain[{i}]: expected a Buffer, View or Binding, got {type(r).__name__}")
         if isinstance(command_bytes, bool) or not isinstance(command_bytes, int) or not 0 <= command_bytes <= MAX_COMMAND_BYTES:
-            raise InvalidArgument(f"command_bytes: expected an int in [0, {MAX_COMMAND_BYTES}], got {command_bytes!r}")
+            raise InvalidArgument(f"command_bytes: expected an int in [0, {MAX_COMMAND_BYTES}], got {show(command_bytes)}")
         self.invocation = invocation
         self.program = program
         held = []

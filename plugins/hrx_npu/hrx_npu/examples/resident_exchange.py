@@ -164,14 +164,20 @@ def open_session(gpu: Any, npu: Any, m: int, slots: int, *, fabric: Any = None, 
     return session
 
 
+def _coherent_profile(fabric: Any, gpu: Any, npu: Any) -> Any:
+    """The coherent, host-visible profile both devices reach (what a ResidentStartup picks)."""
+    return next(p for p in fabric.allocation_profiles([gpu, npu], coherent=True) if p.host == "coherent")
+
+
 def _graph_path(gpu: Any, npu: Any, m: int, reps: int, rng: np.random.Generator) -> tuple[float, int]:
     """Median round trip (s) of the same stages through a tracked graph; checks passed."""
-    from ..programs import load_matmul8x8
     from hrx_core.placement import Fabric
+
+    from ..programs import load_matmul8x8
 
     nbytes = 256 * m
     fabric = Fabric()
-    profile = [p for p in fabric.allocation_profiles([gpu, npu], coherent=True) if p.host == "coherent"][0]
+    profile = _coherent_profile(fabric, gpu, npu)
     prog = load_matmul8x8(npu, m)
     times, ok = [], 0
     block = BLOCK if gpu.info.kind == "gpu" else 1
@@ -333,7 +339,7 @@ def coherent_bandwidth(gpu: Any, npu: Any, nbytes: int, reps: int) -> dict[str, 
     from ..programs import load_xor_copy
 
     fabric = Fabric()
-    profile = [p for p in fabric.allocation_profiles([gpu, npu], coherent=True) if p.host == "coherent"][0]
+    profile = _coherent_profile(fabric, gpu, npu)
     prog = load_xor_copy(npu, nbytes)
     with profile.allocate(nbytes, fabric=fabric) as a, profile.allocate(nbytes, fabric=fabric) as b:
         gs, ns = gpu.stream(), npu.stream()
