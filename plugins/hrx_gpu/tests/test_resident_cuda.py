@@ -34,12 +34,13 @@ def _nvcc() -> str | None:
     return shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if Path(p).exists()), None)
 
 
-def test_participant_source_compiles_to_system_scope_ptx(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stages", ["STAGES_CUDA", "STREAM_CUDA"])
+def test_participant_source_compiles_to_system_scope_ptx(tmp_path: Path, stages: str) -> None:
     nvcc = _nvcc()
     if nvcc is None:
         pytest.skip("no nvcc (the CUDA toolkit) on this machine")
     src = tmp_path / "participant.cu"
-    src.write_text(participant_source(rx.STAGES_CUDA))
+    src.write_text(participant_source(getattr(rx, stages)))
     out = subprocess.run([nvcc, "-arch=sm_90", "-ptx", "-o", str(tmp_path / "p.ptx"), str(src)], capture_output=True, text=True,
                          timeout=300, check=False)
     assert out.returncode == 0, out.stderr
