@@ -123,11 +123,12 @@ def bench_invoke(reps: int, suffix: str) -> list[dict]:
 
 
 def bench_resident(gpu_engine: str, suffix: str, quick: bool, command: str) -> list[dict]:
-    r = resident_exchange.run(20 if quick else 200, m=1, slots=8, gpu_engine=gpu_engine, log=print)
+    # participants (and the host) poll without backing off for 20 ms after progress: the round trip, not the wake-up
+    r = resident_exchange.run(20 if quick else 200, m=1, slots=8, gpu_engine=gpu_engine, spin=0.02, log=print)
     if not r["ok"]:
         raise SystemExit("resident_exchange failed its checks")
     t = resident_exchange.throughput(1 << 16 if quick else 1 << 20, 16 if quick else 256, gpu_engine=gpu_engine,
-                                     reps=3 if quick else 9, log=print)
+                                     reps=3 if quick else 9, spin=0.02, log=print)
     if not t["ok"]:
         raise SystemExit("the resident throughput exchange failed its checks")
     what = (f"resident_exchange, {r['gpu']} + {r['npu']}: one 256-byte payload GPU -> NPU -> GPU (transform, 8x8 BF16 matmul, "

@@ -56,7 +56,7 @@ REASON_NAMES = {REASON_NONE: "", REASON_COMMAND: "host command", REASON_PEER: "t
                 REASON_ERROR: "its stage raised"}
 
 # -- control block: int64 words; hot words each on their own 64-byte line -------------------
-W_MAGIC, W_VERSION, W_SLOTS, W_START_TIMEOUT, W_IDLE_TIMEOUT, W_SESSION = 0, 1, 2, 3, 4, 5
+W_MAGIC, W_VERSION, W_SLOTS, W_START_TIMEOUT, W_IDLE_TIMEOUT, W_SESSION, W_SPIN = 0, 1, 2, 3, 4, 5, 6
 W_REQ_OFF, W_REQ_STRIDE, W_FWD_OFF, W_FWD_STRIDE, W_BWD_OFF, W_BWD_STRIDE, W_RSP_OFF, W_RSP_STRIDE = range(8, 16)
 W_COMMAND = 16
 W_GPU_STATE, W_GPU_COUNT, W_GPU_REASON = 24, 25, 26
@@ -115,12 +115,13 @@ class Layout:
         offset, stride = self.rings()[-1]
         return offset + stride * self.slots
 
-    def initialize(self, memory: np.ndarray, *, start_timeout_ns: int, idle_timeout_ns: int, session: int) -> None:
+    def initialize(self, memory: np.ndarray, *, start_timeout_ns: int, idle_timeout_ns: int, session: int, spin_ns: int = 0) -> None:
         """Write a fresh control block (every sequence number 0, command WAIT)."""
         words = memory[:CONTROL_BYTES].view(np.int64)
         words[:] = 0
         words[W_SLOTS], words[W_START_TIMEOUT], words[W_IDLE_TIMEOUT], words[W_SESSION] = \
             self.slots, start_timeout_ns, idle_timeout_ns, session
+        words[W_SPIN] = spin_ns
         sizes = (self.request_bytes, self.forward_bytes, self.backward_bytes, self.response_bytes)
         for i, (offset, stride) in enumerate(self.rings()):
             words[W_REQ_OFF + 2 * i], words[W_REQ_OFF + 2 * i + 1] = offset, stride
@@ -137,19 +138,27 @@ def slot(memory: np.ndarray, words: np.ndarray, ring: int, seq: int, nbytes: int
 
 
 class Backoff:
-    """A bounded spin that yields the CPU when nothing happens: a few hundred polls
-    back to back, then ``sleep(0)``, then sleeps growing to ``ceiling`` seconds."""
+    """A bounded spin that yields the CPU when nothing happens: for ``spin_ns`` after
+    the last progress it only yields the interpreter (``sleep(0)``); then a few hundred
+    polls back to back, ``sleep(0)``, and sleeps growing to ``ceiling`` seconds."""
 
-    __slots__ = ("ceiling", "idle")
+    __slots__ = ("ceiling", "idle", "since", "spin_ns")
 
-    def __init__(self, ceiling: float = 200e-6) -> None:
+    def __init__(self, ceiling: float = 200e-6, spin_ns: int = 0) -> None:
         self.idle = 0
         self.ceiling = ceiling
+        self.spin_ns = spin_ns
+        self.since = time.monotonic_ns() if spin_ns else 0
 
     def reset(self) -> None:
         self.idle = 0
+        if self.spin_ns:
+            self.since = time.monotonic_ns()
 
     def pause(self) -> None:
+        if self.spin_ns and time.monotonic_ns() - self.since < self.spin_ns:
+            time.sleep(0)
+            return
         self.idle += 1
         if self.idle < 64:
             return
@@ -206,7 +215,7 @@ def _serve(words: np.ndarray, state: int, poll: Poll) -> int:
     if not _wait_run(words, state):
         return int(words[state])
     idle_limit = int(words[W_IDLE_TIMEOUT])
-    last, backoff = time.monotonic_ns(), Backoff()
+    last, backoff = time.monotonic_ns(), Backoff(spin_ns=int(words[W_SPIN]))
     try:
         while True:
             outcome = poll()
@@ -305,7 +314,7 @@ def c_constants() -> str:
 #: ``hrx_u8`` (a byte), ``HRX_RS_FN`` (function qualifiers), ``HRX_LOAD_ACQUIRE(p)`` /
 #: ``HRX_STORE_RELEASE(p, v)`` (64-bit, at the scope the fabric's visibility requires:
 #: system), ``HRX_NOW_NS()`` (a monotonic clock in ns) and ``HRX_PAUSE(n)`` (back off
-#: after ``n`` idle polls), then includes this text. A participant keeps an ``hrx_rs``
+#: after ``n`` idle polls, once the control block's spin window has passed), then includes this text. A participant keeps an ``hrx_rs``
 #: (its own sequence numbers, the layout, the peers' last-read heads and tails) so a
 #: poll reads shared memory only for what may have changed: the command word, and a
 #: peer's head or tail only when the cached one says "empty" or "full" -- on a GPU
@@ -322,7 +331,7 @@ PROTOCOL_C = r"""
 typedef struct {
     hrx_i64 *c;
     hrx_u8 *base;
-    hrx_i64 slots, idle_limit, off[4], stride[4], bytes[4];
+    hrx_i64 slots, idle_limit, spin, off[4], stride[4], bytes[4];
     hrx_i64 req_tail, fwd_head, bwd_tail, rsp_head, fwd_tail, bwd_head;  /* this side's own */
     hrx_i64 req_head_seen, fwd_head_seen, bwd_head_seen;                 /* peers' heads, last read */
     hrx_i64 fwd_tail_seen, bwd_tail_seen, rsp_tail_seen;                 /* peers' tails, last read */
@@ -361,6 +370,7 @@ HRX_RS_FN int hrx_rs_wait_run(hrx_rs *s, hrx_u8 *base, int state) {
     s->base = base;
     s->slots = c[HRX_RS_W_SLOTS];
     s->idle_limit = c[HRX_RS_W_IDLE_TIMEOUT];
+    s->spin = c[HRX_RS_W_SPIN];
     for (int r = 0; r < 4; ++r) {
         s->off[r] = c[HRX_RS_W_REQ_OFF + 2 * r];
         s->stride[r] = c[HRX_RS_W_REQ_OFF + 2 * r + 1];
@@ -398,8 +408,9 @@ HRX_RS_FN hrx_rs_work hrx_rs_exit(hrx_rs *s, int state, hrx_i64 value, hrx_i64 r
 
 HRX_RS_FN hrx_rs_work hrx_rs_idle(hrx_rs *s, int state) {
     hrx_rs_work w = {HRX_RS_IDLE, 0, 0};
-    if (HRX_NOW_NS() - s->last > s->idle_limit) return hrx_rs_exit(s, state, HRX_RS_S_TIMED_OUT, HRX_RS_R_IDLE);
-    HRX_PAUSE(++s->idle);
+    hrx_i64 quiet = HRX_NOW_NS() - s->last;
+    if (quiet > s->idle_limit) return hrx_rs_exit(s, state, HRX_RS_S_TIMED_OUT, HRX_RS_R_IDLE);
+    if (quiet >= s->spin) HRX_PAUSE(++s->idle);   /* within the spin window: poll again at once */
     return w;
 }
 

@@ -139,10 +139,17 @@ class ResidentStartup:
     ``Fabric.allocation_profiles([gpu, npu], coherent=True)``, holding the control
     block and rings of ``layout``, with every directional memory contract checked
     (GPU->NPU, NPU->GPU, host->GPU, GPU->host: reachable, coherent, 8-byte atomics
-    at system scope). Nothing is submitted here."""
+    at system scope). Nothing is submitted here.
+
+    ``start_timeout``: how long a participant waits for RUN; ``idle_timeout``: how long
+    a running participant goes without progress before it stops (both on the
+    participant's own clock); ``spin``: how long after its last progress a participant
+    (and the host's send/receive) polls without backing off -- latency against CPU
+    time given back."""
 
     def __init__(self, gpu: Device, npu: Device, layout: P.Layout, *, fabric: Fabric | None = None,
-                 budget: MemoryBudget | None = None, start_timeout: float = 10.0, idle_timeout: float = 10.0) -> None:
+                 budget: MemoryBudget | None = None, start_timeout: float = 10.0, idle_timeout: float = 10.0,
+                 spin: float = 50e-6) -> None:
         from ..budget import MemoryBudget
 
         self.gpu = _device_arg("gpu", gpu)
@@ -157,6 +164,9 @@ class ResidentStartup:
             raise InvalidArgument(f"budget: expected a MemoryBudget or None, got {type(budget).__name__}")
         self._start_ns = P._seconds("start_timeout", start_timeout)
         self._idle_ns = P._seconds("idle_timeout", idle_timeout)
+        if isinstance(spin, bool) or not isinstance(spin, (int, float)) or not 0 <= spin <= 1:
+            raise InvalidArgument(f"spin: expected seconds in [0, 1], got {show(spin)}")
+        self.spin_ns = int(spin * 1e9)
         self.layout = layout
         self.fabric = Fabric() if fabric is None else fabric
         profiles = [p for p in self.fabric.allocation_profiles([gpu, npu], coherent=True) if p.host == "coherent"]
@@ -181,7 +191,8 @@ class ResidentStartup:
             if self._host is None:
                 raise Unsupported("resident exchange: the coherent profile's memory has no host view")
             self._host = self._host[: layout.nbytes]
-            layout.initialize(self._host, start_timeout_ns=self._start_ns, idle_timeout_ns=self._idle_ns, session=self.session_id)
+            layout.initialize(self._host, start_timeout_ns=self._start_ns, idle_timeout_ns=self._idle_ns, session=self.session_id,
+                              spin_ns=self.spin_ns)
         except BaseException:
             self.memory.close()
             raise
@@ -217,7 +228,7 @@ class ResidentStartup:
 
     def close(self) -> None:
         """Free the attachment (only when no session owns it, or its session released it)."""
-        if self.owner is not None and not self.owner.released:
+        if self.owner is not None and not self.owner._releasing:
             raise InvalidArgument("startup: its session still owns the memory; close the session")
         if not self.closed:
             self.closed = True
@@ -289,6 +300,7 @@ class ResidentSession:
         self.aborted = False
         self.closed = False
         self.released = False
+        self._releasing = False
         self.quarantined = False
         self._req_head = 0
         self._rsp_tail = 0
@@ -400,7 +412,7 @@ class ResidentSession:
 
     def _wait_for(self, what: str, ready: Callable[[], bool], timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
-        backoff = P.Backoff()
+        backoff = P.Backoff(spin_ns=self.startup.spin_ns)
         while not ready():
             gpu = self._state("gpu")
             if gpu in P.TERMINAL:
@@ -533,23 +545,25 @@ class ResidentSession:
                 return
             self.quarantined = False
             backing_of(self._memory.buffer.allocation).quarantined -= 1
+        self._release()
         with _registry_lock:
             _quarantine.discard(self)
-        self._release()
 
     def _release(self) -> None:
+        """Free everything the session owns; ``released`` (``owned`` False) only after."""
         with self._lock:
-            if self.released:
+            if self._releasing:
                 return
-            self.released = True
-        with _registry_lock:
-            _live.discard(self)
+            self._releasing = True
         for part in self.participants.values():
             part.close()
         for stream in self._streams.values():
             stream.slot.close()
         self._streams.clear()
         self.startup.close()
+        self.released = True
+        with _registry_lock:
+            _live.discard(self)
 
     def __enter__(self) -> Self:
         return self

@@ -146,11 +146,12 @@ def gpu_participant_kernel() -> hrx.Kernel:
 
 
 def open_session(gpu: Any, npu: Any, m: int, slots: int, *, fabric: Any = None, budget: Any = None,
-                 start_timeout: float = 10.0, idle_timeout: float = 10.0, columns: int = 1) -> ResidentSession:
+                 start_timeout: float = 10.0, idle_timeout: float = 10.0, spin: float = 50e-6, columns: int = 1) -> ResidentSession:
     """A session for payloads of ``m`` matrices (not yet submitted)."""
     nbytes = 256 * m
     layout = Layout(slots, nbytes, nbytes, nbytes, nbytes)
-    startup = ResidentStartup(gpu, npu, layout, fabric=fabric, budget=budget, start_timeout=start_timeout, idle_timeout=idle_timeout)
+    startup = ResidentStartup(gpu, npu, layout, fabric=fabric, budget=budget, start_timeout=start_timeout, idle_timeout=idle_timeout,
+                              spin=spin)
     try:
         block = BLOCK if gpu.info.kind == "gpu" else 1
         gpu_part = KernelParticipant("gpu", gpu, gpu_participant_kernel(), block=block)
@@ -208,12 +209,12 @@ def _graph_path(gpu: Any, npu: Any, m: int, reps: int, rng: np.random.Generator)
 
 
 def run(payloads: int = 64, m: int = 1, slots: int = 8, *, gpu_engine: str | None = None, npu_engine: str | None = None,
-        columns: int = 1, log: Any = None) -> dict[str, Any]:
+        columns: int = 1, spin: float = 50e-6, log: Any = None) -> dict[str, Any]:
     gpu, npu = engines(gpu_engine, npu_engine)
     say = log or (lambda *_: None)
     rng = np.random.default_rng(19)
     passed = failed = 0
-    session = open_session(gpu, npu, m, slots, columns=columns)
+    session = open_session(gpu, npu, m, slots, columns=columns, spin=spin)
     try:
         # either order is allowed: the NPU participant first here, then the GPU's
         session.submit_npu()
@@ -359,7 +360,7 @@ def coherent_bandwidth(gpu: Any, npu: Any, nbytes: int, reps: int) -> dict[str, 
 
 
 def throughput(nbytes: int = 1 << 20, payloads: int = 64, slots: int = 4, *, gpu_engine: str | None = None,
-               npu_engine: str | None = None, reps: int = 5, log: Any = None) -> dict[str, Any]:
+               npu_engine: str | None = None, reps: int = 5, spin: float = 50e-6, log: Any = None) -> dict[str, Any]:
     """Payload throughput of a resident exchange of ``nbytes`` payloads (the GPU
     generates them, the NPU transforms them, the GPU verifies every word) against the
     coherent bandwidth both sides reach in the same run (``coherent_bandwidth``)."""
@@ -368,7 +369,7 @@ def throughput(nbytes: int = 1 << 20, payloads: int = 64, slots: int = 4, *, gpu
     gpu, npu = engines(gpu_engine, npu_engine)
     nbytes = max(64, nbytes // 64 * 64)
     layout = Layout(slots, 16, nbytes, nbytes, 16)
-    startup = ResidentStartup(gpu, npu, layout)
+    startup = ResidentStartup(gpu, npu, layout, spin=spin)
     kernel = host_gpu_kernel("resident_stream", _gen_host, _verify_host, cuda=participant_source(STREAM_CUDA))
     prog = load_participant(npu, layout, "hrx_resident_xor", step_c=STREAM_STEP_C, step_numpy=_xor_numpy)
     session = ResidentSession(startup, KernelParticipant("gpu", gpu, kernel, block=1024 if gpu.info.kind == "gpu" else 1),
@@ -436,9 +437,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--payloads", type=count("--payloads", limit=1 << 20), default=64)
     ap.add_argument("--m", type=count("--m", limit=1 << 16), default=1, help="8x8 matrix pairs per payload")
     ap.add_argument("--slots", type=count("--slots", limit=1 << 12), default=8)
+    ap.add_argument("--spin-us", type=float, default=50.0, help="how long participants poll without backing off after progress")
     engine_arguments(ap)
     args = ap.parse_args(argv)
-    r = run(args.payloads, args.m, args.slots, gpu_engine=args.gpu_engine, npu_engine=args.npu_engine, columns=args.columns, log=print)
+    if not 0 <= args.spin_us <= 1e6:
+        ap.error("--spin-us: expected 0..1000000")
+    r = run(args.payloads, args.m, args.slots, gpu_engine=args.gpu_engine, npu_engine=args.npu_engine, columns=args.columns,
+            spin=args.spin_us * 1e-6, log=print)
     return 0 if r["ok"] else 1
 
 
