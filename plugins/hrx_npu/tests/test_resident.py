@@ -35,6 +35,7 @@ from hrx_core.resident import (
     host_gpu_kernel,
     quarantined_sessions,
 )
+from hrx_core.resident import protocol as P
 from hrx_core.testing import open_device
 
 PAIRS = [
@@ -399,11 +400,17 @@ def test_bad_layouts_are_rejected(bad):
 def test_bad_arguments_change_nothing(host_pair):
     gpu, npu = host_pair
     layout = Layout(2, 64, 64, 64, 64)
-    for kwargs in (dict(start_timeout=0), dict(idle_timeout=-1), dict(start_timeout=True), dict(budget=5), dict(fabric="x")):
+    for kwargs in ({"start_timeout": 0}, {"idle_timeout": -1}, {"start_timeout": True}, {"budget": 5}, {"fabric": "x"},
+                   {"spin": -1e-6}, {"spin": 2}, {"spin": "0"}):
         with pytest.raises(InvalidArgument):
             ResidentStartup(gpu, npu, layout, **kwargs)
     with pytest.raises(InvalidArgument, match="same device"):
         ResidentStartup(gpu, gpu, layout)
+    startup = ResidentStartup(gpu, npu, layout, spin=0.001, start_timeout=2, idle_timeout=3)
+    with startup.memory.buffer.map("read") as host:  # the control block as written
+        words = host[: P.CONTROL_BYTES].view(np.int64)
+        assert (words[P.W_SPIN], words[P.W_START_TIMEOUT], words[P.W_IDLE_TIMEOUT]) == (1_000_000, 2 * 10**9, 3 * 10**9)
+    startup.close()
     with pytest.raises(InvalidArgument, match="Layout"):
         ResidentStartup(gpu, npu, (2, 64, 64, 64, 64))
     session = _session(gpu, npu)
