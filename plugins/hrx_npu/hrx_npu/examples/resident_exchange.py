@@ -279,17 +279,28 @@ KEY32 = 0x5A5A5A5A
 #: forward payload (word 0 the seed, word i seed * GOLDEN + i), the NPU xors it with
 #: 0x5A, the GPU checks every word of the backward payload and responds (seed, wrong words).
 STREAM_CUDA = r"""
+/* 16-byte accesses (slots are 64-byte aligned, payloads multiples of 64 bytes): fewer,
+   wider transactions over the bus to the coherent memory */
 __device__ void hrx_resident_pre(const unsigned char *in, long long in_bytes, unsigned char *out, long long out_bytes, int tid, int n) {
-    unsigned int seed = *(const unsigned int *)in, *o = (unsigned int *)out;
-    for (long long i = tid; i < out_bytes / 4; i += n) o[i] = i == 0 ? seed : seed * 2654435761u + (unsigned int)i;
+    unsigned int seed = *(const unsigned int *)in;
+    uint4 *o = (uint4 *)out;
+    for (long long q = tid; q < out_bytes / 16; q += n) {
+        unsigned int i = (unsigned int)(q * 4), base = seed * 2654435761u + i;
+        o[q] = make_uint4(q == 0 ? seed : base, base + 1u, base + 2u, base + 3u);
+    }
 }
 __device__ void hrx_resident_post(const unsigned char *in, long long in_bytes, unsigned char *out, long long out_bytes, int tid, int n) {
     __shared__ unsigned int bad;
-    const unsigned int *w = (const unsigned int *)in;
-    unsigned int seed = w[0] ^ 0x5A5A5A5Au, mine = 0;
+    const uint4 *w = (const uint4 *)in;
+    unsigned int seed = ((const unsigned int *)in)[0] ^ 0x5A5A5A5Au, mine = 0;
     if (tid == 0) bad = 0;
     __syncthreads();
-    for (long long i = tid + 1; i < in_bytes / 4; i += n) mine += (w[i] ^ 0x5A5A5A5Au) != seed * 2654435761u + (unsigned int)i;
+    for (long long q = tid; q < in_bytes / 16; q += n) {
+        uint4 v = w[q];
+        unsigned int i = (unsigned int)(q * 4), base = seed * 2654435761u + i;
+        mine += (q != 0 && (v.x ^ 0x5A5A5A5Au) != base) + ((v.y ^ 0x5A5A5A5Au) != base + 1u)
+              + ((v.z ^ 0x5A5A5A5Au) != base + 2u) + ((v.w ^ 0x5A5A5A5Au) != base + 3u);
+    }
     if (mine) atomicAdd(&bad, mine);
     __syncthreads();
     if (tid == 0) { ((unsigned int *)out)[0] = seed; ((unsigned int *)out)[1] = bad; }
