@@ -266,7 +266,11 @@ def _abort_all_at_exit() -> None:
 
 class ResidentSession:
     """A resident GPU-NPU exchange: owns ``startup``, a GPU participant and an NPU
-    participant (see the module docstring for the lifecycle)."""
+    participant (see the module docstring for the lifecycle).
+
+    The host is the request ring's only producer and the response ring's only
+    consumer: call :meth:`send` from one thread and :meth:`receive` from one thread
+    (the same one or another)."""
 
     def __init__(self, startup: ResidentStartup, gpu: Participant, npu: Participant) -> None:
         global _atexit_registered
