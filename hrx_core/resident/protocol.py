@@ -336,6 +336,7 @@ typedef struct {
     hrx_i64 req_head_seen, fwd_head_seen, bwd_head_seen;                 /* peers' heads, last read */
     hrx_i64 fwd_tail_seen, bwd_tail_seen, rsp_tail_seen;                 /* peers' tails, last read */
     hrx_i64 count, last, idle;
+    hrx_i64 polls, command, peer;                                        /* re-read every 16 polls */
 } hrx_rs;
 
 typedef struct { hrx_i64 op; hrx_u8 *in; hrx_u8 *out; } hrx_rs_work;
@@ -383,6 +384,7 @@ HRX_RS_FN int hrx_rs_wait_run(hrx_rs *s, hrx_u8 *base, int state) {
     s->fwd_tail_seen = s->fwd_tail; s->bwd_tail_seen = s->bwd_tail; s->rsp_tail_seen = c[HRX_RS_W_RSP_TAIL];
     s->count = 0;
     s->idle = 0;
+    s->polls = 0;
     s->last = HRX_NOW_NS();
     HRX_STORE_RELEASE(c + state, HRX_RS_S_RUNNING);
     return 1;
@@ -414,10 +416,20 @@ HRX_RS_FN hrx_rs_work hrx_rs_idle(hrx_rs *s, int state) {
     return w;
 }
 
+/* The command word and the peer's state, re-read on every 16th poll: ABORT and STOP
+   are seen within 16 polls, and an idle poll on a GPU costs two bus reads, not four. */
+HRX_RS_FN void hrx_rs_refresh(hrx_rs *s, int peer_state) {
+    if ((s->polls++ & 15) == 0) {
+        s->command = HRX_LOAD_ACQUIRE(s->c + HRX_RS_W_COMMAND);
+        s->peer = HRX_LOAD_ACQUIRE(s->c + peer_state);
+    }
+}
+
 /* GPU role, one decision: a returned payload to respond with first (latency), else a new request. */
 HRX_RS_FN hrx_rs_work hrx_rs_gpu_poll(hrx_rs *s) {
     hrx_rs_work w = {HRX_RS_IDLE, 0, 0};
-    hrx_i64 command = HRX_LOAD_ACQUIRE(s->c + HRX_RS_W_COMMAND);
+    hrx_rs_refresh(s, HRX_RS_W_NPU_STATE);
+    hrx_i64 command = s->command, peer = s->peer;
     if (command == HRX_RS_CMD_ABORT) return hrx_rs_exit(s, HRX_RS_W_GPU_STATE, HRX_RS_S_ABORTED, HRX_RS_R_COMMAND);
     if (hrx_rs_readable(s, s->bwd_tail, &s->bwd_head_seen, HRX_RS_W_BWD_HEAD)
             && hrx_rs_writable(s, s->rsp_head, &s->rsp_tail_seen, HRX_RS_W_RSP_TAIL)) {
@@ -429,10 +441,9 @@ HRX_RS_FN hrx_rs_work hrx_rs_gpu_poll(hrx_rs *s) {
         w.op = HRX_RS_PRE; w.in = hrx_rs_slot(s, 0, s->req_tail); w.out = hrx_rs_slot(s, 1, s->fwd_head);
         return w;
     }
-    hrx_i64 peer = HRX_LOAD_ACQUIRE(s->c + HRX_RS_W_NPU_STATE);
     if (peer >= HRX_RS_S_DONE && (peer != HRX_RS_S_DONE || s->fwd_head != s->bwd_tail))
         return hrx_rs_exit(s, HRX_RS_W_GPU_STATE, HRX_RS_S_ABORTED, HRX_RS_R_PEER);
-    /* STOP was read before the request head (refreshed above when caught up): every request is in */
+    /* STOP was read before the request head (refreshed when caught up, after it): every request is in */
     if (command == HRX_RS_CMD_STOP && s->req_tail == s->req_head_seen && s->fwd_head == s->bwd_tail)
         return hrx_rs_exit(s, HRX_RS_W_GPU_STATE, HRX_RS_S_DONE, 0);
     return hrx_rs_idle(s, HRX_RS_W_GPU_STATE);
@@ -454,9 +465,10 @@ HRX_RS_FN void hrx_rs_gpu_commit(hrx_rs *s, hrx_rs_work w) {
 /* NPU role, one decision. */
 HRX_RS_FN hrx_rs_work hrx_rs_npu_poll(hrx_rs *s) {
     hrx_rs_work w = {HRX_RS_IDLE, 0, 0};
-    if (HRX_LOAD_ACQUIRE(s->c + HRX_RS_W_COMMAND) == HRX_RS_CMD_ABORT)
+    hrx_rs_refresh(s, HRX_RS_W_GPU_STATE);
+    hrx_i64 peer = s->peer;
+    if (s->command == HRX_RS_CMD_ABORT)
         return hrx_rs_exit(s, HRX_RS_W_NPU_STATE, HRX_RS_S_ABORTED, HRX_RS_R_COMMAND);
-    hrx_i64 peer = HRX_LOAD_ACQUIRE(s->c + HRX_RS_W_GPU_STATE);
     if (peer >= HRX_RS_S_DONE && peer != HRX_RS_S_DONE)
         return hrx_rs_exit(s, HRX_RS_W_NPU_STATE, HRX_RS_S_ABORTED, HRX_RS_R_PEER);
     if (hrx_rs_readable(s, s->fwd_tail, &s->fwd_head_seen, HRX_RS_W_FWD_HEAD)
