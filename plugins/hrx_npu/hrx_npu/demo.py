@@ -90,11 +90,12 @@ def render(par: dict[str, Any], gem: dict[str, Any], res: dict[str, Any] | None 
         ["gemm_pipeline", f"one at a time {gem['serial_ms']:.3f}", f"concurrent {gem['concurrent_ms']:.3f}",
          f"{gem['speedup']:.2f}x ({gem['requests']} requests)", _checks(gem).partition(":")[0]],
     ]
+    res_checks = ""
     if res is not None:
-        ok = res["ok"]
+        res_checks = (f"{'ok' if res['ok'] else 'FAILED'}: {res['checks_passed']} exact, {res['checks_failed']} wrong, "
+                      f"participants {res['states']['gpu']}/{res['states']['npu']}")
         rows.append(["resident_exchange", f"graph {res['graph_roundtrip_ms']:.3f}", f"resident {res['resident_roundtrip_ms']:.3f}",
-                     f"{res['speedup']:.2f}x per round trip", f"{'ok' if ok else 'FAILED'}: {res['checks_passed']} exact, "
-                     f"{res['checks_failed']} wrong, participants {res['states']['gpu']}/{res['states']['npu']}"])
+                     f"{res['speedup']:.2f}x per round trip", res_checks.partition(":")[0]])
     lines = [
         f"GPU side: {par['gpu']}",
         f"NPU side: {par['npu']}",
@@ -105,6 +106,8 @@ def render(par: dict[str, Any], gem: dict[str, Any], res: dict[str, Any] | None 
         f"gpu_npu_parallel checks {_checks(par)}",
         f"gemm_pipeline checks {_checks(gem)}",
     ]
+    if res_checks:
+        lines.append(f"resident_exchange checks {res_checks}")
     if par["trace"]:
         lines += ["", f"trace: {par['trace']} (open in https://ui.perfetto.dev)"]
     return "\n".join(lines)
