@@ -82,6 +82,26 @@ def _positive(name: str, value: object, limit: int) -> int:
     return int(value)
 
 
+def _slots(value: object) -> int:
+    return _positive("slots", value, MAX_SLOTS)
+
+
+def _request_bytes(value: object) -> int:
+    return _positive("request_bytes", value, MAX_SLOT_BYTES)
+
+
+def _forward_bytes(value: object) -> int:
+    return _positive("forward_bytes", value, MAX_SLOT_BYTES)
+
+
+def _backward_bytes(value: object) -> int:
+    return _positive("backward_bytes", value, MAX_SLOT_BYTES)
+
+
+def _response_bytes(value: object) -> int:
+    return _positive("response_bytes", value, MAX_SLOT_BYTES)
+
+
 def _seconds(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
         raise InvalidArgument(f"{name}: expected seconds in (0, 3600], got {show(value)}")
@@ -95,11 +115,11 @@ class Layout:
     ``request_bytes``: host -> GPU, ``forward_bytes``: GPU -> NPU, ``backward_bytes``:
     NPU -> GPU, ``response_bytes``: GPU -> host."""
 
-    slots: int = attrs.field(converter=lambda v: _positive("slots", v, MAX_SLOTS))
-    request_bytes: int = attrs.field(converter=lambda v: _positive("request_bytes", v, MAX_SLOT_BYTES))
-    forward_bytes: int = attrs.field(converter=lambda v: _positive("forward_bytes", v, MAX_SLOT_BYTES))
-    backward_bytes: int = attrs.field(converter=lambda v: _positive("backward_bytes", v, MAX_SLOT_BYTES))
-    response_bytes: int = attrs.field(converter=lambda v: _positive("response_bytes", v, MAX_SLOT_BYTES))
+    slots: int = attrs.field(converter=_slots)
+    request_bytes: int = attrs.field(converter=_request_bytes)
+    forward_bytes: int = attrs.field(converter=_forward_bytes)
+    backward_bytes: int = attrs.field(converter=_backward_bytes)
+    response_bytes: int = attrs.field(converter=_response_bytes)
 
     def rings(self) -> tuple[tuple[int, int], ...]:
         """(offset, slot stride) of the request, forward, backward and response rings."""

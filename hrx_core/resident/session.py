@@ -176,7 +176,7 @@ class ResidentStartup:
         self.profile = profiles[0]
         self.memory: PlacedBuffer = self.profile.allocate(layout.nbytes, budget=budget, fabric=self.fabric)
         try:
-            agents = {"gpu": gpu, "npu": npu, "host": HOST}
+            agents: dict[str, Any] = {"gpu": gpu, "npu": npu, "host": HOST}
             self.contracts: dict[tuple[str, str], Visibility] = {}
             for p, c in _DIRECTIONS:
                 vis = visibility(self.memory.buffer, agents[p], agents[c])
@@ -187,10 +187,10 @@ class ResidentStartup:
                     raise Unsupported(f"resident exchange: the {p} -> {c} memory contract fails: {problem}")
                 self.contracts[(p, c)] = vis
             self.session_id = next(_session_ids)
-            self._host = backing_of(self.memory.buffer.allocation).native.host_view()
-            if self._host is None:
+            host = backing_of(self.memory.buffer.allocation).native.host_view()
+            if host is None:
                 raise Unsupported("resident exchange: the coherent profile's memory has no host view")
-            self._host = self._host[: layout.nbytes]
+            self._host: np.ndarray = host[: layout.nbytes]
             layout.initialize(self._host, start_timeout_ns=self._start_ns, idle_timeout_ns=self._idle_ns, session=self.session_id,
                               spin_ns=self.spin_ns)
         except BaseException:
