@@ -359,7 +359,7 @@ def coherent_bandwidth(gpu: Any, npu: Any, nbytes: int, reps: int) -> dict[str, 
         gpu_t, npu_t = [], []
         for i in range(reps + 1):
             t = time.perf_counter()
-            gs.copy(a.on(gpu), b.on(gpu)).wait()
+            gs.copyto(b.on(gpu), a.on(gpu)).wait()
             if i:
                 gpu_t.append(time.perf_counter() - t)
             t = time.perf_counter()
