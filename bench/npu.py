@@ -1,6 +1,6 @@
 """GPU + NPU overlap with the npu-host reference NPU, on the best GPU-side engine.
 
-    python bench/npu.py [--gpu-engine cuda|host] [--pairs 21] [--quick]
+    python bench/npu.py [--gpu-engine cuda|host] [--pairs 21] [--quick] [--only resident]
 
 Ids npu.* go to bench/results/h200.json on cuda, host-2core.json on the host engine
 (``.host`` suffix there).
@@ -19,6 +19,15 @@ Ids npu.* go to bench/results/h200.json on cuda, host-2core.json on the host eng
   bandwidth at 64 MiB (examples/shared_bench).
 - npu.invoke: host cost of one eager invocation of an empty-ish program, submit to
   completion.
+- npu.resident.roundtrip: one small payload (one 8x8 matrix pair, 256 bytes) GPU ->
+  NPU -> GPU through a resident session (examples/resident_exchange: host sends, GPU
+  transform, NPU 8x8 BF16 matmul, GPU epilogue, host receives) against the same stages
+  through a tracked graph with the runtime's host completion checks; goal: 20x faster
+  (ratio <= 0.05). Both medians as plain figures too.
+- npu.resident.throughput: GB/s exchanged GPU -> NPU and NPU -> GPU through a resident
+  session with 1 MiB payloads the GPU generates and verifies, against 2 x the coherent
+  copy bandwidth of the slower side over the same attachment, measured in the same run
+  (goal >= 0.8).
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hrx_npu
-from hrx_npu.examples import gemm_pipeline, gpu_npu_parallel, shared_bench
+from hrx_npu.examples import gemm_pipeline, gpu_npu_parallel, resident_exchange, shared_bench
 from results_file import entry, report, write_for
 
 import hrx_core as hrx
@@ -113,6 +122,32 @@ def bench_invoke(reps: int, suffix: str) -> list[dict]:
                   us, command=CMD)]
 
 
+def bench_resident(gpu_engine: str, suffix: str, quick: bool, command: str) -> list[dict]:
+    # participants (and the host) poll without backing off for 20 ms after progress: the round trip, not the wake-up
+    r = resident_exchange.run(20 if quick else 200, m=1, slots=8, gpu_engine=gpu_engine, spin=0.02, log=print)
+    if not r["ok"]:
+        raise SystemExit("resident_exchange failed its checks")
+    t = resident_exchange.throughput(1 << 16 if quick else 1 << 20, 16 if quick else 256, gpu_engine=gpu_engine,
+                                     reps=3 if quick else 9, spin=0.02, log=print)
+    if not t["ok"]:
+        raise SystemExit("the resident throughput exchange failed its checks")
+    what = (f"resident_exchange, {r['gpu']} + {r['npu']}: one 256-byte payload GPU -> NPU -> GPU (transform, 8x8 BF16 matmul, "
+            f"epilogue; host sends and receives), median round trip of {r['payloads']}")
+    return [
+        entry(f"npu.resident.roundtrip{suffix}", what, "ms", r["resident_roundtrip_ms"],
+              peer="the same stages through a tracked graph and host completion checks", peer_value=r["graph_roundtrip_ms"],
+              goal="<= 0.05", command=command),
+        entry(f"npu.resident.roundtrip.resident_ms{suffix}", "the same: resident session median", "ms", r["resident_roundtrip_ms"],
+              command=command),
+        entry(f"npu.resident.roundtrip.graph_ms{suffix}", "the same: graph path median", "ms", r["graph_roundtrip_ms"], command=command),
+        entry(f"npu.resident.throughput{suffix}",
+              f"resident exchange of {t['bytes'] >> 10} KiB payloads the GPU generates and verifies and the NPU transforms "
+              f"({t['payloads']} payloads, 4 slots): bytes GPU->NPU + NPU->GPU per second", "GB/s", t["exchange_gbps"],
+              peer=f"2 x the slower side's copy over the same coherent attachment (GPU {t['gpu_gbps']:.2f}, NPU {t['npu_gbps']:.2f} GB/s)",
+              peer_value=t["coherent_bound_gbps"], goal=">= 0.8", command=command),
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpu-engine", default=None)
@@ -120,19 +155,24 @@ def main() -> int:
     ap.add_argument("--columns", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="small sizes, no results file")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--only", choices=["resident"], default=None, help="run one group of figures only")
     args = ap.parse_args()
     gpu = hrx.device(args.gpu_engine)
     engine = gpu.info.engine
     cuda = engine == "cuda"
     suffix = "" if cuda else f".{engine}"
-    n, m = (1 << 16, 64) if args.quick else gpu_npu_parallel.DEFAULTS[:2]
-    pairs = 3 if args.quick else args.pairs
-    results, first = bench_parallel(engine, pairs, n, m, suffix, "", args.columns)
-    mb = balanced_m(engine, first["gpu_branch_ms"], args.columns)
-    results += bench_parallel(engine, pairs, n, mb, suffix, ".balanced", args.columns)[0]
-    results += bench_gemm(engine, 3 if args.quick else 9, suffix, args.columns)
-    results += bench_shared(engine, 3 if args.quick else 9, suffix, 1 << 16 if args.quick else 64 << 20)
-    results += bench_invoke(3 if args.quick else 7, suffix)
+    if args.only == "resident":
+        results = bench_resident(engine, suffix, args.quick, f"{CMD} --only resident")
+    else:
+        n, m = (1 << 16, 64) if args.quick else gpu_npu_parallel.DEFAULTS[:2]
+        pairs = 3 if args.quick else args.pairs
+        results, first = bench_parallel(engine, pairs, n, m, suffix, "", args.columns)
+        mb = balanced_m(engine, first["gpu_branch_ms"], args.columns)
+        results += bench_parallel(engine, pairs, n, mb, suffix, ".balanced", args.columns)[0]
+        results += bench_gemm(engine, 3 if args.quick else 9, suffix, args.columns)
+        results += bench_shared(engine, 3 if args.quick else 9, suffix, 1 << 16 if args.quick else 64 << 20)
+        results += bench_invoke(3 if args.quick else 7, suffix)
+        results += bench_resident(engine, suffix, args.quick, CMD)
     report(results)
     if args.quick:
         return 0

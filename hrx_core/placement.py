@@ -425,6 +425,16 @@ def prepare_acquire_host(ranges: Iterable[Buffer | View | Binding]) -> HostCache
     return HostCacheOps(CacheOp.INVALIDATE, _merge("ranges", ranges))
 
 
+def __getattr__(name: str) -> Any:
+    """``placement.ResidentSession`` / ``ResidentStartup`` (the specification's
+    ``fabric::ResidentSession``): the resident exchange, in :mod:`hrx_core.resident`."""
+    if name in ("ResidentSession", "ResidentStartup"):
+        from . import resident
+
+        return getattr(resident, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "HOST",
     "AliasAllocation",

@@ -491,6 +491,15 @@ ENTRIES: list[Entry] = [
           {"repo_id": st.sampled_from([None, 1, "", "a/b/c", "../x", "x y", "a\x00"]),
            "revision": st.sampled_from([1, "", "  ", []]), "pin": st.sampled_from([1, "yes", None, []]),
            "offline": st.sampled_from([1, "yes", []])}),
+    # -- resident GPU-NPU exchange ------------------------------------------------------------------
+    Entry("resident.Layout", lambda w, slots, request_bytes: __import__("hrx_core.resident", fromlist=["x"]).Layout(
+        slots, request_bytes, 8, 8, 8), {"slots": _v(2), "request_bytes": _v(8)},
+          {"slots": h.bad_count(1, 1 << 16), "request_bytes": h.bad_count(1, 1 << 30)}),
+    Entry("ResidentStartup", lambda w, start_timeout, idle_timeout: __import__("hrx_core.resident", fromlist=["x"]).ResidentStartup(
+        w.dev, w.npu, __import__("hrx_core.resident", fromlist=["x"]).Layout(2, 8, 8, 8, 8), start_timeout=start_timeout,
+        idle_timeout=idle_timeout).close(),
+          {"start_timeout": _v(1.0), "idle_timeout": _v(1.0)},
+          {"start_timeout": h.bad_timeout(), "idle_timeout": h.bad_timeout()}),
 ]
 
 

@@ -21,4 +21,4 @@ def test_demo_on_amdgpu(tmp_path, npu_engine):
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     assert "GPU side: amdgpu:0" in r.stdout and "simulated Strix Halo" in r.stdout
-    assert r.stdout.count("ok:") == 2 and " 0 wrong" in r.stdout, r.stdout
+    assert r.stdout.count("ok:") == 3 and " 0 wrong" in r.stdout and "resident_exchange" in r.stdout, r.stdout  # + resident_exchange

@@ -3,8 +3,8 @@
 cuda + npu-host on a GPU machine, host + npu-host elsewhere; ``--npu-engine xdna`` (with
 ``--gpu-engine amdgpu`` on a Strix Halo, or on the simulated one with
 ``HRX_AMDF_PROVIDER=fake``) runs the NPU side on the xdna engine. Runs gpu_npu_parallel
-(writing its Perfetto trace) and gemm_pipeline, prints their timings and checks, and
-exits 1 if any output or replay check failed.
+(writing its Perfetto trace), gemm_pipeline and resident_exchange, prints their
+timings and checks, and exits 1 if any output or replay check failed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hrx_core import progress
 from hrx_core.cli import CliCommand
 from hrx_core.cli.args import check_host_memory, count, output_file
 
-from .examples import gemm_pipeline, gpu_npu_parallel
+from .examples import gemm_pipeline, gpu_npu_parallel, resident_exchange
 from .examples.common import engine_arguments, table
 
 QUICK = {"n": 1 << 18, "m": 256, "samples": 5, "requests": 3, "rounds": 3}
@@ -69,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
     with progress.bar(total=samples + rounds, desc="hrx demo", unit="sample") as bar:
         par = gpu_npu_parallel.run(n, m, samples, trace, **engines, tick=bar.update)
         gem = gemm_pipeline.run(m, requests, rounds, **engines, tick=bar.update)
-    print(render(par, gem))
-    return 0 if par["ok"] and gem["ok"] else 1
+    res = resident_exchange.run(8 if args.quick else 64, **engines)
+    print(render(par, gem, res))
+    return 0 if par["ok"] and gem["ok"] and res["ok"] else 1
 
 
 def _checks(r: dict[str, Any]) -> str:
@@ -80,7 +81,7 @@ def _checks(r: dict[str, Any]) -> str:
             f"{created} new native objects in replays")
 
 
-def render(par: dict[str, Any], gem: dict[str, Any]) -> str:
+def render(par: dict[str, Any], gem: dict[str, Any], res: dict[str, Any] | None = None) -> str:
     rows = [
         ["gpu_npu_parallel", f"sequential {par['sequential_ms']:.3f}", f"parallel {par['parallel_ms']:.3f}",
          f"{par['speedup']:.2f}x (ideal {par['ideal_speedup']:.2f}x, {par['overlap_efficiency']:.0%})",
@@ -89,6 +90,12 @@ def render(par: dict[str, Any], gem: dict[str, Any]) -> str:
         ["gemm_pipeline", f"one at a time {gem['serial_ms']:.3f}", f"concurrent {gem['concurrent_ms']:.3f}",
          f"{gem['speedup']:.2f}x ({gem['requests']} requests)", _checks(gem).partition(":")[0]],
     ]
+    res_checks = ""
+    if res is not None:
+        res_checks = (f"{'ok' if res['ok'] else 'FAILED'}: {res['checks_passed']} exact, {res['checks_failed']} wrong, "
+                      f"participants {res['states']['gpu']}/{res['states']['npu']}")
+        rows.append(["resident_exchange", f"graph {res['graph_roundtrip_ms']:.3f}", f"resident {res['resident_roundtrip_ms']:.3f}",
+                     f"{res['speedup']:.2f}x per round trip", res_checks.partition(":")[0]])
     lines = [
         f"GPU side: {par['gpu']}",
         f"NPU side: {par['npu']}",
@@ -99,10 +106,12 @@ def render(par: dict[str, Any], gem: dict[str, Any]) -> str:
         f"gpu_npu_parallel checks {_checks(par)}",
         f"gemm_pipeline checks {_checks(gem)}",
     ]
+    if res_checks:
+        lines.append(f"resident_exchange checks {res_checks}")
     if par["trace"]:
         lines += ["", f"trace: {par['trace']} (open in https://ui.perfetto.dev)"]
     return "\n".join(lines)
 
 
-DEMO = CliCommand("demo", "run the GPU+NPU examples (gpu_npu_parallel, gemm_pipeline) on the best engines, with checks and a trace",
+DEMO = CliCommand("demo", "run the GPU+NPU examples (gpu_npu_parallel, gemm_pipeline, resident_exchange) on the best engines, with checks and a trace",
                   configure, run)

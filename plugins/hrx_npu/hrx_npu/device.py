@@ -222,6 +222,15 @@ class NpuProgram:
         the one a Runtime passes to ``graph.compute(..., lane="npu")``)."""
         return self.invocation(bindings).record(graph)
 
+    def wrap_transaction(self, bindings: Sequence[Any], *, prefix: Sequence[Any] = (), suffix: Sequence[Any] = (),
+                         retain: Sequence[Any] = (), command_bytes: int = 0) -> Any:
+        """One invocation with ``bindings`` wrapped with prefix/suffix records (invocations
+        of other programs on disjoint bytes), ``retain``-ed buffers and ``command_bytes``
+        of command storage held until the transaction closes (see :mod:`hrx_npu.transaction`)."""
+        from .transaction import Transaction
+
+        return Transaction(self.invocation(bindings), prefix=prefix, suffix=suffix, retain=retain, command_bytes=command_bytes)
+
     def close(self) -> None:
         """Free the program's columns. Pending invocations still finish."""
         if not self.closed:

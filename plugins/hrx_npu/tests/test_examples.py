@@ -9,9 +9,10 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from conftest import NPU_ENGINES, simulated_amd, skip_unless_shared_memory
-from hrx_npu.examples import gemm_pipeline, gpu_npu_parallel, shared_bench, shared_roundtrip
+from hrx_npu.examples import gemm_pipeline, gpu_npu_parallel, resident_exchange, shared_bench, shared_roundtrip
 
 from hrx_core.execution import validate_trace
 
@@ -64,6 +65,30 @@ def test_shared_examples(gpu, npu_engine):
     assert r["ok"] and [s["bytes"] for s in r["sizes"]] == [4096, 16384]
 
 
+def test_resident_exchange(gpu, npu_engine):
+    skip_unless_shared_memory(gpu, npu_engine)
+    r = resident_exchange.run(6, m=3, slots=2, gpu_engine=gpu.info.engine, npu_engine=npu_engine)
+    assert r["ok"], r
+    assert r["checks_failed"] == 0 and r["checks_passed"] == (6 + 2) + 6 + (6 + 2)  # one at a time (+2 warm-up), pipelined, graph path
+    assert r["counts"] == {"requests": 14, "responses": 14, "gpu": 14, "npu": 14}
+    assert r["resident_roundtrip_ms"] > 0 and r["graph_roundtrip_ms"] > 0
+
+
+def test_resident_throughput_checks_every_word(gpu, npu_engine):
+    skip_unless_shared_memory(gpu, npu_engine)
+    r = resident_exchange.throughput(4096, 6, 2, gpu_engine=gpu.info.engine, npu_engine=npu_engine, reps=1)
+    assert r["ok"] and r["wrong_words"] == 0 and r["exchange_gbps"] > 0 and r["coherent_bound_gbps"] > 0, r
+    # the GPU's verification sees a wrong word
+    fwd = np.zeros(64, np.uint8)
+    resident_exchange._gen_host(np.array([7, 0, 0, 0], np.uint32).view(np.uint8), fwd)
+    bwd, rsp = fwd ^ np.uint8(0x5A), np.zeros(16, np.uint8)
+    resident_exchange._verify_host(bwd, rsp)
+    assert list(rsp.view(np.uint32)[:2]) == [7, 0]
+    bwd[9] ^= 1
+    resident_exchange._verify_host(bwd, rsp)
+    assert list(rsp.view(np.uint32)[:2]) == [7, 1]
+
+
 def _hrx(*args, cwd, npu_engine="npu-host", **env):
     return subprocess.run([sys.executable, "-m", "hrx_core.cli.main", *args], capture_output=True, text=True, cwd=cwd,
                           env=dict(_env(npu_engine), **env), timeout=300, check=False)
@@ -79,7 +104,8 @@ def test_hrx_demo_doctor_prepare(tmp_path, npu_engine):
     trace.parent.mkdir()
     r = _hrx(*QUICK_DEMO, "--npu-engine", npu_engine, "--trace", str(trace), cwd=tmp_path, npu_engine=npu_engine)
     assert r.returncode == 0, r.stdout + r.stderr
-    for word in ("gpu_npu_parallel", "gemm_pipeline", "sequential", "parallel", "ok:", "not NPU hardware", str(trace), f"NPU side: {npu_engine}:0"):
+    for word in ("gpu_npu_parallel", "gemm_pipeline", "resident_exchange", "participants DONE/DONE", "sequential", "parallel", "ok:",
+                 "not NPU hardware", str(trace), f"NPU side: {npu_engine}:0"):
         assert word in r.stdout, word
     validate_trace(json.loads(trace.read_text()))
     r = _hrx("doctor", cwd=tmp_path, npu_engine=npu_engine)
@@ -112,7 +138,8 @@ def test_hrx_demo_writes_its_trace_outside_the_working_tree(tmp_path):
 
 @pytest.mark.parametrize("npu_engine", NPU_ENGINES)
 @pytest.mark.parametrize("script", ["gpu_npu_parallel.py 4096 8 1", "gemm_pipeline.py --m 8 --requests 2 --rounds 1",
-                                    "shared_roundtrip.py --bytes 4096 --rounds 1", "shared_bench.py --max-bytes 4096 --reps 1"])
+                                    "shared_roundtrip.py --bytes 4096 --rounds 1", "shared_bench.py --max-bytes 4096 --reps 1",
+                                    "resident_exchange.py --payloads 4 --m 2 --slots 2"])
 def test_example_scripts(script, npu_engine, tmp_path):
     _skip_unless_simulated(npu_engine)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
