@@ -32,6 +32,10 @@ GPU_PAGES = {"docs/cuda.md"}
 # What some pages print, checked after they ran.
 PRINTS = {
     "README.md": ["[0. 2. 4. 6.]"],
+    "docs/amd.md": ["gfx1151 PM4 (user queues)", "[0. 2. 4. 6.]"],
+    "docs/npu.md": ["[0. 2. 4. 6.] SPATIAL 1"],
+    "docs/runtime.md": ["[0. 2. 4. 6.]\n", "[2. 2. 2. 2.]\n", "[16. 16.]\n"],
+    "docs/usage.md": ["[4. 4.]\n", "[2048. 2049.]\n", "retired: True\n"],
     "docs/model.md": ["[1.        1.0009775 1.001955 ]", "(1024,) float32"],
 }
 
