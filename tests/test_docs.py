@@ -36,7 +36,9 @@ PRINTS = {
     "docs/npu.md": ["[0. 2. 4. 6.] SPATIAL 1"],
     "docs/runtime.md": ["[0. 2. 4. 6.]\n", "[2. 2. 2. 2.]\n", "[16. 16.]\n"],
     "docs/usage.md": ["[4. 4.]\n", "[2048. 2049.]\n", "retired: True\n"],
-    "docs/model.md": ["[1.        1.0009775 1.001955 ]", "(1024,) float32"],
+    "docs/image.md": ["(2, 256, 588)\n"],
+    "docs/model.md": ["[1.        1.0009775 1.001955 ]", "(1024,) float32", "[1.5 1.5]\n", "[3 1 4 "],
+    "docs/model_gpt2.md": ["(512,) float32\n"],
 }
 
 
