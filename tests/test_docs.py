@@ -6,6 +6,10 @@ test reaches the network). A page creates every model or file it needs itself, a
 reader would; the harness adds no hidden set-up. Pages that need hardware this machine
 lacks run on the GPU machine only (the ``gpu`` marker, with the best engine instead of
 the host one); a page skipped here says why in ``SKIPPED``.
+
+Shell blocks are not run; their ``hrx ...`` lines must parse with the installed
+command's parser, and their ``pip install -e ...`` lines must bring the local hrx-*
+distributions the installed ones depend on.
 """
 
 from __future__ import annotations
@@ -148,3 +152,49 @@ def test_documented_installs_bring_their_local_dependencies() -> None:
                 assert wanted <= installed, f"{page}: `pip install {command.strip()}` lacks {sorted(wanted - installed)}"
             commands.append(command)
     assert len(commands) >= 5, commands
+
+
+class _Parsed(Exception):
+    """Raised instead of running a command once its line parsed."""
+
+
+def hrx_lines(page: str) -> list[str]:
+    """The ``hrx ...`` command lines of a page's shell blocks (comments and chained
+    commands cut off)."""
+    lines = []
+    for m in FENCE.finditer((ROOT / page).read_text()):
+        if m.group(1) in {"sh", "bash"}:
+            for line in m.group(2).splitlines():
+                for part in re.split(r"&&|\|\||;", line.split(" #", 1)[0]):
+                    if part.strip().startswith("hrx "):
+                        lines.append(part.strip())
+    return lines
+
+
+def test_documented_hrx_command_lines_parse(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every ``hrx ...`` line in a shell block parses with the installed command's parser
+    (nothing runs: parsing stops the command)."""
+    import argparse
+    import shlex
+
+    from hrx_core.cli.main import main
+
+    real = argparse.ArgumentParser.parse_args
+
+    def parse_only(self, args=None, namespace=None):
+        raise _Parsed(real(self, args, namespace))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_only)
+    monkeypatch.chdir(tmp_path)
+    checked = []
+    for page in PAGES:
+        if page in SKIPPED:
+            continue
+        for line in hrx_lines(page):
+            with pytest.raises(_Parsed):
+                try:
+                    main(shlex.split(line)[1:])
+                except SystemExit as exc:
+                    pytest.fail(f"{page}: `{line}` does not parse (exit {exc.code})")
+            checked.append(line)
+    assert len(checked) >= 10, checked
