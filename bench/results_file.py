@@ -68,17 +68,18 @@ def machine_file(dev) -> str:
 
 
 def _gpu_names() -> list[str]:
-    """Names of the GPUs of this machine that the cuda engine sees (none without one)."""
+    """The name of this machine's GPU as the cuda engine sees it (device 0, the one the
+    benchmarks use; none without a GPU)."""
     import hrx_core as hrx
 
     status = hrx.engine_status().get("cuda")
     if status is None or not status.available:
         return []
-    return [hrx.device("cuda", i).info.name for i in range(max(status.device_count, 1))]
+    return [hrx.device("cuda").info.name]
 
 
 def own_files() -> set[str]:
-    """The results files this machine may write: its host file and one per GPU model."""
+    """The results files this machine may write: its host file and its GPU's."""
     return {host_file(), *(gpu_file(name) for name in _gpu_names())}
 
 

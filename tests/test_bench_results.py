@@ -80,3 +80,13 @@ def test_told_or_outside_results_is_allowed(results, monkeypatch, tmp_path):
     monkeypatch.setenv(rf.ANY_FILE_ENV, "1")
     rf.write("h200.json", "NVIDIA H200, 16 cores", [figure("cuda.z")])
     assert "cuda.z" in (results / "h200.json").read_text()
+
+
+@pytest.mark.gpu
+def test_the_gpu_machine_owns_its_gpu_file():
+    status = hrx.engine_status().get("cuda")
+    if status is None or not status.available:
+        pytest.skip("needs the cuda engine")
+    name = rf.machine_file(hrx.device("cuda"))
+    assert name == rf.gpu_file(hrx.device("cuda").info.name) and name in rf.own_files()
+    assert rf.check_file(name) == rf.RESULTS / name  # this machine may write it
