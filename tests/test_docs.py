@@ -1,9 +1,9 @@
 """Every ```python block of the README, docs/*.md and plugins/*/README.md runs as written.
 
 The blocks of one page run in order, in one namespace, in a fresh temporary working
-directory, on the host engine (``HRX_ENGINE=host``), offline (``HF_HUB_OFFLINE=1``: no
-test reaches the network). A page creates every model or file it needs itself, as a
-reader would; the harness adds no hidden set-up. Pages that need hardware this machine
+directory, on the host engine (``HRX_ENGINE=host``), offline (``HF_HUB_OFFLINE=1``, and
+``socket.connect`` refuses every address but loopback). A page creates every model or
+file it needs itself, as a reader would; the harness adds no hidden set-up. Pages that need hardware this machine
 lacks run on the GPU machine only (the ``gpu`` marker, with the best engine instead of
 the host one); a page skipped here says why in ``SKIPPED``.
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,18 @@ def _params():
         yield pytest.param(page, marks=marks, id=page)
 
 
+def _local_only(connect):
+    """socket.connect refusing every address but loopback and local sockets."""
+
+    def guarded(sock, address):
+        host = address[0] if isinstance(address, tuple) else None
+        if host is not None and host not in ("127.0.0.1", "::1", "localhost"):
+            raise AssertionError(f"a documented block tried to reach the network ({address!r})")
+        return connect(sock, address)
+
+    return guarded
+
+
 def _cuda_available() -> bool:
     from hrx_core import plugins
 
@@ -83,6 +96,7 @@ def test_page_runs(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, c
     else:
         monkeypatch.setenv("HRX_ENGINE", "host")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(socket.socket, "connect", _local_only(socket.socket.connect))
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "__main__"}
     for line, source in blocks:
@@ -103,6 +117,16 @@ def test_every_page_is_covered() -> None:
         for m in FENCE.finditer((ROOT / page).read_text()):
             assert m.group(1) in {"python", "sh", "bash", "toml", "json", "text", ""}, (
                 f"{page}: unknown fence language {m.group(1)!r} (python blocks must say ```python)")
+
+
+def test_harness_keeps_blocks_off_the_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket.socket, "connect", _local_only(socket.socket.connect))
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock, pytest.raises(AssertionError, match="network"):
+        sock.connect(("192.0.2.1", 443))
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server, socket.socket() as client:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        client.connect(server.getsockname())  # loopback stays allowed
 
 
 def test_harness_reports_the_failing_page_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
