@@ -13,8 +13,10 @@ missed and grey where there is no goal (format: ../shared/BENCH.md). Needs matpl
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
+import struct
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -55,6 +57,27 @@ def areas(data: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return {area: sorted(rs, key=lambda r: r["id"]) for area, rs in sorted(out.items())}
 
 
+def digest(machine: str, entries: list[dict[str, Any]]) -> str:
+    """What a picture shows, hashed: stored in its PNG (tEXt "Source") so a test finds a
+    picture older than its results."""
+    shown = [machine] + [[r["id"], r["ratio"], r.get("goal")] for r in entries]
+    return "hrx-bench-plot " + hashlib.sha256(json.dumps(shown).encode()).hexdigest()[:16]
+
+
+def png_source(path: Path) -> str | None:
+    """The "Source" text of a PNG (see :func:`digest`), or None."""
+    data = Path(path).read_bytes()
+    pos = 8
+    while pos + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        if kind == b"tEXt":
+            key, _, text = data[pos + 8:pos + 8 + length].partition(b"\0")
+            if key == b"Source":
+                return text.decode("latin-1")
+        pos += 12 + length
+    return None
+
+
 def _pyplot() -> Any:
     try:
         import matplotlib
@@ -92,7 +115,7 @@ def draw(name: str, machine: str, area: str, entries: list[dict[str, Any]], out:
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}-{area}.png"
-    fig.savefig(path, metadata={"Software": None})
+    fig.savefig(path, metadata={"Software": None, "Source": digest(machine, entries)})
     plt.close(fig)
     return path
 

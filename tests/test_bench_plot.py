@@ -43,13 +43,14 @@ def test_every_committed_results_file_is_drawn_and_linked():
     docs/performance.md shows each of them."""
     page = (ROOT / "docs" / "performance.md").read_text()
     linked = set(re.findall(r"!\[[^\]]*\]\((img/[^)]+\.png)\)", page))
-    expected = set()
+    expected = {}
     for f in sorted((BENCH / "results").glob("*.json")):
-        for area in plot.areas(json.loads(f.read_text())):
-            expected.add(f"img/{f.stem}-{area}.png")
-    assert expected and expected == linked
-    for rel in expected:
-        assert (ROOT / "docs" / rel).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", rel
+        data = json.loads(f.read_text())
+        for area, entries in plot.areas(data).items():
+            expected[f"img/{f.stem}-{area}.png"] = plot.digest(data["machine"], entries)
+    assert expected and set(expected) == linked
+    for rel, digest in expected.items():
+        assert plot.png_source(ROOT / "docs" / rel) == digest, f"docs/{rel} is older than its results: run python bench/plot.py"
 
 
 def test_plot_draws_one_png_per_area(tmp_path):
@@ -64,6 +65,8 @@ def test_plot_draws_one_png_per_area(tmp_path):
     assert names == ["box-cuda.png", "box-tensor.png"]
     for name in names:
         assert (tmp_path / "img" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    cuda = plot.areas(json.loads(results.read_text()))["cuda"]
+    assert plot.png_source(tmp_path / "img" / "box-cuda.png") == plot.digest("a box", cuda)
 
 
 def test_a_bad_goal_is_one_line_and_a_failure(tmp_path, capsys):
