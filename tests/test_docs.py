@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import warnings
 from pathlib import Path
 
 import pytest
@@ -29,9 +30,7 @@ PAGES = sorted(
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 
 # Pages not run here, each with the reason printed in the skip.
-SKIPPED = {
-    "docs/engines.md": "rewritten on branch kit; enabled at merge",
-}
+SKIPPED: dict[str, str] = {}
 # Pages that run only where the cuda engine is available (the H200), on the best engine.
 GPU_PAGES = {"docs/cuda.md"}
 # What some pages print, checked after they ran.
@@ -99,9 +98,12 @@ def test_page_runs(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, c
     monkeypatch.setattr(socket.socket, "connect", _local_only(socket.socket.connect))
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "__main__"}
-    for line, source in blocks:
-        # Padding with newlines makes tracebacks name the page's own line numbers.
-        exec(compile("\n" * (line - 1) + source, str(ROOT / page), "exec"), namespace)
+    with warnings.catch_warnings():
+        # documented code uses no deprecated HRX call (warnings attributed to the page's code)
+        warnings.filterwarnings("error", category=DeprecationWarning, module="__main__")
+        for line, source in blocks:
+            # Padding with newlines makes tracebacks name the page's own line numbers.
+            exec(compile("\n" * (line - 1) + source, str(ROOT / page), "exec"), namespace)
     out = capsys.readouterr().out
     for expected in PRINTS.get(page, []):
         assert expected in out, f"{page} should print {expected!r}; it printed:\n{out}"
