@@ -2,8 +2,9 @@
 
 The blocks of one page run in order, in one namespace, in a fresh temporary working
 directory, on the host engine (``HRX_ENGINE=host``), offline (``HF_HUB_OFFLINE=1``, and
-``socket.connect`` refuses every address but loopback). A page creates every model or
-file it needs itself, as a reader would; the harness adds no hidden set-up. Pages that need hardware this machine
+``socket.connect`` refuses every address but loopback); a DeprecationWarning raised by
+the page's own code fails it. A page creates every model or file it needs itself, as a
+reader would; the harness adds no hidden set-up. Pages that need hardware this machine
 lacks run on the GPU machine only (the ``gpu`` marker, with the best engine instead of
 the host one); a page skipped here says why in ``SKIPPED``.
 
