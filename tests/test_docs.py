@@ -15,6 +15,7 @@ distributions the installed ones depend on.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
@@ -98,13 +99,20 @@ def test_page_runs(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, c
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(socket.socket, "connect", _local_only(socket.socket.connect))
     monkeypatch.chdir(tmp_path)
+    # a page may configure logging (docs/logging.md does): later tests get it back as it was
+    loggers = [(lg, lg.level, list(lg.handlers)) for lg in (logging.getLogger(), logging.getLogger("hrx"))]
     namespace: dict = {"__name__": "__main__"}
-    with warnings.catch_warnings():
-        # documented code uses no deprecated HRX call (warnings attributed to the page's code)
-        warnings.filterwarnings("error", category=DeprecationWarning, module="__main__")
-        for line, source in blocks:
-            # Padding with newlines makes tracebacks name the page's own line numbers.
-            exec(compile("\n" * (line - 1) + source, str(ROOT / page), "exec"), namespace)
+    try:
+        with warnings.catch_warnings():
+            # documented code uses no deprecated HRX call (warnings attributed to the page's code)
+            warnings.filterwarnings("error", category=DeprecationWarning, module="__main__")
+            for line, source in blocks:
+                # Padding with newlines makes tracebacks name the page's own line numbers.
+                exec(compile("\n" * (line - 1) + source, str(ROOT / page), "exec"), namespace)
+    finally:
+        for logger, level, handlers in loggers:
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
     out = capsys.readouterr().out
     for expected in PRINTS.get(page, []):
         assert expected in out, f"{page} should print {expected!r}; it printed:\n{out}"
