@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HRX_AMDF_PROVIDER", "fake")
 
 import hrx_core as hrx  # noqa: E402
-from results_file import entry, host_machine, report, write  # noqa: E402
+from results_file import entry, report, write_for  # noqa: E402
 
 CMD = "python bench/amdgpu.py"
 EMPTY_SRC = 'extern "C" __global__ void empty() {}'
@@ -220,12 +220,7 @@ def main() -> int:
             entries.append(entry(f"amdgpu.{key}", desc, "us", value, peer=f"cuda engine's host overhead above its driver call (cuda {med[f'cuda.{key}']:.2f} - raw {med[f'raw.{key}']:.2f} us)",
                                  peer_value=overhead, goal="<= 1.0", command=CMD))  # fmt: skip
     print("medians (us):", {k: round(v, 3) for k, v in sorted(med.items())})
-    if cuda is not None:
-        info = cuda.dev.info
-        machine, default = f"{info.name}, driver {info.properties.get('driver_version', '?')}, {os.cpu_count()} cores", "h200.json"
-    else:
-        machine, default = host_machine(), "host-2core.json"
-    path = write(a.out or default, machine, entries)
+    path = write_for(cuda.dev if cuda is not None else hrx.device("host"), entries, a.out)
     report(entries)
     print(f"wrote {path}")
     return 0

@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hrx_core.artifacts.safetensors import FileView  # noqa: E402
-from results_file import RESULTS, entry, host_machine, report, write  # noqa: E402
+from results_file import RESULTS, entry, host_file, host_machine, machine_file, report, write  # noqa: E402
 
 CMD = "python bench/artifacts.py"
 
@@ -164,13 +164,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--tmp", default=None)
-    ap.add_argument("--out", default="host-2core.json")
-    ap.add_argument("--gpu", action="store_true", help="the cuda figures (file-backed loading) into h200.json")
+    ap.add_argument("--out", default=None, help="results file (default: named for this machine: host-<cores>core.json, or the GPU's with --gpu)")
+    ap.add_argument("--gpu", action="store_true", help="the cuda figures (file-backed loading) into the GPU's file (h200.json)")
     args = ap.parse_args()
     if args.gpu:
         results = gpu_bench(min(args.reps, 7), args.tmp)
         report(results)
-        out = "h200.json" if args.out == "host-2core.json" else args.out
+        import hrx_core as hrx
+
+        out = args.out or machine_file(hrx.device("cuda"))
         path = RESULTS / out
         machine = json.loads(path.read_text())["machine"] if path.exists() else gpu_machine()
         print(f"wrote {write(out, machine, results)}")
@@ -192,7 +194,7 @@ def main() -> int:
               "us", t_large, peer="the same open of the 64 MiB file", peer_value=t_small, goal="<= 2.0", command=CMD),
     ]
     report(results)
-    print(f"wrote {write(args.out, host_machine(), results)}")
+    print(f"wrote {write(args.out or host_file(), host_machine(), results)}")
     return 0
 
 

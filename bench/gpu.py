@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hrx_core as hrx  # noqa: E402
-from results_file import entry, report, write  # noqa: E402
+from results_file import entry, machine_file, report, write  # noqa: E402
 
 CMD = "python bench/gpu.py"
 EMPTY_SRC = 'extern "C" __global__ void empty() {}'
@@ -457,7 +457,7 @@ def machine(c: Ctx) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=9)
-    ap.add_argument("--out", default="h200.json")
+    ap.add_argument("--out", default=None, help="results file (default: named for this machine's GPU, e.g. h200.json)")
     ap.add_argument("--only", choices=["launch", "graph", "graph_allocs", "transfer", "d2d", "memops"], default=None)
     args = ap.parse_args()
     c = Ctx()
@@ -474,7 +474,7 @@ def main() -> int:
             print(f"--- {name} failed ---")
             traceback.print_exc()
     report(results)
-    path = write(args.out, machine(c), results)
+    path = write(args.out or machine_file(c.dev), machine(c), results)
     print(f"wrote {path}")
     return 1 if failed else 0
 

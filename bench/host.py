@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hrx_core as hrx  # noqa: E402
-from results_file import entry, host_machine, report, write  # noqa: E402
+from results_file import entry, host_file, host_machine, report, write  # noqa: E402
 
 CMD = "python bench/host.py"
 
@@ -157,7 +157,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--gib", type=float, default=1.0)
-    ap.add_argument("--out", default="host-2core.json")
+    ap.add_argument("--out", default=None, help="results file (default: host-<cores>core.json)")
     ap.add_argument("--only", choices=["dispatch", "graph", "bandwidth"], default=None)
     args = ap.parse_args()
     dev = hrx.device("host")
@@ -170,7 +170,7 @@ def main() -> int:
     if args.only in (None, "bandwidth"):
         results += bench_bandwidth(s, args.reps, int(args.gib * (1 << 30)))
     report(results)
-    path = write(args.out, host_machine(), results)
+    path = write(args.out or host_file(), host_machine(), results)
     print(f"wrote {path}")
     return 0
 

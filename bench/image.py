@@ -40,7 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hrx_image import ImageOps  # noqa: E402
-from results_file import entry, report, write  # noqa: E402
+from results_file import entry, machine_file, report, write  # noqa: E402
 from tensor import _machine, host_cost, rounds  # noqa: E402 - bench/tensor.py's helpers
 
 import hrx_core as hrx  # noqa: E402
@@ -348,12 +348,13 @@ def main() -> None:
         engine = "cuda" if "cuda" in hrx.engines() and hrx.engine_status()["cuda"].available else "host"
     if engine == "cuda":
         entries = cuda_bench(args.reps, args.batch or 32)
-        path = write("h200.json", _machine("h200.json", hrx.device("cuda").info.name), entries)
+        out = machine_file(hrx.device("cuda"))
+        path = write(out, _machine(out, hrx.device("cuda").info.name), entries)
     else:
         entries = host_bench(args.reps, args.batch or 1)
-        from results_file import host_machine
+        from results_file import host_file, host_machine
 
-        path = write("host-2core.json", _machine("host-2core.json", host_machine()), entries)
+        path = write(host_file(), _machine(host_file(), host_machine()), entries)
     report(entries)
     print(f"wrote {path}")
 

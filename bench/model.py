@@ -40,7 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hrx_models.gpt2 import SHAPES, Gpt2Config, Gpt2Decoder, write_random_checkpoint
-from results_file import d2d_bandwidth, entry, host_machine, report, write
+from results_file import d2d_bandwidth, entry, host_file, host_machine, machine_file, report, write
 from tensor import _machine, rounds
 
 import hrx_core as hrx
@@ -346,7 +346,7 @@ def main() -> None:
     args = p.parse_args()
     prompts = [int(n) for n in args.prompts.split(",") if n]
     cuda = args.engine == "cuda" or (args.engine is None and "cuda" in hrx.engines() and hrx.engine_status()["cuda"].available)
-    run, file, default_shapes = (cuda_bench, "h200.json", "gpt2,1b") if cuda else (host_bench, "host-2core.json", "tiny,gpt2")
+    run, file, default_shapes = (cuda_bench, machine_file(hrx.device("cuda")), "gpt2,1b") if cuda else (host_bench, host_file(), "tiny,gpt2")
     entries = run(args.reps, (args.shapes or default_shapes).split(","), args.tokens, prompts)
     machine = hrx.device("cuda").info.name if cuda else host_machine()
     path = write(file, _machine(file, machine), entries)

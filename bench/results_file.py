@@ -6,6 +6,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,16 +41,74 @@ def host_machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
+#: Set to 1 to let a script write a results file named for another machine.
+ANY_FILE_ENV = "HRX_BENCH_ANY_FILE"
+
+
+class OtherMachineFile(SystemExit):
+    """A results file named for another machine was asked for (a one-line exit)."""
+
+
+def gpu_file(gpu_name: str) -> str:
+    """The results file of a machine by its GPU: "NVIDIA H200" -> h200.json."""
+    words = re.sub(r"^(nvidia|amd)\s+", "", gpu_name.strip().lower())
+    slug = re.sub(r"[^a-z0-9]+", "-", words).strip("-")
+    return f"{slug or 'gpu'}.json"
+
+
+def host_file() -> str:
+    """The results file of host-engine figures: host-<cores>core.json (host-2core.json in CI)."""
+    return f"host-{os.cpu_count()}core.json"
+
+
+def machine_file(dev) -> str:
+    """The results file for figures measured on ``dev``: its GPU's for the cuda engine,
+    else the host's."""
+    return gpu_file(dev.info.name) if dev.info.engine == "cuda" else host_file()
+
+
+def _gpu_names() -> list[str]:
+    """The name of this machine's GPU as the cuda engine sees it (device 0, the one the
+    benchmarks use; none without a GPU)."""
+    import hrx_core as hrx
+
+    status = hrx.engine_status().get("cuda")
+    if status is None or not status.available:
+        return []
+    return [hrx.device("cuda").info.name]
+
+
+def own_files() -> set[str]:
+    """The results files this machine may write: its host file and its GPU's."""
+    return {host_file(), *(gpu_file(name) for name in _gpu_names())}
+
+
+def check_file(name: str) -> Path:
+    """The path of ``name`` in bench/results/, refusing (OtherMachineFile) a file
+    there that is not named for this machine unless HRX_BENCH_ANY_FILE=1. Paths outside
+    bench/results/ (``--out /tmp/x.json``) are the caller's own."""
+    path = RESULTS / name
+    if path.resolve().parent != RESULTS.resolve() or os.environ.get(ANY_FILE_ENV) == "1":
+        return path
+    if path.name == host_file() or path.name in own_files():
+        return path
+    raise OtherMachineFile(
+        f"bench: refusing to write bench/results/{path.name}: this machine's results files are "
+        f"{', '.join(sorted(own_files()))} (set {ANY_FILE_ENV}=1 to write another machine's file)"
+    )
+
+
+def cuda_machine(dev) -> str:
+    """The "machine" line of a cuda device's results file."""
+    info = dev.info
+    return f"{info.name}, driver {info.properties.get('driver_version', '?')}, {os.cpu_count()} cores"
+
+
 def write_for(dev, entries: list[dict[str, Any]], out: str | None = None) -> Path:
-    """Write ``entries`` into the file of the machine ``dev`` runs on: h200.json for the
-    cuda engine, host-2core.json otherwise (``out`` overrides the file name)."""
-    if dev.info.engine == "cuda":
-        info = dev.info
-        machine = f"{info.name}, driver {info.properties.get('driver_version', '?')}, {os.cpu_count()} cores"
-        default = "h200.json"
-    else:
-        machine, default = host_machine(), "host-2core.json"
-    return write(out or default, machine, entries)
+    """Write ``entries`` into the file of the machine ``dev`` runs on (:func:`machine_file`;
+    ``out`` overrides the file name, still refusing another machine's file)."""
+    machine = cuda_machine(dev) if dev.info.engine == "cuda" else host_machine()
+    return write(out or machine_file(dev), machine, entries)
 
 
 def d2d_bandwidth(dev, reps: int) -> float:
@@ -95,9 +154,10 @@ def entry(id: str, what: str, unit: str, hrx: float, *, peer: str | None = None,
 
 
 def write(machine_file: str, machine: str, entries: list[dict[str, Any]]) -> Path:
-    """Replace this script's entries (by id) in the machine file, keeping the others."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / machine_file
+    """Replace this script's entries (by id) in the machine file, keeping the others;
+    another machine's file is refused (:func:`check_file`)."""
+    path = check_file(machine_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
     data: dict[str, Any] = {"machine": machine, "results": []}
     if path.exists():
         data = json.loads(path.read_text())

@@ -44,7 +44,7 @@ from ml_dtypes import bfloat16
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hrx_core as hrx  # noqa: E402
-from results_file import d2d_bandwidth, entry, report, write  # noqa: E402
+from results_file import d2d_bandwidth, entry, machine_file, report, write  # noqa: E402
 
 from hrx_tensor import TensorOps  # noqa: E402
 
@@ -528,12 +528,13 @@ def main() -> None:
         engine = "cuda" if "cuda" in hrx.engines() and hrx.engine_status()["cuda"].available else "host"
     if engine == "cuda":
         entries = cuda_bench(args.reps, args.only)
-        path = write("h200.json", _machine("h200.json", hrx.device("cuda").info.name), entries)
+        out = machine_file(hrx.device("cuda"))
+        path = write(out, _machine(out, hrx.device("cuda").info.name), entries)
     else:
         entries = host_bench(args.reps)
-        from results_file import host_machine
+        from results_file import host_file, host_machine
 
-        path = write("host-2core.json", _machine("host-2core.json", host_machine()), entries)
+        path = write(host_file(), _machine(host_file(), host_machine()), entries)
     report(entries)
     print(f"wrote {path}")
 

@@ -294,6 +294,7 @@ class Buffer:
         return View._make(self, 0, self.nbytes)
 
     def slice(self, offset: int, length: int) -> View:
+        """The ``length`` bytes from ``offset`` (not a [start, stop) pair)."""
         return self.view().slice(offset, length)
 
     def binding(self) -> Binding:
@@ -475,7 +476,9 @@ class View:
         return Binding(self, Access.READ_WRITE)
 
     def __repr__(self) -> str:
-        return f"<hrx.View [{self.offset}, {self.offset + self.length}) of {self.buffer!r}>"
+        # offset/length as slice() takes them; the half-open byte range after them
+        end = self.offset + self.length
+        return f"<hrx.View offset={self.offset} length={self.length} (bytes [{self.offset}, {end})) of {self.buffer!r}>"
 
     # -- interop ------------------------------------------------------------------
 

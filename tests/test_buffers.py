@@ -162,3 +162,11 @@ def test_buffer_repr_and_idle(dev):
     buf = dev.allocate(32)
     assert "32 bytes" in repr(buf)
     assert buf.is_idle()
+
+
+def test_view_repr_says_offset_and_length(dev):
+    """slice() takes (offset, length); the repr names both, so it never reads as slice(start, stop)."""
+    v = dev.allocate(1 << 14).slice(4096, 8192)
+    assert repr(v).startswith("<hrx.View offset=4096 length=8192 (bytes [4096, 12288)) of <hrx.Buffer 16384 bytes")
+    assert "length=16" in repr(v.slice(8, 16)) and "offset=4104" in repr(v.slice(8, 16))
+    assert repr(v.read()).startswith("<hrx.Binding read <hrx.View offset=4096 length=8192")

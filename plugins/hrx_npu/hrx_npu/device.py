@@ -309,7 +309,9 @@ def open_device(engine: str | None = None, index: int = 0, **options: Any) -> Np
     eng = npu_engines().get(name)
     if eng is None:
         raise EngineNotFound(f"NPU engine {name!r} is not installed; NPU engines: {', '.join(sorted(npu_engines())) or 'none'}")
-    status = eng.probe()
+    # an engine whose availability depends on its options (xdna's provider=) probes those
+    probe_for = getattr(eng, "probe_for", None)
+    status = probe_for(options) if probe_for is not None else eng.probe()
     if not status.available:
         raise EngineNotFound(f"NPU engine {name!r} is unavailable: {status.reason}")
     return NpuDevice(eng, eng.open_device(index, **options))

@@ -76,6 +76,22 @@ def test_used_only_when_named_on_the_simulation(monkeypatch):
     assert not status.available and "libamdf" in status.reason
 
 
+def test_an_explicit_provider_is_probed_instead_of_the_environment(monkeypatch):
+    """open_device("xdna", provider="fake") opens the simulation also where
+    HRX_AMDF_PROVIDER names a libamdf that is not there (as docs/npu.md does)."""
+    monkeypatch.setenv("HRX_AMDF_PROVIDER", "libamdf")
+    monkeypatch.setenv("HRX_AMDF_LIBRARY", "/nonexistent/libamdf.so")
+    with pytest.raises(hrx.EngineNotFound, match="libamdf"):
+        hrx_npu.open_device("xdna")
+    with pytest.raises(hrx.EngineNotFound, match="libamdf"):
+        hrx_npu.open_device("xdna", provider="libamdf")
+    npu = hrx_npu.open_device("xdna", provider="fake")
+    try:
+        assert npu.info.engine == "xdna" and npu.columns == 8
+    finally:
+        npu.close()
+
+
 def test_options_are_validated():
     for options, message in [({"bogus": 1}, "unknown xdna options"), ({"max_pending_invocations": 129}, "at most 128"),
                              ({"npu_queues": 0}, "npu_queues"), ({"provider": 5}, "provider")]:

@@ -9,6 +9,7 @@ when named (``HRX_NPU_ENGINE=xdna``, ``hrx_npu.device("xdna")``).
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from hrx_core.engine import Artifact, DeviceInfo, EngineStatus, Executable, Limits, NativeBuffer, NativeQueue, QueueFamily, Timeline
@@ -344,12 +345,23 @@ class XdnaEngine(NpuEngine):
     priority = 10
 
     def probe(self) -> EngineStatus:
+        return self._probe(None)
+
+    def probe_for(self, options: Mapping[str, Any]) -> EngineStatus:
+        """:meth:`probe` for a device opened with ``options``: an explicit ``provider``
+        (``"fake"``, ``"libamdf"`` or a Provider) is probed instead of ``HRX_AMDF_PROVIDER``."""
+        spec = options.get("provider")
+        if spec is None or isinstance(spec, str):
+            return self._probe(spec)
+        return EngineStatus(True, SIM_NOTE if getattr(spec, "name", None) == "fake" else HARDWARE_NOTE, 1)
+
+    def _probe(self, requested: str | None) -> EngineStatus:
         try:
             from hrx_amdf.select import provider_kind
         except ImportError:
             return EngineStatus(False, "hrx-amdf is not installed (pip install -e plugins/hrx_amdf)")
         try:
-            kind = provider_kind()
+            kind = provider_kind(requested)
         except InvalidArgument as exc:
             return EngineStatus(False, str(exc))
         if kind == "fake":
