@@ -451,7 +451,7 @@ def test_a_failure_crosses_wait_event(dev):
     out = consumer.allocate_from(np.zeros(16, np.uint8))
     producer.dispatch(bad, 1, [data])
     consumer.wait_event(producer.record_event())
-    consumer.copy(data, out)
+    consumer.copyto(out, data)
     with pytest.raises(hrx.DeviceError, match="waited for work .* that failed .*producer exploded"):
         consumer.synchronize()
     consumer.synchronize()  # reported once
@@ -460,12 +460,12 @@ def test_a_failure_crosses_wait_event(dev):
     # a download after such a wait raises too; a clean wait does not
     producer.dispatch(bad, 1, [data])
     consumer.wait_event(producer.record_event())
-    consumer.copy(data, out)
+    consumer.copyto(out, data)
     with pytest.raises(hrx.DeviceError, match="waited for work"):
         consumer.download(out)
-    producer.fill(data, 7)
+    producer.fill(data, pattern=7)
     consumer.wait_event(producer.record_event())
-    consumer.copy(data, out)
+    consumer.copyto(out, data)
     assert (consumer.download(out) == 7).all()
     same = dev.stream()  # streams sharing a queue are ordered, and still inherit the failure
     if same.slot is producer.slot:
