@@ -43,6 +43,12 @@ LINEAR_TARGET_BLOCKS = 1024
 #: ...and each warp of a split row still has at least this many 16-byte vectors
 #: (two per lane: four loads in flight need the row to be long enough to matter).
 LINEAR_MIN_VECTORS_PER_WARP = 64
+#: Rows at least this long (K) are split over at least LINEAR_LONG_ROW_SPLIT warps even
+#: when the grid is full: measured on the H200 (bench/tools/gemv_variants.py), 8192x8192
+#: and 16384x8192 ran at 3.25 / 3.43 TB/s with one warp a row and 3.65 / 3.91 TB/s with
+#: four (torch: 3.78 / 4.02); shorter rows gained nothing from it.
+LINEAR_LONG_ROW = 8192
+LINEAR_LONG_ROW_SPLIT = 4
 #: Threads per block of the CUDA gather (at most; fewer for short rows).
 GATHER_THREADS = 256
 #: Host GEMV: rows converted from BF16 to F32 per step, sized to stay in cache.
@@ -278,11 +284,14 @@ USE_NATIVE = True
 def linear_split(k: int, n: int) -> int:
     """Warps per output row of the CUDA GEMV for K = ``k`` and ``n`` output rows: split K
     (1, 2, 4, 8) while the grid is short of LINEAR_TARGET_BLOCKS and every warp keeps at
-    least LINEAR_MIN_VECTORS_PER_WARP vectors of its row."""
+    least LINEAR_MIN_VECTORS_PER_WARP vectors of its row; rows of LINEAR_LONG_ROW or more
+    are split at least LINEAR_LONG_ROW_SPLIT ways."""
     ks, nvec = 1, k // 8
     while (ks < LINEAR_WARPS and -(-n * ks // LINEAR_WARPS) < LINEAR_TARGET_BLOCKS
            and nvec >= 2 * ks * LINEAR_MIN_VECTORS_PER_WARP):
         ks *= 2
+    if k >= LINEAR_LONG_ROW:
+        ks = max(ks, LINEAR_LONG_ROW_SPLIT)
     return ks
 
 

@@ -1,0 +1,98 @@
+"""GPU time of hrx_tensor's GEMV kernel per launch shape, beside torch's F.linear (cuda).
+
+    python bench/tools/gemv_variants.py [--shapes 2048x8192,4096x4096] [--reps 200]
+
+For each K x N shape (BF16 weights [N, K], one input row) and each launch variant --
+warps per block (4 or 8) times warps per output row (ks: 1, 2, 4) -- the GPU time per
+kernel from CUDA events around ``--reps`` back-to-back prepared launches over weights
+rotated through 768 MiB (none served from L2), and torch's F.linear the same way. The
+variant the plan picks (``linear_launch``) is marked. A diagnostic for issue 18's
+profile: it writes no results file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+import hrx_core as hrx
+from hrx_tensor import TensorOps
+from hrx_tensor.kernels import LINEAR, linear_launch
+
+DEFAULT_SHAPES = "2048x8192,1536x16384,4096x4096,8192x4096,2048x2048,8192x8192,16384x8192"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="K x N pairs, comma-separated (default: %(default)s)")
+    ap.add_argument("--reps", type=int, default=200, help="launches per timing (default: %(default)s)")
+    args = ap.parse_args()
+    import torch
+    import torch.nn.functional as F
+
+    dev = hrx.device("cuda")
+    ops = TensorOps(dev)
+    s = ops.stream
+    kern = ops._kernels[LINEAR.name]
+    ext = torch.cuda.ExternalStream(s.native_queue().native_handle())
+    cur = torch.cuda.current_stream()
+
+    def timed(run, stream) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        run(20)
+        start.record(stream)
+        run(args.reps)
+        end.record(stream)
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / args.reps
+
+    for shape in args.shapes.split(","):
+        k, n = (int(v) for v in shape.split("x"))
+        wbytes = k * n * 2
+        count = max(2, (768 << 20) // wbytes)
+        ws = [dev.allocate(wbytes) for _ in range(count)]
+        x, out = dev.allocate(k * 2), dev.allocate(n * 4)
+        for b in (*ws, x):
+            s.fill(b, 0)
+        tw = [torch.zeros(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(count)]
+        tx = torch.zeros(1, k, device="cuda", dtype=torch.bfloat16)
+
+        def torch_run(reps: int) -> None:
+            for i in range(reps):
+                F.linear(tx, tw[i % count])
+
+        t = min(timed(torch_run, cur) for _ in range(3))
+        planned = linear_launch(k, n)
+        rows = []
+        for warps in (4, 8):
+            for ks in (1, 2, 4):
+                if ks > warps:
+                    continue
+                grid, block = -(-n // (warps // ks)), warps * 32
+                scalars = (np.uint32(k), np.uint32(n), np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(ks))
+                launches = [s.prepare(kern, grid, [x, w, w, w, out], block=block, scalars=scalars) for w in ws]
+
+                def hrx_run(reps: int, launches=launches) -> None:
+                    for i in range(reps):
+                        launches[i % count].launch()
+
+                h = min(timed(hrx_run, ext) for _ in range(3))
+                mark = " <- plan" if (grid, block, ks) == planned else ""
+                rows.append(f"  warps {warps} ks {ks}: {h:7.2f} us {wbytes / h / 1e6:5.2f} TB/s  {t / h:5.2f}x torch{mark}")
+                for p in launches:
+                    p.close()
+        print(f"{k}x{n} ({wbytes >> 20} MiB): torch {t:.2f} us ({wbytes / t / 1e6:.2f} TB/s)")
+        print("\n".join(rows))
+        for b in (*ws, x, out):
+            b.close()
+        del tw
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    from hrx_core.cli.main import run_reporting
+
+    sys.exit(run_reporting("bench/tools/gemv_variants.py", main))
