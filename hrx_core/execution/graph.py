@@ -258,7 +258,7 @@ class TrackedGraph:
         self._hazards = HazardTracker()
         self._totals: dict[str, int] | None = None
         # (lanes, owners, counters) of one submission, cached until a region is added
-        self._submit_plan: tuple[frozenset[str], list[Any], dict[str, int]] | None = None
+        self._submit_plan: tuple[frozenset[str], tuple[Any, ...], dict[str, int]] | None = None
         self._infos: tuple[RegionInfo, ...] | None = None
         self._closed = False
 
@@ -304,7 +304,7 @@ class TrackedGraph:
             infos = self._infos = tuple(RegionInfo(r.name, r.lane, tuple(r.deps), self.name) for r in self.regions)
         return infos
 
-    def submit_plan(self) -> tuple[frozenset[str], list[Any], dict[str, int]]:
+    def submit_plan(self) -> tuple[frozenset[str], tuple[Any, ...], dict[str, int]]:
         """What every submission of this graph needs, computed once: the lanes it uses,
         the allocations it holds while in flight (each once), and the statistics
         counters one submission adds."""
@@ -315,7 +315,7 @@ class TrackedGraph:
                 for alloc, *_ in region.accesses:
                     owners[id(alloc)] = alloc
             counters = {"submissions": 1, "regions": len(self.regions), **self.transfer_totals()}
-            plan = self._submit_plan = (frozenset(r.lane for r in self.regions), list(owners.values()), counters)
+            plan = self._submit_plan = (frozenset(r.lane for r in self.regions), tuple(owners.values()), counters)
         return plan
 
     def transfer_totals(self) -> dict[str, int]:

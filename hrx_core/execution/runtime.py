@@ -101,7 +101,7 @@ def _stamp(ends: list[float], i: int) -> Callable[[Any], None]:
 class Submission:
     """The completion handle of one submitted graph: wait, poll or await it."""
 
-    def __init__(self, runtime: Runtime, graph: TrackedGraph, events: list[Event], owners: list[Allocation], submitted: float) -> None:
+    def __init__(self, runtime: Runtime, graph: TrackedGraph, events: list[Event], owners: Sequence[Allocation], submitted: float) -> None:
         self.runtime = runtime
         self.graph = graph
         self.events = events
@@ -415,7 +415,7 @@ class Runtime:
             self._prove_idle()
         return submission
 
-    def _submit_locked(self, graph: TrackedGraph, owners: list[Allocation], counters: dict[str, int]) -> Submission:
+    def _submit_locked(self, graph: TrackedGraph, owners: Sequence[Allocation], counters: dict[str, int]) -> Submission:
         submitted = time.perf_counter()
         events: list[Event] = []
         try:
