@@ -108,17 +108,62 @@ class LaunchRecord:
             return
         self.closed = True
         self.epoch = -1  # never current again: a launch validates and refuses it
-        last = [c for c in self.last.values() if not c.is_complete]
-        for alloc, start, end, writes in self.uses:
-            for c in last:
-                alloc.note_use(c, start, end, writes)
-                try:
-                    alloc.retain()
-                except InvalidArgument:  # already freed: nothing left to hold
-                    continue
-                c.slot.retain_until(c.value, alloc)
-            alloc.records.pop(self, None)
+        last = self._in_flight()
+        for use in self.uses:
+            _hand_over(use, last)
+            use[0].records.pop(self, None)
         self.last = {}
+
+    def replace(self, uses: Sequence[Use]) -> None:
+        """Bind ``uses`` from now on (a rebind), in place: each allocation no longer
+        bound, or bound over another span, hands the launches in flight to its pending
+        uses as :meth:`close` does; the others keep their entries. The record validates
+        again at its next launch. Call under the owner's launch lock."""
+        if self.closed:
+            raise InvalidArgument("launch record: closed")
+        new = tuple(merge_uses(uses))
+        now = {id(u[0]): u for u in new}
+        before = {id(u[0]): u for u in self.uses}
+        last: list[Completion] | None = None
+        touched: dict[int, dict[Any, tuple[int, int, bool]]] = {}
+        for key, use in before.items():
+            if now.get(key) == use:
+                continue
+            if last is None:
+                last = self._in_flight()
+            _hand_over(use, last)
+            records = use[0].records
+            records.pop(self, None)
+            touched[id(records)] = records
+        for key, use in now.items():
+            records = use[0].records
+            if before.get(key) == use and id(records) not in touched:
+                continue  # unchanged, and no alias of it lost its entry
+            alloc, start, end, writes = use
+            span = records.get(self)
+            if span is not None:  # an alias and its original share the dict
+                start, end, writes = min(start, span[0]), max(end, span[1]), writes or span[2]
+            records[self] = (start, end, writes)
+        self.uses = new
+        self.epoch = -1
+
+    def _in_flight(self) -> list[Completion]:
+        # finished launches need nothing; a launch not signalled yet counts as in flight
+        # (done_now emits no signal: rebinding a slot per call must not cost a driver call)
+        return [c for c in self.last.values() if not c.done_now()]
+
+
+def _hand_over(use: Use, last: Sequence[Completion]) -> None:
+    """The launches ``last`` of ``use`` become its allocation's pending uses, each queue
+    holding a reference until they retire."""
+    alloc, start, end, writes = use
+    for c in last:
+        alloc.note_use(c, start, end, writes)
+        try:
+            alloc.retain()
+        except InvalidArgument:  # already freed: nothing left to hold
+            continue
+        c.slot.retain_until(c.value, alloc)
 
 
 def inflight_launches(alloc: Allocation) -> list[tuple[QueueSlot, int]]:

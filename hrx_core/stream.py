@@ -121,12 +121,10 @@ class PreparedLaunch:
             raise InvalidArgument("prepared launch: closed")
         ranges = list(self._ranges)
         ranges[index] = use
-        record = LaunchRecord(ranges)
         with self._slot.lock:  # launches of other threads see old or new, never a mix
+            self._record.replace(ranges)
             self._native.set_arg(index, arg)
-            old, self._record = self._record, record
             self._ranges = tuple(ranges)
-        old.close()
 
     def launch(self) -> Completion:
         slot = self._slot

@@ -235,3 +235,38 @@ def test_a_failed_launch_leaves_the_record_stale(dev):
             p.launch()  # still refused: nothing was cached by the failure
     p.launch().wait()
     assert (_u32(s, x) == 1).all()
+
+
+def test_rebinding_per_launch_updates_the_record_in_place_and_signals_nothing(dev, monkeypatch):
+    """TensorOps rebinds a slot's prepared launch per call: the record changes only the
+    entries of the rebound allocation (the others keep theirs), and handing over the
+    old binding's launches emits no timeline signal (no driver call per rebind)."""
+    from hrx_core.device import AUTO_FLUSH_OPS, QueueSlot
+
+    s = dev.stream()
+    bufs = [s.allocate_from(np.zeros(N, np.uint32)) for _ in range(4)]
+    grid, block = launch_1d(N)
+    p = s.prepare(ADD_U32, grid, [bufs[0]], block=block, scalars=(np.uint32(1), np.uint32(N)))
+    s.synchronize()
+    record = p._record
+    flushes = [0]
+    flush = QueueSlot._flush_locked
+
+    def counted(self):
+        flushes[0] += 1
+        return flush(self)
+
+    monkeypatch.setattr(QueueSlot, "_flush_locked", counted)
+    for i in range(40):
+        p.rebind(0, bufs[i % 4])
+        p.launch()
+    assert flushes[0] <= 40 // AUTO_FLUSH_OPS + 1
+    assert p._record is record  # the same record, updated in place
+    for i, b in enumerate(bufs):
+        assert (record in b.allocation.records) == (i == 3)
+    s.synchronize()
+    for b in bufs:
+        assert (s.download(b).view(np.uint32) == 10).all()  # every launch used its binding
+        assert b.is_idle()
+    p.close()
+    assert record not in bufs[3].allocation.records
