@@ -418,6 +418,14 @@ class Device:
 
     # -- synchronization --------------------------------------------------------
 
+    def _retire_finished(self) -> None:
+        """Release what every queue retained for work that has finished (deferred frees
+        included), without waiting for anything."""
+        for slots in list(self._slots.values()):
+            for slot in slots:
+                if slot.created:
+                    slot.retire()
+
     def synchronize(self, timeout: float | None = None) -> None:
         """Wait for every queue of the device (``timeout`` for each). Failures of the
         work are reported by its completions and streams, not here."""

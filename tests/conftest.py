@@ -42,8 +42,5 @@ def live_bytes(dev) -> int:
     import gc
 
     gc.collect()
-    for slots in list(dev._slots.values()):
-        for slot in slots:
-            if slot.created:
-                slot.retire()
+    dev._retire_finished()
     return dev.stats.live_bytes

@@ -21,13 +21,13 @@ def test_the_submission_plan_is_computed_once_per_graph(dev):
     g = rt.graph("two")
     g.compute("a", lambda r: r.dispatch(INC_BYTES, 1, [x], block=64, scalars=(np.uint32(64),)))
     plan = g.submit_plan()
-    assert plan[0] == {"compute"} and plan[1] == (x.allocation,)
-    assert plan[2]["submissions"] == 1 and plan[2]["regions"] == 1
+    assert plan.lanes == {"compute"} and plan.owners == (x.allocation,)
+    assert plan.counters["submissions"] == 1 and plan.counters["regions"] == 1
     rt.submit(g).wait()
     assert g.submit_plan() is plan  # cached
     g.compute("b", lambda r: r.dispatch(INC_BYTES, 1, [y], block=64, scalars=(np.uint32(64),)))
     plan2 = g.submit_plan()  # a new region invalidates it
-    assert plan2 is not plan and plan2[1] == (x.allocation, y.allocation) and plan2[2]["regions"] == 2
+    assert plan2 is not plan and plan2.owners == (x.allocation, y.allocation) and plan2.counters["regions"] == 2
     sub = rt.submit(g)
     sub.wait()
     assert tuple(sub.owners) == (x.allocation, y.allocation)

@@ -87,7 +87,7 @@ def main() -> int:
         print("\n".join(rows))
         for b in (*ws, x, out):
             b.close()
-        del tw
+        tw.clear()  # free the torch weights before the next shape
         torch.cuda.empty_cache()
     return 0
 

@@ -21,6 +21,7 @@ import time
 import numpy as np
 from hrx_image import ImageOps
 from hrx_tensor import TensorOps
+from hrx_tensor.kernels import linear_launch
 from ml_dtypes import bfloat16
 
 import hrx_core as hrx
@@ -43,6 +44,13 @@ def per_call(fn, calls: int, sync) -> tuple[float, float]:
     return (time.perf_counter() - t) / done * 1e6, cpu / done * 1e6
 
 
+def linear_args(k: int, n: int) -> tuple[int, int, tuple]:
+    """(grid, block, scalars) of the GEMV kernel for one K x N projection, as the plan
+    launches it (hrx_tensor.kernels.linear_launch)."""
+    grid, block, ks = linear_launch(k, n)
+    return grid, block, (np.uint32(k), np.uint32(n), np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(ks))
+
+
 def gpu_time(ops, dev, k: int, n: int) -> None:
     """GPU time per linear kernel (CUDA events around 200 prepared launches over weights
     rotated through 768 MiB, so none is served from L2), and torch F.linear alike."""
@@ -57,8 +65,8 @@ def gpu_time(ops, dev, k: int, n: int) -> None:
     x = dev.allocate(k * 2)
     s.fill(x, 0)
     out = dev.allocate(n * 2)
-    scalars = (np.uint32(k), np.uint32(n), np.uint32(0), np.uint32(0), np.uint32(0))
-    launches = [s.prepare(ops._linear, -(-n // 8), [x, w, w, w, out], block=256, scalars=scalars) for w in ws]
+    grid, block, scalars = linear_args(k, n)
+    launches = [s.prepare(ops._linear, grid, [x, w, w, w, out], block=block, scalars=scalars) for w in ws]
     ext = torch.cuda.ExternalStream(s.native_queue().native_handle())
     s.synchronize()
 
@@ -156,8 +164,7 @@ def main() -> None:
     w = ops.upload(np.ones((args.n, args.k), dtype=bfloat16))
     out = dev.allocate(args.n * 2)
     kern = ops._linear
-    scalars = (np.uint32(args.k), np.uint32(args.n), np.uint32(0), np.uint32(0), np.uint32(0))
-    grid = -(-args.n // 8)
+    grid, block, scalars = linear_args(args.k, args.n)
     idx = np.arange(64) % args.n
     chw = image_ops.upload(np.ones((3, 224, 224), np.float32))
     loops = {
@@ -167,7 +174,7 @@ def main() -> None:
     }
     results = {
         "linear": per_call(loops["linear"], args.calls, s.synchronize),
-        "dispatch (same kernel)": per_call(lambda: s.dispatch(kern, grid, [x.view, w.view, w.view, w.view, out], block=256, scalars=scalars), args.calls, s.synchronize),
+        "dispatch (same kernel)": per_call(lambda: s.dispatch(kern, grid, [x.view, w.view, w.view, w.view, out], block=block, scalars=scalars), args.calls, s.synchronize),
         "gather_rows (64 rows)": per_call(loops["gather"], args.calls, s.synchronize),
         "patchify 3x224x224 f32": per_call(loops["patchify"], args.calls, s.synchronize),
     }

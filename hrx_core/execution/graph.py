@@ -248,6 +248,18 @@ class RegionInfo(NamedTuple):
     graph: str
 
 
+class SubmitPlan(NamedTuple):
+    """What every submission of a graph needs: the lanes it uses, the allocations it
+    holds while in flight (each once; shared by every submission, so a tuple), the
+    statistics counters one submission adds, and what observation keeps of each
+    region (no region, and so no memory, outlives its graph)."""
+
+    lanes: frozenset[str]
+    owners: tuple[Any, ...]
+    counters: dict[str, int]
+    infos: tuple[RegionInfo, ...]
+
+
 class TrackedGraph:
     """Regions recorded once and submitted to a :class:`Runtime` many times."""
 
@@ -258,8 +270,7 @@ class TrackedGraph:
         self._hazards = HazardTracker()
         self._totals: dict[str, int] | None = None
         # (lanes, owners, counters) of one submission, cached until a region is added
-        self._submit_plan: tuple[frozenset[str], tuple[Any, ...], dict[str, int]] | None = None
-        self._infos: tuple[RegionInfo, ...] | None = None
+        self._submit_plan: SubmitPlan | None = None
         self._closed = False
 
     def __repr__(self) -> str:
@@ -293,29 +304,23 @@ class TrackedGraph:
         self.regions.append(region)
         self._totals = None
         self._submit_plan = None
-        self._infos = None
         return region
 
-    def region_infos(self) -> tuple[RegionInfo, ...]:
-        """Name, lane, dependencies and graph name of each region (what observation
-        keeps of a submission: no region, and so no memory, outlives its graph)."""
-        infos = self._infos
-        if infos is None:
-            infos = self._infos = tuple(RegionInfo(r.name, r.lane, tuple(r.deps), self.name) for r in self.regions)
-        return infos
-
-    def submit_plan(self) -> tuple[frozenset[str], tuple[Any, ...], dict[str, int]]:
-        """What every submission of this graph needs, computed once: the lanes it uses,
-        the allocations it holds while in flight (each once), and the statistics
-        counters one submission adds."""
+    def submit_plan(self) -> SubmitPlan:
+        """What every submission of this graph needs, computed once (until a region is
+        added): see :class:`SubmitPlan`."""
         plan = self._submit_plan
         if plan is None:
             owners: dict[int, Any] = {}
             for region in self.regions:
                 for alloc, *_ in region.accesses:
                     owners[id(alloc)] = alloc
-            counters = {"submissions": 1, "regions": len(self.regions), **self.transfer_totals()}
-            plan = self._submit_plan = (frozenset(r.lane for r in self.regions), tuple(owners.values()), counters)
+            plan = self._submit_plan = SubmitPlan(
+                lanes=frozenset(r.lane for r in self.regions),
+                owners=tuple(owners.values()),
+                counters={"submissions": 1, "regions": len(self.regions), **self.transfer_totals()},
+                infos=tuple(RegionInfo(r.name, r.lane, tuple(r.deps), self.name) for r in self.regions),
+            )
         return plan
 
     def transfer_totals(self) -> dict[str, int]:

@@ -12,7 +12,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from numbers import Real
 from typing import Any
@@ -26,10 +26,10 @@ __all__ = ["LatencyProfile", "RuntimeStats", "format_bytes", "format_seconds"]
 
 class _Deferred:
     """Readers first fold in what an owner deferred: the runtime stamps region end
-    times in completion callbacks and adds them to profiles, statistics and traces
-    only when one of them is read (``_before_read``, set by the owner)."""
+    times and adds them to its statistics, profiles and trace only when one of them is
+    read (``_before_read``, set by the owner, is called before any read)."""
 
-    _before_read: Any = None
+    _before_read: Callable[[], None] | None = None
 
     def _settle(self) -> None:
         hook = self._before_read

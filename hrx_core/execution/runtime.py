@@ -32,7 +32,7 @@ from ..budget import MemoryBudget
 from ..buffer import Allocation, Buffer, check_int
 from ..errors import HRXError, InvalidArgument, QueueFull, Timeout, Unsupported, show, strict_init
 from ..timeouts import check_timeout, remaining
-from .failures import event_failure, mark_delivered, own_failure, pending_failure, raise_event_failure
+from .failures import event_failure, own_failure, pending_failure, raise_event_failure
 from .graph import ReadRange, Region, RegionInfo, TrackedGraph
 from .lanes import LANES, Lane
 
@@ -395,7 +395,7 @@ class Runtime:
         if self._unstamped:
             self._notice()
         plan = graph.submit_plan()
-        lanes = plan[0]
+        lanes = plan.lanes
         while True:
             self._make_room(block, deadline, timeout)
             try:
@@ -404,13 +404,13 @@ class Runtime:
                         self._give_room_back()
                         self._wait_for_lanes(lanes, block, deadline, timeout)
                         continue  # room may be gone meanwhile: take it again
-                    submission = self._submit_locked(graph, plan[1], plan[2])
+                    submission = self._submit_locked(graph, plan.owners, plan.counters)
             except BaseException:
                 self._give_room_back()
                 raise
             break
         if self.options.observe:
-            self._observe(graph.region_infos(), submission.events, submission.submitted)
+            self._observe(plan.infos, submission.events, submission.submitted)
         if self._quarantined or self._releasing:
             self._prove_idle()
         return submission

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, NoReturn, overload
 
 from ..errors import InvalidArgument, show
+from .profile import _Deferred
 
 __all__ = ["TraceRecorder", "validate_trace"]
 
@@ -119,7 +120,7 @@ def _check_args(args: object) -> dict[str, Any] | None:
     return dict(args)
 
 
-class TraceRecorder:
+class TraceRecorder(_Deferred):
     """A thread-safe, bounded recorder of trace events.
 
     Timestamps are nanoseconds read from ``clock`` (``time.perf_counter_ns`` by
@@ -144,15 +145,6 @@ class TraceRecorder:
         self._track_ids: dict[tuple[str, str], int] = {}
         self._next_slice_id = 1
         self._next_flow_id = 1
-
-    #: Set by an owner that defers recording (the runtime's observation): called
-    #: before anything reads the events.
-    _before_read: Callable[[], None] | None = None
-
-    def _settle(self) -> None:
-        hook = self._before_read
-        if hook is not None:
-            hook()
 
     @property
     def dropped(self) -> int:

@@ -67,10 +67,7 @@ def _settled(budget, ctx) -> int:
     """Budget use once earlier tests' finished work has retired (their closed slots'
     memory is released when its queue next retires, not at the close)."""
     ctx.runtime.synchronize()
-    for slots in list(ctx.runtime.device._slots.values()):
-        for slot in slots:
-            if slot.created:
-                slot.retire()
+    ctx.runtime.device._retire_finished()
     return budget.used_bytes
 
 
