@@ -109,6 +109,11 @@ class GatherSlot(Slot):
             done.wait_quiet()  # the device is a ring behind: wait for it (failures are the consumer's)
         return entry
 
+    def close(self) -> None:
+        for entry in self.entries:
+            entry.launcher.close()
+        super().close()
+
     def launch_entry(self, entry: IndexEntry, stream: Stream, kernel: Any, plan: Plan, views: list[Any]) -> Completion:
         """Launch the gather through ``entry``'s prepared launch (after other queues'
         users of the slot); every half ring, emit a signal."""

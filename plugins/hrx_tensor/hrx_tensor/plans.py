@@ -31,6 +31,8 @@ MAX_IDLE_SLOTS = 2
 MAX_FRONT = 256
 #: One call in this many served from that dict also leases from the cache (LRU order).
 LRU_TOUCH = 64
+#: Argument sets a slot keeps a prepared launch for besides the current one (see Launcher).
+MAX_BINDINGS = 64
 
 
 def _remember(obj: Any) -> Callable[[], Any]:
@@ -68,34 +70,90 @@ class _Bound:
 
 
 class Launcher:
-    """One prepared launch and the arguments it is bound to.
+    """Prepared launches of one slot and the arguments each is bound to.
 
-    Prepared on first use on a stream (the plan fixes kernel, geometry and scalars);
-    afterwards only the buffer arguments that changed are rebound -- a changed
-    argument, or one whose buffer was closed or whose view was modified since, goes
-    through ``PreparedLaunch.rebind``, which validates it (a closed buffer raises).
+    Prepared on first use on a stream (the plan fixes kernel, geometry and scalars).
+    A call whose arguments are those of the current launch launches it as is. A call
+    with other arguments -- eager decoding rotates through one weight per layer --
+    switches to the launch prepared for that set of arguments, if the slot kept one
+    (up to :data:`MAX_BINDINGS` sets, keyed by the identity of the argument objects and
+    checked with :meth:`_Bound.holds`, so a reused ``id`` is never mistaken for its
+    predecessor); only then is anything rebound. A new set is prepared while the slot
+    keeps fewer than MAX_BINDINGS, after which the least recently used launch is
+    rebound instead. Rebinding goes through ``PreparedLaunch.rebind``, which validates
+    the argument (a closed buffer raises) -- an argument whose buffer was closed or
+    whose view was modified since it was bound is always rebound, never launched.
+
+    Each kept launch is a launch record on the memory it binds: it never keeps that
+    memory alive (a freed buffer's records refuse it), and a buffer closed, freed or
+    host-mapped makes every kept launch validate again before it launches.
     """
 
-    __slots__ = ("bound", "prepared", "stream")
+    __slots__ = ("bound", "ids", "others", "prepared", "stream")
 
     def __init__(self) -> None:
         self.prepared: Any = None
         self.stream: Any = None
         self.bound: list[_Bound] = []
+        self.ids: tuple[int, ...] = ()
+        #: argument ids -> (prepared launch, bindings), least recently used first
+        self.others: dict[tuple[int, ...], tuple[Any, list[_Bound]]] = {}
 
     def launch(self, stream: Any, kernel: Any, grid: Any, block: Any, scalars: tuple[Any, ...],
                views: Sequence[Any]) -> Any:
         prepared = self.prepared
-        if prepared is None or self.stream is not stream:
-            prepared = stream.prepare(kernel, grid, views, block=block, scalars=scalars)
-            self.prepared, self.stream, self.bound = prepared, stream, [_Bound(v) for v in views]
-        else:
+        if prepared is not None and self.stream is stream:
             bound = self.bound
+            i = 0
+            for v in views:
+                if not bound[i].holds(v):
+                    return self._switch(stream, kernel, grid, block, scalars, views)
+                i += 1
+            return prepared.launch()
+        self.close()
+        prepared = stream.prepare(kernel, grid, views, block=block, scalars=scalars)
+        self.prepared, self.stream, self.bound, self.ids = prepared, stream, [_Bound(v) for v in views], _ids(views)
+        return prepared.launch()
+
+    def _switch(self, stream: Any, kernel: Any, grid: Any, block: Any, scalars: tuple[Any, ...],
+                views: Sequence[Any]) -> Any:
+        """Launch over ``views``, which the current launch is not bound to."""
+        ids = _ids(views)
+        others = self.others
+        entry = others.pop(ids, None)
+        if entry is None and len(others) < MAX_BINDINGS:
+            prepared = stream.prepare(kernel, grid, views, block=block, scalars=scalars)
+            bound = [_Bound(v) for v in views]
+        else:
+            if entry is None:  # full: rebind the least recently used (or the current one)
+                entry = others.pop(next(iter(others))) if others else (self.prepared, self.bound)
+            prepared, bound = entry
             for i, v in enumerate(views):
                 if not bound[i].holds(v):
-                    prepared.rebind(i, v)
+                    try:
+                        prepared.rebind(i, v)
+                    except BaseException:
+                        if prepared is not self.prepared:
+                            others[ids] = entry  # still bound to what ``bound`` holds
+                        raise
                     bound[i] = _Bound(v)
+        if prepared is not self.prepared:
+            others[self.ids] = (self.prepared, self.bound)
+        self.prepared, self.bound, self.ids = prepared, bound, ids
         return prepared.launch()
+
+    def close(self) -> None:
+        """Unbind every kept launch (launches in flight keep what they use)."""
+        others, self.others = self.others, {}
+        for prepared, _ in others.values():
+            prepared.close()
+        if self.prepared is not None:
+            self.prepared.close()
+        self.prepared, self.stream, self.bound, self.ids = None, None, [], ()
+
+
+def _ids(views: Sequence[Any]) -> tuple[int, ...]:
+    return tuple([id(v) for v in views])
 
 
 class Slot:
@@ -138,6 +196,7 @@ class Slot:
         return done
 
     def close(self) -> None:
+        self.launcher.close()
         for b in self.buffers:
             b.close()
 

@@ -283,3 +283,103 @@ def test_refused_gather_allocates_nothing(ops, dev):
     assert (dev.stats.allocations, dev.stats.live_bytes, dev.stats.dispatches) == before
     assert held.numpy().tobytes() == np.arange(30, dtype=np.int16).reshape(10, 3)[[1, 2]].tobytes()
     held.close()
+
+
+def _count_calls(monkeypatch, cls, name):
+    calls = []
+    real = getattr(cls, name)
+
+    def counted(self, *args, **kwargs):
+        calls.append(args)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, name, counted)
+    return calls
+
+
+def test_rotating_weights_keep_a_launch_each(ops, dev, monkeypatch):
+    """Eager decoding rotates one slot through many weights: the slot keeps a prepared
+    launch per argument set, so after the first round nothing is prepared or rebound,
+    and every result equals a fresh TensorOps' (the slow path)."""
+    from hrx_core.stream import PreparedLaunch, Stream
+
+    rng = np.random.default_rng(34)
+    local = TensorOps(dev, stream=ops.stream, plan_cache=PlanCache(max_plans=4))
+    x_host = rand_bf16(rng, (1, 128))
+    x = local.upload(x_host)
+    hosts = [rand_bf16(rng, (24, 128), 0.1) for _ in range(5)]
+    ws = [local.upload(h) for h in hosts]
+    slow = [linear_f32(fresh(ops), x, w) for w in ws]
+    for w in ws:  # first round: one prepared launch per weight
+        linear_f32(local, x, w)
+    prepares = _count_calls(monkeypatch, Stream, "prepare")
+    rebinds = _count_calls(monkeypatch, PreparedLaunch, "rebind")
+    for i in range(15):
+        got = linear_f32(local, x, ws[i % 5])
+        check_f32(got[0], *reference(x_host, hosts[i % 5]))
+        assert got.tobytes() == slow[i % 5].tobytes()
+    assert prepares == [] and rebinds == []
+
+
+def test_rotation_beyond_the_kept_launches_rebinds(ops, dev, monkeypatch):
+    """More argument sets than a slot keeps: the least recently used launch is rebound
+    (never a new one per call), and results stay right."""
+    from hrx_core.stream import PreparedLaunch, Stream
+    from hrx_tensor import plans
+
+    monkeypatch.setattr(plans, "MAX_BINDINGS", 2)
+    rng = np.random.default_rng(35)
+    local = TensorOps(dev, stream=ops.stream, plan_cache=PlanCache(max_plans=4))
+    x_host = rand_bf16(rng, (1, 64))
+    x = local.upload(x_host)
+    hosts = [rand_bf16(rng, (16, 64), 0.1) for _ in range(5)]
+    ws = [local.upload(h) for h in hosts]
+    prepares = _count_calls(monkeypatch, Stream, "prepare")
+    rebinds = _count_calls(monkeypatch, PreparedLaunch, "rebind")
+    for i in range(20):
+        check_f32(linear_f32(local, x, ws[i % 5])[0], *reference(x_host, hosts[i % 5]))
+    assert len(prepares) == 3  # the current launch and two kept ones
+    assert len(rebinds) == 20 - 3  # every later call rebinds the oldest (one weight each)
+
+
+def test_kept_launch_of_a_closed_buffer_never_launches(ops, dev):
+    """A weight whose buffer was closed while its launch was kept (not current) is
+    refused by that launch's validation: nothing is dispatched."""
+    rng = np.random.default_rng(36)
+    local = TensorOps(dev, stream=ops.stream, plan_cache=PlanCache(max_plans=4))
+    x = local.upload(rand_bf16(rng, (1, 128)))
+    buf = dev.allocate(16 * 128 * 2)
+    ops.stream.upload_blocking(buf, rand_bf16(rng, (16, 128)).view(np.uint8).reshape(-1))
+    w_closed = local.tensor(buf, (16, 128), bfloat16)
+    w_other = local.upload(rand_bf16(rng, (16, 128)))
+    for w in (w_closed, w_other, w_closed, w_other):
+        local.linear(x, w).close()
+    buf.close()  # w_closed's launch is kept, not current
+    dispatches = dev.stats.dispatches
+    with pytest.raises(InvalidArgument, match="buffer"):
+        local.linear(x, w_closed)
+    assert dev.stats.dispatches == dispatches
+    local.linear(x, w_other).close()  # the other kept launch still works
+    assert dev.stats.dispatches == dispatches + 1
+
+
+def test_kept_launch_sees_a_later_host_mapping(ops, dev):
+    rng = np.random.default_rng(37)
+    local = TensorOps(dev, stream=ops.stream, plan_cache=PlanCache(max_plans=4))
+    x = local.upload(rand_bf16(rng, (1, 128)))
+    a, b = local.upload(rand_bf16(rng, (8, 128))), local.upload(rand_bf16(rng, (8, 128)))
+    for w in (a, b, a, b):
+        local.linear(x, w).close()
+    ops.stream.synchronize()
+    try:
+        mapping = a.buffer.map("read_write")
+        mapping.__enter__()
+    except Unsupported:
+        pytest.skip("buffers of this engine are not host-mappable")
+    try:
+        dispatches = dev.stats.dispatches
+        with pytest.raises(AccessConflict):
+            local.linear(x, a)
+        assert dev.stats.dispatches == dispatches
+    finally:
+        mapping.__exit__(None, None, None)
