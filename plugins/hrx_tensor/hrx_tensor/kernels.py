@@ -18,9 +18,9 @@ grid from the shape (the plan's choice, not a trial per call).
 
 ``hrx_tensor_gather`` copies ``n`` rows of ``row_units`` units of ``width`` bytes
 (16, 8, 4, 2 or 1 -- the widest dividing the row size and both offsets) from table
-rows selected by int64 indices: bit-exact for every dtype. One block per row; the
-row's index (in host-visible memory) is read once per block, and each thread keeps
-four loads in flight.
+rows selected by int64 indices: bit-exact for every dtype. A group of threads per
+row (:func:`gather_launch` sizes it from the row length), several rows per block,
+four streaming loads in flight per thread.
 
 Both sources also compile for gfx1151 (``hrx_gpu.amdgpu``; ``__AMDGCN__`` selects the
 portable streaming load there).
@@ -49,8 +49,15 @@ LINEAR_MIN_VECTORS_PER_WARP = 64
 #: four (torch: 3.78 / 4.02); shorter rows gained nothing from it.
 LINEAR_LONG_ROW = 8192
 LINEAR_LONG_ROW_SPLIT = 4
-#: Threads per block of the CUDA gather (at most; fewer for short rows).
+#: Threads per block of the CUDA gather (at most; fewer when all rows need fewer).
 GATHER_THREADS = 256
+#: Threads per gathered row: about one per GATHER_UNITS_PER_THREAD units of the row, a
+#: power of two from 4 to 32. Measured on the H200 (bench/tools/gather_variants.py,
+#: 4096 rows of 4096 BF16, indices in host memory): one block of 256 threads a row ran
+#: at 22.4 us, 16 to 64 threads a row at 19.1-19.5 us, torch index_select 20.1 us.
+GATHER_UNITS_PER_THREAD = 16
+GATHER_MAX_SHIFT = 5
+GATHER_FILL = 65536
 #: Host GEMV: rows converted from BF16 to F32 per step, sized to stay in cache.
 HOST_CHUNK_BYTES = 256 * 1024
 
@@ -204,49 +211,67 @@ hrx_tensor_linear(const uint4* __restrict__ x, const unsigned short* __restrict_
 """
 
 GATHER_CUDA = r"""
-// Row ``row`` of the output is row idx[row] of the table: one block per output row,
-// its threads copying the row in units of T (the widest of 16/8/4/2/1 bytes dividing
-// the row size and both offsets). Thread 0 reads the row's index once (the indices
-// live in host-visible memory) and shares it; each thread then moves up to four
-// units per round, four loads in flight before their stores.
+// Row ``row`` of the output is row idx[row] of the table, copied in units of T (the
+// widest of 16/8/4/2/1 bytes dividing the row size and both offsets) by a group of
+// 2**shift threads (the plan's choice from the row length, gather_launch); a block of
+// 256 threads covers several rows, so the indices' latency (they live in host-visible
+// memory) is paid by many rows at once. Each thread keeps four loads in flight, with
+// streaming (evict-first) loads and stores on CUDA: a gathered row is read once.
 template <typename T>
-__device__ __forceinline__ void hrx_copy_row(const T* __restrict__ s, T* __restrict__ d, unsigned long long units) {
-    const unsigned int step = blockDim.x;
-    if (units < (1ull << 32) - 4ull * step) {  // 32-bit unit indices
+__device__ __forceinline__ T hrx_gather_ld(const T* p) {
+#ifdef __AMDGCN__
+    return *p;
+#else
+    return __ldcs(p);
+#endif
+}
+
+template <typename T>
+__device__ __forceinline__ void hrx_gather_st(T* p, const T v) {
+#ifdef __AMDGCN__
+    *p = v;
+#else
+    __stcs(p, v);
+#endif
+}
+
+template <typename T>
+__device__ __forceinline__ void hrx_gather_row(const T* __restrict__ s, T* __restrict__ d, unsigned long long units,
+                                               unsigned int lane, unsigned int tpr) {
+    if (units < (1ull << 32) - 4ull * tpr) {  // 32-bit unit indices
         const unsigned int n = (unsigned int)units;
-        for (unsigned int u = threadIdx.x; u < n; u += 4u * step) {
-            const unsigned int u1 = u + step, u2 = u1 + step, u3 = u2 + step;
+        for (unsigned int u = lane; u < n; u += 4u * tpr) {
+            const unsigned int u1 = u + tpr, u2 = u1 + tpr, u3 = u2 + tpr;
             // past the row's end a lane reloads unit u (no branch, no uninitialized value)
-            const T a = s[u];
-            const T b = s[u1 < n ? u1 : u];
-            const T c = s[u2 < n ? u2 : u];
-            const T e = s[u3 < n ? u3 : u];
-            d[u] = a;
-            if (u1 < n) d[u1] = b;
-            if (u2 < n) d[u2] = c;
-            if (u3 < n) d[u3] = e;
+            const T a = hrx_gather_ld(s + u);
+            const T b = hrx_gather_ld(s + (u1 < n ? u1 : u));
+            const T c = hrx_gather_ld(s + (u2 < n ? u2 : u));
+            const T e = hrx_gather_ld(s + (u3 < n ? u3 : u));
+            hrx_gather_st(d + u, a);
+            if (u1 < n) hrx_gather_st(d + u1, b);
+            if (u2 < n) hrx_gather_st(d + u2, c);
+            if (u3 < n) hrx_gather_st(d + u3, e);
         }
     } else {
-        for (unsigned long long u = threadIdx.x; u < units; u += step) d[u] = s[u];
+        for (unsigned long long u = lane; u < units; u += tpr) d[u] = s[u];
     }
 }
 
 extern "C" __global__ void __launch_bounds__(256)
 hrx_tensor_gather(const unsigned char* __restrict__ table, const long long* __restrict__ idx,
                   unsigned char* __restrict__ out, unsigned long long row_units, unsigned int width,
-                  unsigned long long n) {
-    __shared__ long long src_row;
-    const unsigned long long row = blockIdx.x + (unsigned long long)blockIdx.y * gridDim.x;
-    if (row >= n) return;  // the whole block: before the barrier
-    if (threadIdx.x == 0) src_row = idx[row];
-    __syncthreads();
-    const unsigned long long src = (unsigned long long)src_row * row_units, dst = row * row_units;
+                  unsigned long long n, unsigned int shift) {
+    const unsigned long long t = (blockIdx.x + (unsigned long long)blockIdx.y * gridDim.x) * blockDim.x + threadIdx.x;
+    const unsigned long long row = t >> shift;
+    if (row >= n) return;
+    const unsigned int tpr = 1u << shift, lane = (unsigned int)t & (tpr - 1u);
+    const unsigned long long src = (unsigned long long)idx[row] * row_units, dst = row * row_units;
     switch (width) {
-        case 16: hrx_copy_row(reinterpret_cast<const uint4*>(table) + src, reinterpret_cast<uint4*>(out) + dst, row_units); break;
-        case 8: hrx_copy_row(reinterpret_cast<const uint2*>(table) + src, reinterpret_cast<uint2*>(out) + dst, row_units); break;
-        case 4: hrx_copy_row(reinterpret_cast<const unsigned int*>(table) + src, reinterpret_cast<unsigned int*>(out) + dst, row_units); break;
-        case 2: hrx_copy_row(reinterpret_cast<const unsigned short*>(table) + src, reinterpret_cast<unsigned short*>(out) + dst, row_units); break;
-        default: hrx_copy_row(table + src, out + dst, row_units); break;
+        case 16: hrx_gather_row(reinterpret_cast<const uint4*>(table) + src, reinterpret_cast<uint4*>(out) + dst, row_units, lane, tpr); break;
+        case 8: hrx_gather_row(reinterpret_cast<const uint2*>(table) + src, reinterpret_cast<uint2*>(out) + dst, row_units, lane, tpr); break;
+        case 4: hrx_gather_row(reinterpret_cast<const unsigned int*>(table) + src, reinterpret_cast<unsigned int*>(out) + dst, row_units, lane, tpr); break;
+        case 2: hrx_gather_row(reinterpret_cast<const unsigned short*>(table) + src, reinterpret_cast<unsigned short*>(out) + dst, row_units, lane, tpr); break;
+        default: hrx_gather_row(table + src, out + dst, row_units, lane, tpr); break;
     }
 }
 """
@@ -322,8 +347,24 @@ def _linear_host(x: np.ndarray, w0: np.ndarray, w1: np.ndarray, w2: np.ndarray, 
         y[: total * 2].view(bfloat16)[:] = acc.astype(bfloat16)  # round to nearest even
 
 
+def gather_launch(units: int, n: int) -> tuple[int, int, int]:
+    """(grid, block, shift) of gathering ``n`` rows of ``units`` units each: 2**shift
+    threads per row, blocks of up to GATHER_THREADS threads.
+
+    About one thread per GATHER_UNITS_PER_THREAD units (4 to 32 a row); fewer rows
+    than fill the GPU (GATHER_FILL threads) get more threads a row, up to one per unit
+    and GATHER_THREADS a row (a decode step's single embedding row)."""
+    per_row = max(1, -(-units // GATHER_UNITS_PER_THREAD))
+    shift = min(GATHER_MAX_SHIFT, max(2, (per_row - 1).bit_length()))
+    while (n << shift) < GATHER_FILL and (1 << shift) < units and (1 << shift) < GATHER_THREADS:
+        shift += 1
+    threads = n << shift
+    block = min(GATHER_THREADS, -(-threads // 32) * 32)
+    return -(-threads // block), block, shift
+
+
 def _gather_host(table: np.ndarray, idx: np.ndarray, out: np.ndarray,
-                 row_units: np.uint64, width: np.uint32, n: np.uint64) -> None:
+                 row_units: np.uint64, width: np.uint32, n: np.uint64, shift: np.uint32) -> None:
     row_bytes = int(row_units) * int(width)
     n = int(n)
     src = table.reshape(-1, row_bytes)
@@ -343,7 +384,7 @@ LINEAR = Kernel(
 GATHER = Kernel(
     "hrx_tensor_gather",
     buffers=("read", "read", "write"),
-    scalars=(np.uint64, np.uint32, np.uint64),
+    scalars=(np.uint64, np.uint32, np.uint64, np.uint32),
     host=_gather_host,
     cuda=GATHER_CUDA,
 )

@@ -432,9 +432,8 @@ class TensorOps(OpFamily):
         gather = self._gather
 
         def prepare() -> Plan:
-            block = min(_kernels.GATHER_THREADS, max(32, -(-units // 32) * 32))
-            grid = (n, 1, 1) if n < 2**31 else None
-            scalars = gather.check_scalars((np.uint64(units), np.uint32(width), np.uint64(n)))
+            grid, block, shift = _kernels.gather_launch(units, n)
+            scalars = gather.check_scalars((np.uint64(units), np.uint32(width), np.uint64(n), np.uint32(shift)))
             ring = max(2, min(INDEX_RING, INDEX_RING_BYTES // (n * 8)))
             # the indices go into host-visible memory the kernel reads directly: no
             # staging copy and no upload command per call

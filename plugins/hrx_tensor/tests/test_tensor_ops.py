@@ -101,6 +101,27 @@ def test_gather_rows_bit_exact(ops, dtype):
     np.testing.assert_array_equal(got.view(np.uint8), table[idx].view(np.uint8))
 
 
+# (row bytes, rows gathered): every thread-group size gather_launch picks (4 to 256
+# threads a row), rows ending inside a group's four-load round, and each unit width
+GATHER_GEOMETRIES = [(16, 1), (48, 5), (1536, 1), (1536, 700), (8192, 300), (8192 + 16, 33), (8200, 9),
+                     (4100, 17), (4098, 3), (24, 4000), (16 * 1000, 2)]
+
+
+@pytest.mark.parametrize("row_bytes,n", GATHER_GEOMETRIES, ids=[f"{b}Bx{n}" for b, n in GATHER_GEOMETRIES])
+def test_gather_rows_geometries(ops, row_bytes, n):
+    from hrx_tensor.kernels import gather_launch
+
+    rng = np.random.default_rng(row_bytes * 7 + n)
+    rows = 97
+    table = rng.integers(0, 256, (rows, row_bytes), dtype=np.uint8)
+    idx = rng.integers(0, rows, n)
+    idx[0] = rows - 1
+    grid, block, shift = gather_launch(row_bytes // 16 or 1, n)
+    assert grid * block >= n << shift and block % 32 == 0 and block <= 256
+    with ops.upload(table) as tt, ops.gather_rows(tt, idx) as out:
+        np.testing.assert_array_equal(out.numpy(), table[idx])
+
+
 def test_gather_rows_odd_rows_and_list(ops):
     table = np.arange(7 * 3, dtype=np.uint8).reshape(7, 3)  # 3-byte rows: byte-wise copies
     with ops.upload(table) as tt:

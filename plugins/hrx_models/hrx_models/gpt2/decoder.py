@@ -45,7 +45,7 @@ from typing import Any, Self
 
 import attrs
 import numpy as np
-from hrx_tensor.kernels import GATHER_THREADS, linear_launch
+from hrx_tensor.kernels import gather_launch, linear_launch
 from ml_dtypes import bfloat16
 
 from hrx_core.budget import MemoryBudget
@@ -195,10 +195,10 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
     # embeddings: hrx_tensor's gather (the kernel of TensorOps.gather_rows) of one row each,
     # indexed by the device-side emb_idx = [token, position]
     units = 2 * d // 16  # 16-byte units (rows are 2 * n_embd bytes, a multiple of 16)
-    block = min(GATHER_THREADS, max(32, -(-units // 32) * 32))
+    ggrid, gblock, gshift = gather_launch(units, 1)
     for table, idx, row in (("wte.weight", 0, "te"), ("wpe.weight", 8, "pe")):
-        g.dispatch(k.gather, 1, [w(table), s["emb_idx"].slice(idx, 8), s[row]], block=block,
-                   scalars=(np.uint64(units), np.uint32(16), np.uint64(1)))
+        g.dispatch(k.gather, ggrid, [w(table), s["emb_idx"].slice(idx, 8), s[row]], block=gblock,
+                   scalars=(np.uint64(units), np.uint32(16), np.uint64(1), np.uint32(gshift)))
     g.dispatch(k.embed_ln, 1, [s["te"], s["pe"], w("h.0.ln_1.weight"), w("h.0.ln_1.bias"), s["x"], s["xn"]],
                block=K.ln_block(d), scalars=(np.uint32(d), eps))
     for i in range(cfg.n_layer):
