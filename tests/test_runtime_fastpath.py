@@ -150,3 +150,35 @@ def test_observe_option_is_checked(dev):
         with pytest.raises(hrx.InvalidArgument, match="observe"):
             RuntimeOptions(observe=bad)
     assert RuntimeOptions(observe="exact").observe == "exact"
+
+
+def test_a_notice_checks_one_unfinished_region_per_queue(dev, monkeypatch):
+    """observe=True: a queue finishes in order, so noticing ends behind unfinished work
+    asks one completion per queue, not one per queued region -- and every region is
+    still stamped once it finished."""
+    from hrx_core.completion import Completion
+
+    rt = Runtime(dev)
+    flag, x = rt.allocate(8), rt.allocate(64)
+    slow = rt.graph("slow")
+    slow.compute("sleep", lambda r: r.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(np.uint64(200_000_000),)))
+    quick = rt.graph("quick")
+    quick.compute("inc", lambda r: r.dispatch(INC_BYTES, 1, [x], block=64, scalars=(np.uint32(64),)))
+    rt.submit(slow)
+    for _ in range(12):
+        last = rt.submit(quick)
+    checks = [0]
+    done_now = Completion.done_now
+
+    def counted(self):
+        checks[0] += 1
+        return done_now(self)
+
+    monkeypatch.setattr(Completion, "done_now", counted)
+    rt._notice()
+    assert checks[0] <= 1  # the sleeper on the compute queue: nothing behind it is asked
+    monkeypatch.setattr(Completion, "done_now", done_now)
+    last.wait(timeout=60)
+    summary = rt.profile.summary()
+    assert summary["sleep"]["count"] == 1 and summary["inc"]["count"] == 12
+    rt.close()

@@ -314,6 +314,8 @@ class Runtime:
         # observe=True: the observed submissions not fully stamped yet (oldest first)
         self._unstamped: collections.deque[tuple[Sequence[RegionInfo], list[float], float, Sequence[Event]]] = collections.deque()
         self._exact = options.observe == "exact"
+        #: distinct queues of the lanes (a notice stops once each has unfinished work)
+        self._queues = len({id(lane.stream.slot) for lane in self.lanes.values()})
         self._fold_lock = threading.RLock()  # a fold reads statistics, which asks for a fold
         self._folding = False
         for recorder in (self.stats, self.profile, self.trace):
@@ -568,13 +570,24 @@ class Runtime:
             return
         now = time.perf_counter()
         with self._fold_lock:
+            # a queue finishes its work in order: past a region of a queue that is not
+            # done, no later region of that queue is checked (one timeline read a queue)
+            blocked: set[Any] = set()
             scanned = 0
             for _, ends, _, events in unstamped:
                 for i, event in enumerate(events):
-                    if not ends[i] and event.completion.done_now():
+                    if ends[i]:
+                        continue
+                    completion = event.completion
+                    slot = completion.slot
+                    if slot in blocked:
+                        continue
+                    if completion.done_now():
                         ends[i] = now
+                    else:
+                        blocked.add(slot)
                 scanned += 1
-                if scanned > _NOTICE_SCAN:
+                if scanned > _NOTICE_SCAN or len(blocked) >= self._queues:
                     break
             while unstamped and 0.0 not in unstamped[0][1]:
                 unstamped.popleft()
