@@ -110,7 +110,7 @@ def main() -> int:
         units = cols * 2 // 16
         moved = 2 * n * cols * 2
         expect = torch.index_select(table, 0, didx)
-        t_us = gpu_us(lambda: torch.index_select(table, 0, didx))
+        t_us = gpu_us(lambda table=table, didx=didx: torch.index_select(table, 0, didx))
         line = [f"{n}x{cols}: index_select {t_us:7.2f} us ({moved / t_us / 1e6:5.2f} TB/s)"]
         for where, ix in (("host", hidx), ("dev", didx)):
             variants = [("block", "g_block", (n,), (256,), (units, n))]
@@ -137,7 +137,7 @@ def main() -> int:
                 us = gpu_us(go)
                 line.append(f"  {where:4s} {label:12s} {us:7.2f} us  {t_us / us:5.2f}x index_select{'' if ok else '  WRONG'}")
         print("\n".join(line), flush=True)
-        del table
+        table = None  # free it before the next shape's
     return 0
 
 
