@@ -46,8 +46,9 @@ LINEAR_MIN_VECTORS_PER_WARP = 64
 #: Rows at least this long (K) are split over at least LINEAR_LONG_ROW_SPLIT warps even
 #: when the grid is full: measured on the H200 (bench/tools/gemv_variants.py), 8192x8192
 #: and 16384x8192 ran at 3.25 / 3.43 TB/s with one warp a row and 3.65 / 3.91 TB/s with
-#: four (torch: 3.78 / 4.02); shorter rows gained nothing from it.
-LINEAR_LONG_ROW = 8192
+#: four (torch: 3.78 / 4.02); in a later run 6144x8192 and 4096x16384 (K x N) ran at
+#: 3.14 / 3.62 TB/s with one warp and 3.50 / 3.78 with four (torch 3.67 / 3.90).
+LINEAR_LONG_ROW = 4096
 LINEAR_LONG_ROW_SPLIT = 4
 #: Threads per block of the CUDA gather (at most; fewer when all rows need fewer).
 GATHER_THREADS = 256
