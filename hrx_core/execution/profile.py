@@ -106,6 +106,25 @@ class LatencyProfile(_Deferred):
                 if slot < self.max_samples:
                     series.samples[slot] = seconds
 
+    def _record_many(self, latencies: dict[str, list[float]]) -> None:
+        """:meth:`record` for many values at once, under one lock (the runtime's own
+        values: already finite and non-negative)."""
+        with self._lock:
+            for name, values in latencies.items():
+                series = self._series.setdefault(name, _Series())
+                samples = series.samples
+                for seconds in values:
+                    series.count += 1
+                    series.total += seconds
+                    if seconds > series.max:
+                        series.max = seconds
+                    if len(samples) < self.max_samples:
+                        samples.append(seconds)
+                    else:
+                        slot = self._random.randrange(series.count)
+                        if slot < self.max_samples:
+                            samples[slot] = seconds
+
     @contextmanager
     def measure(self, name: str) -> Iterator[None]:
         """Record the wall time of the ``with`` block as one latency of ``name``."""
@@ -248,6 +267,14 @@ class RuntimeStats(_Deferred):
         with self._lock:
             self._lane_busy[lane] = self._lane_busy.get(lane, 0.0) + float(seconds)
             self._lane_regions[lane] = self._lane_regions.get(lane, 0) + regions
+
+    def _lanes_busy(self, busy: dict[str, list[Any]]) -> None:
+        """:meth:`lane_busy` for several lanes at once: ``{lane: [seconds, regions]}``
+        (the runtime's own values, not re-checked), under one lock."""
+        with self._lock:
+            for lane, (seconds, regions) in busy.items():
+                self._lane_busy[lane] = self._lane_busy.get(lane, 0.0) + seconds
+                self._lane_regions[lane] = self._lane_regions.get(lane, 0) + regions
 
     def track_bytes(self, delta: int) -> int:
         """Change live tracked bytes by ``delta``, raising the peak if passed; return live.

@@ -294,7 +294,8 @@ class Runtime:
         self._reservations: dict[str, list[int]] = {}
         self._lanes_free = threading.Condition(self._submit_lock)
         self._inflight = _Inflight()
-        self._pending: list[Submission] = []
+        self._pending: collections.deque[Submission] = collections.deque()
+        self._space_waiters = 0  # threads in _space.wait (a retirement notifies only them)
         self._room_taken = 0  # submissions past _make_room that are not in _pending yet
         self._space = threading.Condition(threading.Lock())
         self._quarantine_lock = threading.Lock()
@@ -464,7 +465,11 @@ class Runtime:
                 if left is not None and left <= 0:
                     raise Timeout(f"max_submissions: no room within {timeout} s ({limit} in flight)")
                 if oldest is None:  # every place is taken by a submission being encoded now
-                    self._space.wait(0.01 if left is None else min(left, 0.01))
+                    self._space_waiters += 1
+                    try:
+                        self._space.wait(0.01 if left is None else min(left, 0.01))
+                    finally:
+                        self._space_waiters -= 1
                     continue
             try:  # wait for the oldest without settling it: its failure is its owner's
                 for e in oldest.events:
@@ -605,54 +610,77 @@ class Runtime:
             self._folding = True
             try:
                 waiting = self._observed
-                pending = []
+                pending, ready = [], []
                 while waiting:
                     item = waiting.popleft()
-                    if 0.0 in item[1]:
-                        pending.append(item)  # still running: keep for a later fold
-                    else:
-                        self._fold(*item[:3])
+                    # still running: keep for a later fold
+                    (pending if 0.0 in item[1] else ready).append(item)
                 waiting.extendleft(reversed(pending))
+                if ready:
+                    self._fold(ready)
             finally:
                 self._folding = False
 
-    def _fold(self, regions: Sequence[RegionInfo], ends: list[float], submitted: float) -> None:
-        for i, region in enumerate(regions):
-            lane = self.lanes[region.lane]
-            end = ends[i]
-            start = max(submitted, lane.last_end)
-            lane.last_end = max(lane.last_end, end)
-            self.stats.lane_busy(region.lane, max(0.0, end - start))
-            self.profile.record(region.name, end - submitted)
+    def _fold(self, items: Sequence[tuple[Sequence[RegionInfo], list[float], float, Any]]) -> None:
+        """Add stamped submissions (in submission order) to the lanes' busy time, the
+        latency profile and the trace: one lock each per fold, not per region (the
+        values are the runtime's own -- finite, non-negative -- so nothing is re-checked)."""
+        lanes = self.lanes
+        busy: dict[str, list[Any]] = {}
+        latencies: dict[str, list[float]] = {}
+        for regions, ends, submitted, _ in items:
+            for i, region in enumerate(regions):
+                lane = lanes[region.lane]
+                end = ends[i]
+                start = max(submitted, lane.last_end)
+                if end > lane.last_end:
+                    lane.last_end = end
+                b = busy.get(region.lane)
+                if b is None:
+                    b = busy[region.lane] = [0.0, 0]
+                b[0] += max(0.0, end - start)
+                b[1] += 1
+                latencies.setdefault(region.name, []).append(max(0.0, end - submitted))
+        self.stats._lanes_busy(busy)
+        self.profile._record_many(latencies)
         if self.trace is not None:
-            self._trace_submission(regions, ends, submitted)
+            self._trace_submissions(items)
 
-    def _trace_submission(self, regions: Sequence[RegionInfo], ends: list[float], submitted: float) -> None:
-        trace = self.trace
-        ids: list[int] = []
-        for i, region in enumerate(regions):
-            # a region starts when its lane and its dependencies let it (host-observed);
-            # slices on one lane never partially overlap (Perfetto nests per track)
-            start = max([submitted] + [ends[d] for d in region.deps])
-            with self._trace_lock:
-                start = max(start, self._trace_lane_end.get(region.lane, 0.0))
-                start = min(start, ends[i])
-                self._trace_lane_end[region.lane] = max(self._trace_lane_end.get(region.lane, 0.0), ends[i])
-            lane = self.lanes[region.lane]
-            ids.append(trace.slice(
-                self._tracks[region.lane], region.name, int(start * 1e9), int(ends[i] * 1e9),
-                args={"graph": region.graph, "queue": lane.queue, "deps": list(region.deps)},
-            ))
-        for i, region in enumerate(regions):
-            for d in region.deps:
-                trace.flow(ids[d], ids[i])
-        trace.counter("tracked memory", int(max(ends) * 1e9), bytes=self.stats.get("live_tracked_bytes"))
+    def _trace_submissions(self, items: Sequence[tuple[Sequence[RegionInfo], list[float], float, Any]]) -> None:
+        """One slice per region (on its lane's track), a flow per dependency and a
+        tracked-memory sample per submission, appended to the trace in one go."""
+        live = self.stats._counters["live_tracked_bytes"]  # a plain read: no fold from inside one
+        rows = []
+        with self._trace_lock:
+            lane_end = self._trace_lane_end
+            for regions, ends, submitted, _ in items:
+                spans = []
+                for i, region in enumerate(regions):
+                    # a region starts when its lane and its dependencies let it (host-observed);
+                    # slices on one lane never partially overlap (Perfetto nests per track)
+                    start = submitted
+                    for d in region.deps:
+                        if ends[d] > start:
+                            start = ends[d]
+                    last = lane_end.get(region.lane, 0.0)
+                    start = min(max(start, last), ends[i])
+                    if ends[i] > last:
+                        lane_end[region.lane] = ends[i]
+                    spans.append((self._tracks[region.lane], region.name, int(start * 1e9), int(ends[i] * 1e9),
+                                  {"graph": region.graph, "queue": self.lanes[region.lane].queue, "deps": list(region.deps)}))
+                flows = [(d, i) for i, region in enumerate(regions) for d in region.deps]
+                rows.append((spans, flows, int(max(ends) * 1e9)))
+        self.trace._add_submissions(rows, "tracked memory", "bytes", live)
 
     def _retired(self, submission: Submission) -> None:
         with self._space:
-            if submission in self._pending:
-                self._pending.remove(submission)
-            self._space.notify_all()
+            pending = self._pending
+            if pending and pending[0] is submission:  # usually: settled oldest first
+                pending.popleft()
+            elif submission in pending:
+                pending.remove(submission)
+            if self._space_waiters:
+                self._space.notify_all()
 
     # -- quarantine ---------------------------------------------------------------
 

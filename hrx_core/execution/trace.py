@@ -233,6 +233,23 @@ class TraceRecorder(_Deferred):
             self._append(_Slice(event_id, track, name, start_ns, end_ns, category, args))
         return event_id
 
+    def _add_submissions(self, rows: Any, counter: str, series: str, value: float) -> None:
+        """The runtime's slices of many submissions under one lock, values already
+        checked: ``rows`` of (spans, flows, ts): spans (track, name, start_ns, end_ns,
+        args); flows (from, to) as indexes into the spans; then a ``counter`` sample of
+        ``series`` = ``value`` at ``ts`` in the default group."""
+        with self._lock:
+            self._group_pid("hrx")
+            for spans, flows, ts in rows:
+                first = self._next_slice_id
+                for track, name, start, end, args in spans:
+                    self._append(_Slice(self._next_slice_id, track, name, start, end, "hrx", args))
+                    self._next_slice_id += 1
+                for a, b in flows:
+                    self._append(_Flow(self._next_flow_id, first + a, first + b, "dep"))
+                    self._next_flow_id += 1
+                self._append(_Counter("hrx", counter, ts, {series: value}))
+
     def flow(self, from_id: int, to_id: int, name: str = "dep") -> None:
         """Record a flow arrow from slice ``from_id`` to slice ``to_id``.
 
