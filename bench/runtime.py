@@ -74,9 +74,10 @@ def bench_replay(dev, reps: int, nodes: int = 100, n: int = 200) -> list[dict]:
     lane, olane, elane = rt.lane("compute"), ort.lane("compute"), ert.lane("compute")
 
     def per_submit(fn, lane=lane, rt=rt):
-        # the round ends with a read of the statistics, timed too: observed submissions
-        # are folded into them then, so the figure carries observation's whole cost
-        # (not only the stamping at submit) spread over the round's submissions
+        # the round ends with the runtime settling its submissions (their work is done:
+        # the lane was synchronized) and a read of the statistics, both timed: settling
+        # and, with observation, folding the stamps in are part of what a submission
+        # costs, spread over the round's submissions
         def run():
             total = 0.0
             for _ in range(n):
@@ -84,9 +85,9 @@ def bench_replay(dev, reps: int, nodes: int = 100, n: int = 200) -> list[dict]:
                 t = time.perf_counter()
                 fn()
                 total += time.perf_counter() - t
-            rt.synchronize()
             lane.stream.synchronize()
             t = time.perf_counter()
+            rt.synchronize()
             rt.stats.snapshot()
             total += time.perf_counter() - t
             return total / n * 1e6
