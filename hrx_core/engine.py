@@ -257,12 +257,15 @@ class Executable(abc.ABC):
     ``unloaded`` is set when the code's owner released it (an NPU program closed):
     the core then refuses every launch of it, recorded graphs included.
     ``private_bytes`` is the private workspace (scratch) the code needs beside its
-    image; memory budgets charge both when code loads inside them."""
+    image; memory budgets charge both when code loads inside them. ``programmatic``
+    is set for a kernel declared ``programmatic=True`` (it waits for its predecessors
+    itself): an engine may launch it early inside a native graph."""
 
     name: str
     target: str
     unloaded: bool = False
     private_bytes: int = 0
+    programmatic: bool = False
 
     def close(self) -> None:  # noqa: B027
         """Unload."""

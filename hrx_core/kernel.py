@@ -14,6 +14,14 @@ access ("read", "write", "read_write"); ``scalars`` declares each scalar's numpy
 dtype. A CUDA kernel receives buffers as pointers and scalars by value in that
 order; a host callable receives one numpy uint8 array per buffer (read-only for
 "read") and numpy scalars, and also ``grid=``/``block=`` if its signature names them.
+
+``programmatic=True`` declares that the kernel's CUDA code, built for sm_90 or newer,
+waits for the kernels it depends on before it touches their output (``griddepcontrol.wait``,
+what ``cudaGridDependencySynchronize`` issues), in every block and before any early
+return. A recorded graph may then launch it while its kernel predecessors are still
+running (programmatic dependent launch, on the cuda engine with compute capability 9.0
+or newer): its launch overlaps their tail instead of following their completion. A
+kernel that does not wait must not declare it: it would read its inputs too early.
 """
 
 from __future__ import annotations
@@ -79,9 +87,14 @@ class Kernel:
         sources: Mapping[str, Any] | None = None,
         entry: str | None = None,
         options: Mapping[str, Sequence[str]] | None = None,
+        programmatic: bool = False,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise InvalidArgument(f"name: expected a nonempty str, got {_show(name)}")
+        if not isinstance(programmatic, bool):
+            raise InvalidArgument(f"programmatic: expected a bool, got {_show(programmatic)}")
+        #: the kernel waits for its predecessors itself (see the module doc)
+        self.programmatic = programmatic
         if entry is not None and (not isinstance(entry, str) or not entry):
             raise InvalidArgument(f"entry: expected a nonempty str or None, got {_show(entry)}")
         self.name = name
@@ -186,6 +199,11 @@ class Kernel:
             if target != "host" and getattr(device.native, "wants_host_reference", False):
                 artifact = attrs.evolve(artifact, reference=self._host_reference())
             exe = device.native.load_executable(artifact)
+            if self.programmatic:
+                try:
+                    exe.programmatic = True
+                except AttributeError:  # an executable without the attribute never launches early
+                    pass
             if isinstance(device.native, EngineDevice):  # an engine's device (not a test stand-in)
                 check_executable(device.info.engine, exe)
             self._image_bytes[key] = code_bytes(artifact.code, self.sources[source])

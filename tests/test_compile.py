@@ -80,6 +80,22 @@ def test_kernel_validation():
         hrx.Kernel("bad", buffers=("sideways",), host=lambda b: None)
     with pytest.raises(hrx.InvalidArgument):
         hrx.Kernel("bad", scalars=("not-a-dtype",), host=lambda: None)
+    with pytest.raises(hrx.InvalidArgument, match="programmatic"):
+        hrx.Kernel("bad", host=lambda: None, programmatic=1)
+
+
+def test_programmatic_kernel_marks_its_executables(dev):
+    """programmatic=True (the kernel waits for its predecessors itself) reaches every
+    executable loaded from it, so an engine may launch it early in a graph; others
+    stay plain."""
+    from .kernels import _EMPTY_CUDA
+
+    waits = hrx.Kernel("empty", buffers=0, host=lambda: None, cuda=_EMPTY_CUDA, programmatic=True)
+    plain = hrx.Kernel("empty", buffers=0, host=lambda: None, cuda=_EMPTY_CUDA)
+    assert waits.programmatic and not plain.programmatic
+    assert waits.executable(dev).programmatic is True
+    assert plain.executable(dev).programmatic is False
+    assert waits.clone().programmatic
 
 
 class _ToyCompilerPlugin:

@@ -16,7 +16,8 @@ enum {
     FAKE_ADD_KERNEL_NODE = 4,
     FAKE_ADD_OTHER_NODE = 5,
     FAKE_INSTANTIATE = 6,
-    FAKE_KINDS = 7
+    FAKE_ADD_EDGE = 7,
+    FAKE_KINDS = 8
 };
 
 typedef struct {
@@ -44,7 +45,15 @@ typedef struct {
     unsigned int shared;
     int nvalues;
     uint64_t values[16]; /* the kernelParams cells, read with the configured widths */
+    int ndeps;           /* node adds: the plain dependencies (up to 8 kept) */
+    uintptr_t deps[8];
+    int edge_type;       /* edge adds (node = to, exec = from): CUgraphEdgeData's type and port */
+    int from_port;
 } fake_call;
+
+typedef struct {
+    unsigned char from_port, to_port, type, reserved[5];
+} edge_data;
 
 #define FAKE_MAX_CALLS 4096
 static fake_call calls[FAKE_MAX_CALLS];
@@ -188,11 +197,34 @@ CUresult cuGraphAddKernelNode_v2(void **out, void *graph, void *const *deps, siz
                                  const kernel_node_params *p)
 {
     fake_call *c = record(FAKE_ADD_KERNEL_NODE);
-    (void)graph; (void)deps; (void)ndeps;
+    size_t i;
+    (void)graph;
+    c->ndeps = (int)ndeps;
+    for (i = 0; i < ndeps && i < 8; i++)
+        c->deps[i] = (uintptr_t)deps[i];
     node_params(c, p);
     *out = (void *)(next_handle++);
     c->node = (uintptr_t)*out;
     return result(c);
+}
+
+/* One recorded call per edge. */
+CUresult cuGraphAddDependencies_v2(void *graph, void *const *from, void *const *to, const edge_data *edges, size_t n)
+{
+    size_t i;
+    CUresult code = 0;
+    (void)graph;
+    for (i = 0; i < n; i++) {
+        fake_call *c = record(FAKE_ADD_EDGE);
+        c->exec = (uintptr_t)from[i];
+        c->node = (uintptr_t)to[i];
+        c->edge_type = edges ? edges[i].type : 0;
+        c->from_port = edges ? edges[i].from_port : 0;
+        code = result(c);
+        if (code)
+            return code;
+    }
+    return code;
 }
 
 CUresult cuGraphAddEmptyNode(void **out, void *graph, void *const *deps, size_t ndeps)

@@ -28,7 +28,7 @@ from hrx_core.engine import Access, Artifact, BufferArg, GraphNode, NativeBuffer
 from hrx_core.errors import HRXError, InvalidArgument
 
 HERE = Path(__file__).resolve().parent
-LAUNCH, SET_PARAMS, GRAPH_LAUNCH, ADD_KERNEL_NODE, ADD_OTHER_NODE, INSTANTIATE = 1, 2, 3, 4, 5, 6
+LAUNCH, SET_PARAMS, GRAPH_LAUNCH, ADD_KERNEL_NODE, ADD_OTHER_NODE, INSTANTIATE, ADD_EDGE = 1, 2, 3, 4, 5, 6, 7
 MODES = ("compiled", "python")
 
 FAKE_CDEF = """
@@ -46,6 +46,10 @@ typedef struct {
     unsigned int shared;
     int nvalues;
     uint64_t values[16];
+    int ndeps;
+    uintptr_t deps[8];
+    int edge_type;
+    int from_port;
 } fake_call;
 void fake_reset(void);
 void fake_widths(int n, const int *w);
@@ -99,6 +103,8 @@ class Fake:
                     "block": tuple(c.block),
                     "shared": c.shared,
                     "values": tuple(c.values[0 : c.nvalues]),
+                    "deps": tuple(c.deps[0 : min(c.ndeps, 8)]),
+                    "edge": (c.edge_type, c.from_port),
                 }
             )
         return out
@@ -535,6 +541,60 @@ def test_graph_calls_identical_both_ways(fake: Fake, monkeypatch: pytest.MonkeyP
     assert logs["compiled"] == logs["python"]
     kinds = [entry[0] for entry in logs["python"]]
     assert kinds.count(GRAPH_LAUNCH) == 8 and kinds.count(SET_PARAMS) == 5 * 3 + 2 + 1
+
+
+def _programmatic_graph(world: Any, usable: bool) -> tuple[Any, list[int]]:
+    """kernel 0 -> empty 1 -> [0, 1] -> programmatic kernel 2 -> kernel 3 -> programmatic kernel 4."""
+    from hrx_gpu.cuda.graph import CudaGraph
+    from hrx_gpu.cuda.kernel import CudaExecutable
+
+    ffi = world.fake.driver.ffi
+    waits = CudaExecutable(world.device, ffi.cast("CUmodule", 0x3002), ffi.cast("CUfunction", 0xCAFE), "w", "cuda")
+    waits.programmatic = True
+    world.device.programmatic_edges = usable
+    world.fake.reset(widths=(8, 4))
+    nodes = [kernel_node(world.exe, 0x10000, 0), GraphNode("empty", (0,), {}), kernel_node(waits, 0x20000, 2, (0, 1)),
+             kernel_node(world.exe, 0x30000, 3, (2,)), kernel_node(waits, 0x40000, 4, (3,))]
+    graph = CudaGraph(world.device, nodes)  # type: ignore[arg-type]
+    graph.launch(world.queue)
+    return graph, [int(ffi.cast("uintptr_t", h)) for h in graph._handles]
+
+
+def test_programmatic_kernels_get_programmatic_edges_from_kernels(world: Any) -> None:
+    """A kernel declared programmatic (it waits for its predecessors itself) is joined to
+    its kernel predecessors by programmatic edges out of their programmatic port, and to
+    other nodes by plain dependencies; a kernel that does not wait gets plain ones."""
+    graph, h = _programmatic_graph(world, True)
+    added = {c["node"]: c["deps"] for c in world.fake.calls(ADD_KERNEL_NODE)}
+    edges = [(c["exec"], c["node"], c["edge"]) for c in world.fake.calls(ADD_EDGE)]
+    assert added[h[2]] == (h[1],)  # the empty node: plain
+    assert added[h[3]] == (h[2],)  # a kernel that does not wait: plain
+    assert added[h[4]] == ()
+    assert edges == [(h[0], h[2], (1, 1)), (h[3], h[4], (1, 1))]
+    graph.close()
+
+
+def test_programmatic_edges_off_gives_plain_dependencies(world: Any) -> None:
+    """Without programmatic edges (compute capability < 9.0, an older driver,
+    HRX_CUDA_PDL=0) every dependency is plain."""
+    graph, h = _programmatic_graph(world, False)
+    added = {c["node"]: c["deps"] for c in world.fake.calls(ADD_KERNEL_NODE)}
+    assert world.fake.calls(ADD_EDGE) == []
+    assert added[h[2]] == (h[0], h[1]) and added[h[4]] == (h[3],)
+    graph.close()
+
+
+def test_update_that_changes_whether_a_kernel_waits_rebuilds_its_edges(world: Any) -> None:
+    """Updating a programmatic kernel node to a kernel that does not wait never keeps
+    a programmatic edge into it: the graph is rebuilt with plain dependencies."""
+    graph, h = _programmatic_graph(world, True)
+    world.fake.reset(widths=(8, 4))
+    graph.update(4, kernel_node(world.exe, 0x50000, 5, (3,)))
+    new = [int(world.fake.driver.ffi.cast("uintptr_t", x)) for x in graph._handles]
+    added = {c["node"]: c["deps"] for c in world.fake.calls(ADD_KERNEL_NODE)}
+    assert added[new[4]] == (new[3],)  # rebuilt: plain
+    assert [(c["exec"], c["node"]) for c in world.fake.calls(ADD_EDGE)] == [(new[0], new[2])]
+    graph.close()
 
 
 def test_graph_update_flushes_staged_patches_first(world: Any, mode: str) -> None:

@@ -62,7 +62,24 @@ GATHER_FILL = 65536
 #: Host GEMV: rows converted from BF16 to F32 per step, sized to stay in cache.
 HOST_CHUNK_BYTES = 256 * 1024
 
-GEMV_CUDA = r"""
+GRID_DEPENDENCIES_CUDA = r"""
+#ifndef HRX_GRID_DEPENDENCIES
+#define HRX_GRID_DEPENDENCIES
+// Programmatic dependent launch (sm_90+; kernels declared programmatic=True call this
+// first, in every block): wait until the kernels this one depends on have finished and
+// their writes are visible, then let the kernels that depend on this one launch. A
+// graph may launch this kernel before its predecessors finish; launched any other way
+// both instructions return at once.
+__device__ __forceinline__ void hrx_grid_dependencies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(__AMDGCN__)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+#endif
+"""
+
+GEMV_CUDA = GRID_DEPENDENCIES_CUDA + r"""
 __device__ __forceinline__ uint4 hrx_ld_stream(const uint4* p) {
 #ifdef __AMDGCN__
     return __ldcs(p);  // gfx1151 (hrx_gpu.amdgpu prelude): nontemporal loads
@@ -187,6 +204,7 @@ hrx_tensor_linear(const uint4* __restrict__ x, const unsigned short* __restrict_
                   const unsigned short* __restrict__ w1, const unsigned short* __restrict__ w2,
                   unsigned char* __restrict__ y, unsigned int K, unsigned int N0, unsigned int N1,
                   unsigned int N2, unsigned int out_f32, unsigned int ksplit) {
+    hrx_grid_dependencies();
     __shared__ float partial[32];
     const HrxGemvWarp r = hrx_gemv_warp(ksplit, N0 + N1 + N2);
     float s = 0.f;
@@ -211,7 +229,7 @@ hrx_tensor_linear(const uint4* __restrict__ x, const unsigned short* __restrict_
 }
 """
 
-GATHER_CUDA = r"""
+GATHER_CUDA = GRID_DEPENDENCIES_CUDA + r"""
 // Row ``row`` of the output is row idx[row] of the table, copied in units of T (the
 // widest of 16/8/4/2/1 bytes dividing the row size and both offsets) by a group of
 // 2**shift threads (the plan's choice from the row length, gather_launch); a block of
@@ -262,6 +280,7 @@ extern "C" __global__ void __launch_bounds__(256)
 hrx_tensor_gather(const unsigned char* __restrict__ table, const long long* __restrict__ idx,
                   unsigned char* __restrict__ out, unsigned long long row_units, unsigned int width,
                   unsigned long long n, unsigned int shift) {
+    hrx_grid_dependencies();
     const unsigned long long t = (blockIdx.x + (unsigned long long)blockIdx.y * gridDim.x) * blockDim.x + threadIdx.x;
     const unsigned long long row = t >> shift;
     if (row >= n) return;
@@ -380,6 +399,7 @@ LINEAR = Kernel(
     scalars=(np.uint32, np.uint32, np.uint32, np.uint32, np.uint32, np.uint32),
     host=_linear_host,
     cuda=LINEAR_CUDA,
+    programmatic=True,
 )
 
 GATHER = Kernel(
@@ -388,6 +408,7 @@ GATHER = Kernel(
     scalars=(np.uint64, np.uint32, np.uint64, np.uint32),
     host=_gather_host,
     cuda=GATHER_CUDA,
+    programmatic=True,
 )
 
 #: Engines this distribution has kernels for.

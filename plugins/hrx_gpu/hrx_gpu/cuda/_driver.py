@@ -172,6 +172,14 @@ CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                               const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx);
 CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                              const CUgraphNode *dependencies, size_t numDependencies);
+typedef struct CUgraphEdgeData_st {
+    unsigned char from_port;
+    unsigned char to_port;
+    unsigned char type;
+    unsigned char reserved[5];
+} CUgraphEdgeData;
+CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                                   const CUgraphEdgeData *edgeData, size_t numDependencies);
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags);
 CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
@@ -193,6 +201,11 @@ CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
 CU_STREAM_WAIT_VALUE_GEQ = 0x0
 CU_STREAM_WRITE_VALUE_DEFAULT = 0x0
 CU_MEMORYTYPE_UNIFIED = 4
+#: CUgraphEdgeData of a programmatic edge, out of the kernel node's programmatic port:
+#: the dependent may launch once every block of the predecessor has called
+#: griddepcontrol.launch_dependents or exited (CUDA 12.3+)
+GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC = 1
+GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC = 1
 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
 CU_STREAM_LEGACY = 0x1
 CU_STREAM_PER_THREAD = 0x2

@@ -23,6 +23,7 @@ is a new process.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -101,6 +102,19 @@ def driver_release() -> str:
         if len(parts) >= 2 and all(p.isdigit() for p in parts):
             return word
     return ""
+
+
+def programmatic_edges_usable(driver: Driver, compute_capability: str) -> bool:
+    """Whether graphs on this device may use programmatic edges (see CudaDevice)."""
+    if os.environ.get("HRX_CUDA_PDL", "1") == "0":
+        return False
+    if int(compute_capability.split(".")[0]) < 9:
+        return False
+    try:
+        driver.lib.cuGraphAddDependencies_v2  # noqa: B018 - a driver before CUDA 12.3 lacks it
+    except AttributeError:
+        return False
+    return True
 
 
 def cuda_version_string(version: int) -> str:
@@ -203,6 +217,10 @@ class CudaDevice(EngineDevice):
             raise Unsupported("stream_memops: this driver has no cuStreamWaitValue64/cuStreamWriteValue64")
         #: Signals and waits use stream memory operations (else host functions + events).
         self.stream_memops = bool(stream_memops)
+        #: graphs launch kernels declared programmatic before their kernel predecessors
+        #: finish (programmatic dependent launch: compute capability 9.0+, a driver with
+        #: cuGraphAddDependencies_v2; HRX_CUDA_PDL=0 turns it off)
+        self.programmatic_edges = programmatic_edges_usable(driver, self.info.properties["compute_capability"])
         ctx = driver.ffi.new("CUcontext *")
         driver.check(driver.lib.cuDevicePrimaryCtxRetain(ctx, self.dev), "cuDevicePrimaryCtxRetain", f"device {index}")
         self.ctx = ctx[0]

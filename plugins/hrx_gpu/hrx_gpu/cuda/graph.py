@@ -39,7 +39,13 @@ from typing import TYPE_CHECKING, Any
 from hrx_core.engine import BufferArg, GraphNode, NativeGraph, NativeQueue
 from hrx_core.errors import InvalidArgument
 
-from ._driver import CU_MEMORYTYPE_UNIFIED, CURRENT, EXIT
+from ._driver import (
+    CU_MEMORYTYPE_UNIFIED,
+    CURRENT,
+    EXIT,
+    GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC,
+    GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
+)
 from .errors import CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CudaError
 from .hot import STEP_LAUNCH, for_driver, py_graph_replay
 from .kernel import CudaExecutable, address_of, pack_args
@@ -61,6 +67,8 @@ KERNEL, MEMCPY, MEMSET, COPY_KERNEL, FILL_KERNEL, EMPTY = (
     "fill-kernel",
     "empty",
 )
+#: node modes that are kernels (programmatic edges run between kernel nodes only)
+_KERNEL_MODES = (KERNEL, COPY_KERNEL, FILL_KERNEL)
 
 
 class CudaGraph(NativeGraph):
@@ -129,13 +137,20 @@ class CudaGraph(NativeGraph):
         modes: list[str] = []
         packed: dict[int, tuple[Any, list[Any], list[Any]]] = {}
         try:
+            programmatic = getattr(device, "programmatic_edges", False)
             for i, node in enumerate(self._nodes):
                 unique = list(dict.fromkeys(node.deps))  # the driver rejects repeated edges
+                context = f"node {i} ({node.kind})"
+                mode = self._mode(node)
+                early: list[int] = []
+                if programmatic and mode == KERNEL and getattr(node.params["executable"], "programmatic", False):
+                    # a kernel that waits for its predecessors itself: its kernel
+                    # predecessors get programmatic edges (added below), others plain ones
+                    early = [d for d in unique if modes[d] in _KERNEL_MODES]
+                    unique = [d for d in unique if modes[d] not in _KERNEL_MODES]
                 deps = ffi.new("CUgraphNode[]", [handles[d] for d in unique]) if unique else ffi.NULL
                 ndeps = len(unique)
                 out = ffi.new("CUgraphNode *")
-                context = f"node {i} ({node.kind})"
-                mode = self._mode(node)
                 if mode == MEMSET:
                     params = self._memset_params(node.params)
                     code = lib.cuGraphAddMemsetNode(out, graph[0], deps, ndeps, params, device.ctx)
@@ -163,6 +178,8 @@ class CudaGraph(NativeGraph):
                     driver.check(code, "cuGraphAddEmptyNode", context)
                 handles.append(out[0])
                 modes.append(mode)
+                if early:
+                    self._add_programmatic_edges(graph[0], [handles[d] for d in early], out[0], context)
             exec_ = ffi.new("CUgraphExec *")
             driver.check(lib.cuGraphInstantiateWithFlags(exec_, graph[0], 0), "cuGraphInstantiateWithFlags")
         except BaseException:
@@ -174,6 +191,21 @@ class CudaGraph(NativeGraph):
         self.modes = modes
         self._packed = packed
         self._index()
+
+    def _add_programmatic_edges(self, graph: Any, sources: list[Any], node: Any, context: str) -> None:
+        """Edges from kernel nodes ``sources`` to ``node`` that let ``node`` launch once
+        their blocks have triggered (griddepcontrol.launch_dependents) or exited; the
+        kernel of ``node`` waits for their completion itself."""
+        driver = self.device.driver
+        ffi, lib = driver.ffi, driver.lib
+        n = len(sources)
+        edges = ffi.new("CUgraphEdgeData[]", n)
+        for e in range(n):
+            edges[e].from_port = GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+            edges[e].type = GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+        code = lib.cuGraphAddDependencies_v2(graph, ffi.new("CUgraphNode[]", sources), ffi.new("CUgraphNode[]", [node] * n),
+                                             edges, n)
+        driver.check(code, "cuGraphAddDependencies_v2", f"{context}: programmatic edges")
 
     def _rebuild(self) -> None:
         """Build and instantiate again from the current nodes; drop the old executable."""
@@ -530,7 +562,13 @@ class CudaGraph(NativeGraph):
             raise InvalidArgument(f"index: expected 0 <= index < {len(self._nodes)}, got {index!r}")
         self._settle()  # staged patch_args first: they were accepted before this update
         old = self._nodes[index]
-        if node.kind == "dispatch" and old.kind == "dispatch" and self.modes[index] == KERNEL and self._patch_kernel(index, old, node):
+        # a kernel that starts or stops waiting for its predecessors itself needs other
+        # edges into it: rebuild (never a programmatic edge into a kernel that does not wait)
+        edges_change = (getattr(self.device, "programmatic_edges", False) and node.kind == "dispatch"
+                        and old.kind == "dispatch"
+                        and getattr(node.params["executable"], "programmatic", False) != getattr(old.params["executable"], "programmatic", False))
+        if node.kind == "dispatch" and old.kind == "dispatch" and self.modes[index] == KERNEL and not edges_change \
+                and self._patch_kernel(index, old, node):
             return
         if node.kind != old.kind:
             raise InvalidArgument(f"node {index}: kind {node.kind!r} differs from the built {old.kind!r}")
@@ -548,7 +586,7 @@ class CudaGraph(NativeGraph):
         device._activate()
         code, call = -1, ""  # -1: another CUDA node type is needed, rebuild
         packed: tuple[Any, list[Any], list[Any]] | None = None
-        if mode != built:
+        if mode != built or edges_change:
             pass
         elif mode in (KERNEL, COPY_KERNEL, FILL_KERNEL):
             params, keep = self._kernel_node_params(mode, node.params)

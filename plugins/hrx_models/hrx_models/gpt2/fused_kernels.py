@@ -37,6 +37,7 @@ EMBED_CUDA = _PRELUDE + r"""
 extern "C" __global__ void hrx_gpt2_embed(
         const unsigned short* __restrict__ wte, const unsigned short* __restrict__ wpe,
         const long long* __restrict__ emb_idx, float* __restrict__ x, unsigned int D) {
+    hrx_grid_dependencies();
     const unsigned short* te = wte + (size_t)emb_idx[0] * D;  // indices are in range (see kernels.py)
     const unsigned short* pe = wpe + (size_t)emb_idx[1] * D;
     for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < D; i += gridDim.x * blockDim.x)
@@ -55,6 +56,7 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
         const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias,
         float* __restrict__ y, unsigned short* __restrict__ act,
         unsigned int K, unsigned int N, float eps, unsigned int ksplit, unsigned int gelu) {
+    hrx_grid_dependencies();
     __shared__ uint4 xs[HRX_MAX_EMBD / 8u];  // xn, BF16: 16 KiB at K = 8192
     __shared__ float red[32];
     __shared__ float partial[32];
@@ -89,6 +91,7 @@ LINEAR_RESIDUAL_CUDA = _PRELUDE + GEMV_CUDA + r"""
 extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_linear_residual(
         const uint4* __restrict__ a, const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias,
         float* __restrict__ x, unsigned int K, unsigned int N, unsigned int ksplit) {
+    hrx_grid_dependencies();
     __shared__ float partial[32];
     const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
     float s = 0.f;
@@ -139,19 +142,19 @@ EMBED = Kernel(
     "hrx_gpt2_embed",
     buffers=("read", "read", "read", "write"),
     scalars=(np.uint32,),
-    host=_embed_host, cuda=EMBED_CUDA,
+    host=_embed_host, cuda=EMBED_CUDA, programmatic=True,
 )
 LN_LINEAR = Kernel(
     "hrx_gpt2_ln_linear",
     buffers=("read", "read", "read", "read", "read", "write", "write"),
     scalars=(np.uint32, np.uint32, np.float32, np.uint32, np.uint32),
-    host=_ln_linear_host, cuda=LN_LINEAR_CUDA,
+    host=_ln_linear_host, cuda=LN_LINEAR_CUDA, programmatic=True,
 )
 LINEAR_RESIDUAL = Kernel(
     "hrx_gpt2_linear_residual",
     buffers=("read", "read", "read", "read_write"),
     scalars=(np.uint32, np.uint32, np.uint32),
-    host=_linear_residual_host, cuda=LINEAR_RESIDUAL_CUDA,
+    host=_linear_residual_host, cuda=LINEAR_RESIDUAL_CUDA, programmatic=True,
 )
 
 FUSED = (EMBED, LN_LINEAR, LINEAR_RESIDUAL)

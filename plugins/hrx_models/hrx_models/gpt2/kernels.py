@@ -41,6 +41,8 @@ from ml_dtypes import bfloat16
 
 from hrx_core.kernel import Kernel
 
+from hrx_tensor.kernels import GRID_DEPENDENCIES_CUDA
+
 from .config import MAX_HEAD_DIM, MAX_POSITIONS
 
 #: Threads per block of attention (one block per head), argmax and bias + GELU.
@@ -55,7 +57,7 @@ def ln_block(d: int) -> int:
     """Threads per block of the layer-norm kernels for width ``d`` (<= LN_ITEMS a thread)."""
     return min(1024, max(256, -(-d // (LN_ITEMS * 32)) * 32))
 
-_PRELUDE = r"""
+_PRELUDE = GRID_DEPENDENCIES_CUDA + r"""
 __device__ __forceinline__ float hrx_bf16_to_f32(unsigned short h) {
     return __uint_as_float(((unsigned int)h) << 16);
 }
@@ -149,6 +151,7 @@ extern "C" __global__ void __launch_bounds__(1024) hrx_gpt2_embed_ln(
         const unsigned short* __restrict__ te, const unsigned short* __restrict__ pe,
         const unsigned short* __restrict__ g, const unsigned short* __restrict__ b,
         float* __restrict__ x, unsigned short* __restrict__ xn, unsigned int D, float eps) {
+    hrx_grid_dependencies();
     hrx_store_ln([&](unsigned int i) { return hrx_bf16_to_f32(te[i]) + hrx_bf16_to_f32(pe[i]); }, x, g, b, xn, D, eps);
 }
 """
@@ -158,6 +161,7 @@ extern "C" __global__ void __launch_bounds__(1024) hrx_gpt2_residual_ln(
         float* __restrict__ x, const float* __restrict__ y, const unsigned short* __restrict__ bias,
         const unsigned short* __restrict__ g, const unsigned short* __restrict__ b,
         unsigned short* __restrict__ xn, unsigned int D, float eps) {
+    hrx_grid_dependencies();
     hrx_store_ln([&](unsigned int i) { return x[i] + (y[i] + hrx_bf16_to_f32(bias[i])); }, x, g, b, xn, D, eps);
 }
 """
@@ -250,6 +254,7 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention(
         const unsigned int* __restrict__ state, unsigned short* __restrict__ kc,
         unsigned short* __restrict__ vc, unsigned short* __restrict__ out,
         unsigned int D, unsigned int hd, unsigned int P, float scale) {
+    hrx_grid_dependencies();
     __shared__ float red[32];
     __shared__ float q[HRX_MAX_HEAD_DIM];
     __shared__ float part[8u * HRX_ATTN_THREADS];
@@ -272,13 +277,14 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention(
 BIAS_GELU_CUDA = _PRELUDE + r"""
 extern "C" __global__ void hrx_gpt2_bias_gelu(const float* __restrict__ y, const unsigned short* __restrict__ bias,
                                               unsigned short* __restrict__ out, unsigned int N) {
+    hrx_grid_dependencies();
     const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) return;
     out[i] = hrx_f32_to_bf16_rn(hrx_gelu_new(y[i] + hrx_bf16_to_f32(bias[i])));
 }
 """
 
-NEXT_INDICES_CUDA = r"""
+NEXT_INDICES_CUDA = GRID_DEPENDENCIES_CUDA + r"""
 // The next step's embedding indices: the token at position next (from the prompt while
 // next is a prompt position) and the position itself, clamped into the tables.
 __device__ __forceinline__ void hrx_next_indices(const int* seq, long long* emb_idx, unsigned int next,
@@ -298,6 +304,7 @@ __device__ __forceinline__ void hrx_better(float& bv, unsigned int& bi, float v,
 extern "C" __global__ void __launch_bounds__(1024) hrx_gpt2_argmax(
         const float* __restrict__ logits, unsigned int* __restrict__ state, int* __restrict__ seq,
         long long* __restrict__ emb_idx, unsigned int V, unsigned int P) {
+    hrx_grid_dependencies();
     __shared__ float sv[32];
     __shared__ unsigned int si[32];
     float bv = -3.402823466e38f;
@@ -338,6 +345,7 @@ extern "C" __global__ void __launch_bounds__(1024) hrx_gpt2_argmax(
 ADVANCE_CUDA = NEXT_INDICES_CUDA + r"""
 extern "C" __global__ void hrx_gpt2_advance(unsigned int* __restrict__ state, const int* __restrict__ seq,
                                             long long* __restrict__ emb_idx, unsigned int P) {
+    hrx_grid_dependencies();
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     const unsigned int next = state[0] + 1u;
     hrx_next_indices(seq, emb_idx, next, P);
@@ -431,37 +439,37 @@ EMBED_LN = Kernel(
     "hrx_gpt2_embed_ln",
     buffers=("read", "read", "read", "read", "write", "write"),
     scalars=(np.uint32, np.float32),
-    host=_embed_ln_host, cuda=EMBED_LN_CUDA,
+    host=_embed_ln_host, cuda=EMBED_LN_CUDA, programmatic=True,
 )
 RESIDUAL_LN = Kernel(
     "hrx_gpt2_residual_ln",
     buffers=("read_write", "read", "read", "read", "read", "write"),
     scalars=(np.uint32, np.float32),
-    host=_residual_ln_host, cuda=RESIDUAL_LN_CUDA,
+    host=_residual_ln_host, cuda=RESIDUAL_LN_CUDA, programmatic=True,
 )
 ATTENTION = Kernel(
     "hrx_gpt2_attention",
     buffers=("read", "read", "read", "read_write", "read_write", "write"),
     scalars=(np.uint32, np.uint32, np.uint32, np.float32),
-    host=_attention_host, cuda=ATTENTION_CUDA,
+    host=_attention_host, cuda=ATTENTION_CUDA, programmatic=True,
 )
 BIAS_GELU = Kernel(
     "hrx_gpt2_bias_gelu",
     buffers=("read", "read", "write"),
     scalars=(np.uint32,),
-    host=_bias_gelu_host, cuda=BIAS_GELU_CUDA,
+    host=_bias_gelu_host, cuda=BIAS_GELU_CUDA, programmatic=True,
 )
 ARGMAX = Kernel(
     "hrx_gpt2_argmax",
     buffers=("read", "read_write", "read_write", "write"),
     scalars=(np.uint32, np.uint32),
-    host=_argmax_host, cuda=ARGMAX_CUDA,
+    host=_argmax_host, cuda=ARGMAX_CUDA, programmatic=True,
 )
 ADVANCE = Kernel(
     "hrx_gpt2_advance",
     buffers=("read_write", "read", "write"),
     scalars=(np.uint32,),
-    host=_advance_host, cuda=ADVANCE_CUDA,
+    host=_advance_host, cuda=ADVANCE_CUDA, programmatic=True,
 )
 
 ALL = (EMBED_LN, RESIDUAL_LN, ATTENTION, BIAS_GELU, ARGMAX, ADVANCE)
