@@ -19,9 +19,10 @@ order; a host callable receives one numpy uint8 array per buffer (read-only for
 waits for the kernels it depends on before it touches their output (``griddepcontrol.wait``,
 what ``cudaGridDependencySynchronize`` issues), in every block and before any early
 return. A recorded graph may then launch it while its kernel predecessors are still
-running (programmatic dependent launch, on the cuda engine with compute capability 9.0
-or newer): its launch overlaps their tail instead of following their completion. A
-kernel that does not wait must not declare it: it would read its inputs too early.
+running (programmatic dependent launch: the cuda engine with compute capability 9.0 or
+newer, opt-in with ``HRX_CUDA_PDL=1``): its launch overlaps their tail instead of
+following their completion. A kernel that does not wait must not declare it: it would
+read its inputs too early.
 """
 
 from __future__ import annotations

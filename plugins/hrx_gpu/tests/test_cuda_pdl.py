@@ -47,7 +47,12 @@ def test_programmatic_consumer_sees_its_producer_complete(monkeypatch: pytest.Mo
         return add(self, graph, sources, node, context)
 
     monkeypatch.setattr(CudaGraph, "_add_programmatic_edges", counted)
+    monkeypatch.setenv("HRX_CUDA_PDL", "1")  # opt-in (see CudaDevice.programmatic_edges)
+    from hrx_gpu.cuda.device import programmatic_edges_usable
+
     dev = hrx.device("cuda")
+    usable = programmatic_edges_usable(dev.native.driver, dev.info.properties["compute_capability"])
+    monkeypatch.setattr(dev.native, "programmatic_edges", usable)
     n = 1 << 20
     produce = hrx.Kernel("produce", buffers=("read_write",), scalars=(np.uint32, np.uint64), cuda=PRODUCE)
     consume = hrx.Kernel("consume", buffers=("read", "write"), scalars=(np.uint32,), cuda=CONSUME, programmatic=True)
@@ -63,7 +68,7 @@ def test_programmatic_consumer_sees_its_producer_complete(monkeypatch: pytest.Mo
         g.launch(s)
         got = s.download(b).view(np.uint32)
         assert (got == replay).all(), f"replay {replay}: {np.count_nonzero(got != replay)} elements read early"
-    assert edges == ([1] if dev.native.programmatic_edges else [])
+    assert edges == ([1] if usable else [])
     g.close()
     a.close()
     b.close()

@@ -105,8 +105,9 @@ def driver_release() -> str:
 
 
 def programmatic_edges_usable(driver: Driver, compute_capability: str) -> bool:
-    """Whether graphs on this device may use programmatic edges (see CudaDevice)."""
-    if os.environ.get("HRX_CUDA_PDL", "1") == "0":
+    """Whether graphs on this device use programmatic edges (see CudaDevice): asked
+    for with HRX_CUDA_PDL=1, and possible here."""
+    if os.environ.get("HRX_CUDA_PDL", "0") != "1":
         return False
     if int(compute_capability.split(".")[0]) < 9:
         return False
@@ -219,7 +220,8 @@ class CudaDevice(EngineDevice):
         self.stream_memops = bool(stream_memops)
         #: graphs launch kernels declared programmatic before their kernel predecessors
         #: finish (programmatic dependent launch: compute capability 9.0+, a driver with
-        #: cuGraphAddDependencies_v2; HRX_CUDA_PDL=0 turns it off)
+        #: cuGraphAddDependencies_v2). Opt-in, HRX_CUDA_PDL=1: on the H200 it made
+        #: GPT-2 small's decode graph 3-4% slower (docs/performance.md)
         self.programmatic_edges = programmatic_edges_usable(driver, self.info.properties["compute_capability"])
         ctx = driver.ffi.new("CUcontext *")
         driver.check(driver.lib.cuDevicePrimaryCtxRetain(ctx, self.dev), "cuDevicePrimaryCtxRetain", f"device {index}")
