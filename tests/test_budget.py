@@ -171,3 +171,31 @@ def test_synchronize_waits_for_a_release_another_thread_started(dev, monkeypatch
     rt.synchronize()
     assert budget.used_bytes == 0
     rt.close()
+
+
+
+def test_synchronize_releases_what_lanes_held_for_finished_work(dev):
+    """Runtime.synchronize releases what the lanes' queues still hold for work that has
+    finished (memory freed while it was in use is freed then, and its charge returned),
+    instead of leaving it to the queue's next retirement: on the H200 a quarantined
+    buffer's charge was once still there after synchronize returned."""
+    from hrx_core.execution import Runtime
+
+    from .kernels import INC_BYTES
+
+    rt = Runtime(dev)
+    lane = rt.lane("compute")
+    x = rt.allocate(64)
+    done = lane.stream.dispatch(INC_BYTES, 1, [x], block=64, scalars=(np.uint32(64),))
+    done.wait()
+    released = []
+
+    class Held:
+        def release(self):
+            released.append(True)
+
+    lane.stream.slot.retained.append((done.value, Held()))  # held for finished work, not retired yet
+    rt.synchronize()
+    assert released == [True]
+    x.close()
+    rt.close()

@@ -798,6 +798,11 @@ class Runtime:
             except HRXError as exc:
                 first = first or exc
         self._prove_idle()
+        # what the lanes' queues hold for finished work (memory freed while in use:
+        # quarantined owners just released, say) is released now, not at the queue's
+        # next retirement, so budgets and statistics are settled when this returns
+        for slot in {id(lane.stream.slot): lane.stream.slot for lane in self.lanes.values()}.values():
+            slot.retire()
         if first is not None:
             raise first
 
