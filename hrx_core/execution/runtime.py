@@ -209,7 +209,7 @@ class _Inflight:
             entries = self._entries.get(id(alloc))
             if not entries:
                 continue
-            mine = [(rs, re) for a, rs, re in reads if a is alloc and rs < end and start < re]
+            mine: list[tuple[int, int]] | None = None  # this region's reads of alloc, when needed
             keep = []
             for entry in entries:
                 s, e, w, ev = entry
@@ -221,8 +221,11 @@ class _Inflight:
                     continue
                 if not done and (writes or w):
                     waits[id(ev)] = ev
-                if w and any(rs < e and s < re for rs, re in mine):
-                    sources[id(ev)] = ev
+                if w:
+                    if mine is None:
+                        mine = [(rs, re) for a, rs, re in reads if a is alloc and rs < end and start < re]
+                    if any(rs < e and s < re for rs, re in mine):
+                        sources[id(ev)] = ev
             if len(keep) != len(entries):
                 if keep:
                     self._entries[id(alloc)] = keep
@@ -436,7 +439,7 @@ class Runtime:
         with self._space:
             self._room_taken -= 1
             self._pending.append(submission)
-        self.stats.add_many(**counters)
+        self.stats._add_counted(counters)
         return submission
 
     # -- room (max_submissions) ----------------------------------------------------------
