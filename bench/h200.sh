@@ -6,6 +6,8 @@
 #   bash bench/h200.sh [tests] [hot] [launch] [graph] [runtime] [tensor] [tensor-sweep] [image] [model] [npu] [artifacts] [amdgpu] [gpu-rest]
 #
 # With no argument it runs everything. Logs and the results file go to $OUT (or ./h200-out).
+# A copy of the tree whose git metadata is not current (a remote device's) records a
+# wrong commit in the results: name the measured one, HRX_COMMIT=<short sha> bash bench/h200.sh ...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-h200-out}
