@@ -613,7 +613,8 @@ class Runtime:
             self._folding = True
             try:
                 waiting = self._observed
-                pending, ready = [], []
+                pending: list[Any] = []
+                ready: list[Any] = []
                 while waiting:
                     item = waiting.popleft()
                     # still running: keep for a later fold
