@@ -376,3 +376,22 @@ def test_kept_launch_sees_a_later_host_mapping(ops, dev):
     for w in (a, b, a, b):
         local.linear(x, w).close()
     _mapped_input_is_refused(local, dev, x, a)  # a's launch is kept, not current
+
+
+def test_kept_launch_rebinds_a_view_modified_since(ops, dev):
+    """A kept (not current) launch whose input view was moved in place meanwhile is
+    rebound when it is switched to: the result reads the view's new bytes. (Engines
+    that pack device addresses, cuda, depend on the rebind; the host engines resolve
+    views at execution.)"""
+    rng = np.random.default_rng(38)
+    local = TensorOps(dev, stream=ops.stream, plan_cache=PlanCache(max_plans=4))
+    a, b = rand_bf16(rng, (1, 128)), rand_bf16(rng, (1, 128))
+    both = local.upload(np.concatenate([a, b], axis=1))
+    x = DeviceTensor(both.view.slice(0, 256), (1, 128), bfloat16)
+    hosts = [rand_bf16(rng, (8, 128), 0.1) for _ in range(2)]
+    w0, w1 = (local.upload(h) for h in hosts)
+    for w, h in ((w0, hosts[0]), (w1, hosts[1])):
+        check_f32(linear_f32(local, x, w)[0], *reference(a, h))
+    x.view.offset = 256  # moved while w0's launch is kept, w1's current
+    check_f32(linear_f32(local, x, w0)[0], *reference(b, hosts[0]))
+    check_f32(linear_f32(local, x, w1)[0], *reference(b, hosts[1]))
