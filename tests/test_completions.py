@@ -21,6 +21,29 @@ def _slow(s, dev, ns=300_000_000):
     return flag, s.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(ns,))
 
 
+def test_refresh_of_finished_work_asks_the_driver_nothing(dev, monkeypatch):
+    """A completion the timeline already shows finished refreshes without a poll (on
+    cuda a cuStreamQuery per signalling stream); unfinished work still polls."""
+    s = dev.stream()
+    flag, done = _slow(s, dev, 50_000_000)
+    timeline = done.slot.timeline
+    polls = [0]
+    poll = type(timeline).poll
+
+    def counted(self):
+        polls[0] += 1
+        return poll(self)
+
+    monkeypatch.setattr(type(timeline), "poll", counted)
+    if not done.refresh_quiet():
+        assert polls[0] >= 1  # unfinished: the driver was asked
+    done.wait()
+    polls[0] = 0
+    assert done.refresh_quiet() and done.refresh()
+    assert polls[0] == 0
+    flag.close()
+
+
 def test_is_complete_refresh_wait(dev):
     s = dev.stream()
     flag, done = _slow(s, dev, 100_000_000)
