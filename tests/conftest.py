@@ -44,3 +44,16 @@ def live_bytes(dev) -> int:
     gc.collect()
     dev._retire_finished()
     return dev.stats.live_bytes
+
+
+def count_calls(monkeypatch, cls, name: str) -> list[int]:
+    """Count calls of method ``name`` of ``cls`` (still calling it): a one-element list."""
+    calls = [0]
+    real = getattr(cls, name)
+
+    def counted(self, *args, **kwargs):
+        calls[0] += 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, name, counted)
+    return calls

@@ -11,7 +11,7 @@ import pytest
 
 import hrx_core as hrx
 
-from .conftest import live_bytes
+from .conftest import count_calls, live_bytes
 
 from .kernels import SLEEPY
 
@@ -26,15 +26,7 @@ def test_refresh_of_finished_work_asks_the_driver_nothing(dev, monkeypatch):
     cuda a cuStreamQuery per signalling stream); unfinished work still polls."""
     s = dev.stream()
     flag, done = _slow(s, dev, 50_000_000)
-    timeline = done.slot.timeline
-    polls = [0]
-    poll = type(timeline).poll
-
-    def counted(self):
-        polls[0] += 1
-        return poll(self)
-
-    monkeypatch.setattr(type(timeline), "poll", counted)
+    polls = count_calls(monkeypatch, type(done.slot.timeline), "poll")
     if not done.refresh_quiet():
         assert polls[0] >= 1  # unfinished: the driver was asked
     done.wait()

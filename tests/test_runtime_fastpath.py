@@ -12,6 +12,7 @@ import pytest
 
 from hrx_core.execution import Runtime, RuntimeOptions
 
+from .conftest import count_calls
 from .kernels import INC_BYTES, SLEEPY
 
 
@@ -39,15 +40,7 @@ def test_a_callback_on_unfinished_work_does_not_poll_the_driver(dev, monkeypatch
     s = dev.stream()
     flag = dev.allocate(8)
     done = s.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(np.uint64(50_000_000),))
-    timeline = done.slot.timeline
-    polls = [0]
-    poll = type(timeline).poll
-
-    def counted(self):
-        polls[0] += 1
-        return poll(self)
-
-    monkeypatch.setattr(type(timeline), "poll", counted)
+    polls = count_calls(monkeypatch, type(done.slot.timeline), "poll")
     fired = []
     done.add_done_callback(fired.append)
     assert polls[0] == 0 or done.is_complete  # registering asked the driver nothing
@@ -167,14 +160,8 @@ def test_a_notice_checks_one_unfinished_region_per_queue(dev, monkeypatch):
     rt.submit(slow)
     for _ in range(12):
         last = rt.submit(quick)
-    checks = [0]
     done_now = Completion.done_now
-
-    def counted(self):
-        checks[0] += 1
-        return done_now(self)
-
-    monkeypatch.setattr(Completion, "done_now", counted)
+    checks = count_calls(monkeypatch, Completion, "done_now")
     rt._notice()
     assert checks[0] <= 1  # the sleeper on the compute queue: nothing behind it is asked
     monkeypatch.setattr(Completion, "done_now", done_now)
