@@ -425,7 +425,7 @@ class Graph:
                     raise InvalidArgument(f"graph: kernel {exe.name!r} was unloaded (a closed program); nothing was launched")
             if slot.closed:
                 raise InvalidArgument(f"{slot.name}: device is closed")
-            if chosen or self._rebound:
+            if chosen or (self._default_keys and self._rebound):  # graphs without inputs skip the check
                 extra = self._apply_inputs(chosen or {})
             held: list[Any] = []
             if self.owned:
