@@ -302,18 +302,23 @@ def _count_calls(monkeypatch, cls, name):
     return calls
 
 
+def _rotation(ops, dev, seed, k, n, count=5):
+    """A TensorOps of its own on ``ops``' stream, an input [1, k] and ``count`` weights
+    [n, k]: (ops, x host, x, weight hosts, weights)."""
+    rng = np.random.default_rng(seed)
+    local = TensorOps(dev, stream=ops.stream, plan_cache=PlanCache(max_plans=4))
+    x_host = rand_bf16(rng, (1, k))
+    hosts = [rand_bf16(rng, (n, k), 0.1) for _ in range(count)]
+    return local, x_host, local.upload(x_host), hosts, [local.upload(h) for h in hosts]
+
+
 def test_rotating_weights_keep_a_launch_each(ops, dev, monkeypatch):
     """Eager decoding rotates one slot through many weights: the slot keeps a prepared
     launch per argument set, so after the first round nothing is prepared or rebound,
     and every result equals a fresh TensorOps' (the slow path)."""
     from hrx_core.stream import PreparedLaunch, Stream
 
-    rng = np.random.default_rng(34)
-    local = TensorOps(dev, stream=ops.stream, plan_cache=PlanCache(max_plans=4))
-    x_host = rand_bf16(rng, (1, 128))
-    x = local.upload(x_host)
-    hosts = [rand_bf16(rng, (24, 128), 0.1) for _ in range(5)]
-    ws = [local.upload(h) for h in hosts]
+    local, x_host, x, hosts, ws = _rotation(ops, dev, 34, 128, 24)
     slow = [linear_f32(fresh(ops), x, w) for w in ws]
     for w in ws:  # first round: one prepared launch per weight
         linear_f32(local, x, w)
@@ -333,12 +338,7 @@ def test_rotation_beyond_the_kept_launches_rebinds(ops, dev, monkeypatch):
     from hrx_tensor import plans
 
     monkeypatch.setattr(plans, "MAX_BINDINGS", 2)
-    rng = np.random.default_rng(35)
-    local = TensorOps(dev, stream=ops.stream, plan_cache=PlanCache(max_plans=4))
-    x_host = rand_bf16(rng, (1, 64))
-    x = local.upload(x_host)
-    hosts = [rand_bf16(rng, (16, 64), 0.1) for _ in range(5)]
-    ws = [local.upload(h) for h in hosts]
+    local, x_host, x, hosts, ws = _rotation(ops, dev, 35, 64, 16)
     prepares = _count_calls(monkeypatch, Stream, "prepare")
     rebinds = _count_calls(monkeypatch, PreparedLaunch, "rebind")
     for i in range(20):
