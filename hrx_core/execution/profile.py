@@ -93,18 +93,7 @@ class LatencyProfile(_Deferred):
             raise InvalidArgument(f"name: expected a non-empty str, got {show(name)}")
         if isinstance(seconds, bool) or not isinstance(seconds, Real) or not math.isfinite(seconds) or seconds < 0:
             raise InvalidArgument(f"seconds: expected a finite number >= 0, got {show(seconds)}")
-        seconds = float(seconds)
-        with self._lock:
-            series = self._series.setdefault(name, _Series())
-            series.count += 1
-            series.total += seconds
-            series.max = max(series.max, seconds)
-            if len(series.samples) < self.max_samples:
-                series.samples.append(seconds)
-            else:
-                slot = self._random.randrange(series.count)
-                if slot < self.max_samples:
-                    series.samples[slot] = seconds
+        self._record_many({name: [float(seconds)]})
 
     def _record_many(self, latencies: dict[str, list[float]]) -> None:
         """:meth:`record` for many values at once, under one lock (the runtime's own
@@ -272,9 +261,7 @@ class RuntimeStats(_Deferred):
             raise InvalidArgument(f"seconds: expected a finite number >= 0, got {show(seconds)}")
         if isinstance(regions, bool) or not isinstance(regions, int) or regions < 0:
             raise InvalidArgument(f"regions: expected an int >= 0, got {show(regions)}")
-        with self._lock:
-            self._lane_busy[lane] = self._lane_busy.get(lane, 0.0) + float(seconds)
-            self._lane_regions[lane] = self._lane_regions.get(lane, 0) + regions
+        self._lanes_busy({lane: [float(seconds), regions]})
 
     def _lanes_busy(self, busy: dict[str, list[Any]]) -> None:
         """:meth:`lane_busy` for several lanes at once: ``{lane: [seconds, regions]}``
