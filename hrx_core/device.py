@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .buffer import Allocation, Buffer, check_int
 from .completion import Completion, Notifier
 from .engine import DeviceInfo, Engine, EngineDevice, Limits, NativeQueue, QueueFamily, Timeline
-from .errors import DeviceError, HRXError, InvalidArgument, Unsupported
+from .errors import DeviceError, HRXError, InvalidArgument, Timeout, Unsupported
 from .timeouts import check_timeout
 
 if TYPE_CHECKING:
@@ -62,6 +62,10 @@ class QueueSlot:
         self.signaled = 0
         self.unsignaled_ops = 0
         self.retained: collections.deque[tuple[int, Any]] = collections.deque()
+        # owners popped from ``retained`` whose release is in progress (outside the
+        # lock), by releasing thread: settle() waits for other threads' releases
+        self._releasing: dict[int, int] = {}
+        self._released = threading.Condition(threading.Lock())
         self.closed = False
 
     @property
@@ -118,8 +122,8 @@ class QueueSlot:
                     obj.release()
                 raise
             value, done = self.commit_locked(retain)
-        for obj in done:
-            obj.release()
+        if done:
+            self.release_retired(done)
         return value
 
     def commit_locked(self, retain: Iterable[Any]) -> tuple[int, Sequence[Any]]:
@@ -159,8 +163,8 @@ class QueueSlot:
         with self.lock:
             if self.unsignaled_ops:
                 done = self._flush_locked()
-        for obj in done:
-            obj.release()
+        if done:
+            self.release_retired(done)
 
     def retain_until(self, value: int, obj: Any) -> None:
         """Release ``obj`` (which holds a reference for it) once the timeline reaches
@@ -172,16 +176,37 @@ class QueueSlot:
                 done = self._retire_locked() if self._timeline is not None else []
             finally:
                 self.lock.release()
-            for o in done:
-                o.release()
+            if done:
+                self.release_retired(done)
 
     def _retire_locked(self) -> list[Any]:
+        """Pop the owners of finished work. A non-empty result must be passed to
+        :meth:`release_retired` (after the lock): until then :meth:`settle` waits."""
         completed = self.timeline.completed()
         out = []
         retained = self.retained
         while retained and retained[0][0] <= completed:
             out.append(retained.popleft()[1])
+        if out:
+            me = threading.get_ident()
+            with self._released:
+                self._releasing[me] = self._releasing.get(me, 0) + 1
         return out
+
+    def release_retired(self, done: Sequence[Any]) -> None:
+        """Release owners popped by a retirement (outside the queue's lock)."""
+        try:
+            for obj in done:
+                obj.release()
+        finally:
+            me = threading.get_ident()
+            with self._released:
+                left = self._releasing[me] - 1
+                if left:
+                    self._releasing[me] = left
+                else:
+                    del self._releasing[me]
+                    self._released.notify_all()
 
     def retire(self) -> None:
         """Release owners of work the timeline has passed."""
@@ -189,8 +214,22 @@ class QueueSlot:
             return
         with self.lock:
             done = self._retire_locked()
-        for obj in done:
-            obj.release()
+        if done:
+            self.release_retired(done)
+
+    def settle(self, timeout: float | None = None) -> None:
+        """Retire finished work, then wait (up to ``timeout`` seconds, else Timeout)
+        until owners another thread popped in its retirement are released too: their
+        memory freed and budget charges returned. The calling thread's own releases in
+        progress are not waited for."""
+        self.retire()
+        if not self._releasing:
+            return
+        me = threading.get_ident()
+        with self._released:
+            if not self._released.wait_for(lambda: not any(t != me for t in self._releasing), timeout):
+                raise Timeout(f"{self.name}: owners of finished work were still being released "
+                              f"by another thread after {timeout} s")
 
     def completion(self) -> Completion:
         """Completion of everything encoded on this queue so far."""
@@ -434,6 +473,7 @@ class Device:
             for slot in slots:
                 if slot.created:
                     slot.completion().wait_quiet(timeout)
+                    slot.settle(timeout)  # releases a completion callback's thread is making
 
     def close(self) -> None:
         """Drain and release every queue; the device cannot be used afterwards."""

@@ -446,8 +446,8 @@ class Graph:
             value, done = slot.commit_locked(held)
             completion = stream._done(value)
             record.last[slot] = completion
-        for obj in done:
-            obj.release()
+        if done:
+            slot.release_retired(done)
         for a, start, end, writes in extra:
             a.note_use(completion, start, end, writes)
         self.launches += 1

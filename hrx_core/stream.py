@@ -142,8 +142,8 @@ class PreparedLaunch:
             value, done = slot.commit_locked(())
             completion = self._stream._done(value)
             record.last[slot] = completion
-        for obj in done:
-            obj.release()
+        if done:
+            slot.release_retired(done)
         self._stats.dispatches += 1
         return completion
 
@@ -449,8 +449,8 @@ class Stream:
             for alloc in allocs:
                 alloc.retain()
             value, done = slot.commit_locked(allocs)
-        for obj in done:
-            obj.release()
+        if done:
+            slot.release_retired(done)
         return self._dispatched(value, ranges)
 
     def _dispatched(self, value: int, ranges: Sequence[tuple[Allocation, int, int, bool]]) -> Completion:
@@ -535,6 +535,7 @@ class Stream:
         reported (by an earlier synchronize or download) and forget the others."""
         with self._transfer_lock:
             self.slot.completion().wait_quiet(timeout)
+            self.slot.settle(timeout)  # releases a completion callback's thread is making
             timeline = self.slot.timeline
             values, start, self._values, self._reported = self._values, self._reported, [], 0
             for v in values[start:]:

@@ -166,7 +166,8 @@ def test_synchronize_waits_for_a_release_another_thread_started(dev, monkeypatch
         sub.wait(timeout=0.01)
     g.close()
     x.close()
-    sub.wait()
+    # no wait here: this thread's wait would retire the submission's hold itself, and
+    # then the last reference could go here rather than on the callback's thread
     assert started.wait(10), "the completion callback did not release the quarantined owner"
     rt.synchronize()
     assert budget.used_bytes == 0
@@ -199,3 +200,85 @@ def test_synchronize_releases_what_lanes_held_for_finished_work(dev):
     assert released == [True]
     x.close()
     rt.close()
+
+
+def test_synchronize_waits_for_releases_another_thread_popped(dev):
+    """A retirement pops owners of finished work under the queue's lock and releases
+    them after it: synchronize (runtime, stream, device) waits for such releases by
+    another thread, so memory is freed and charges returned when it returns. On the
+    H200 a completion callback's thread once released a submission's hold just after
+    Runtime.synchronize returned, and a quarantined buffer's charge was still there."""
+    import threading
+    import time
+
+    from hrx_core.execution import Runtime
+
+    from .kernels import INC_BYTES
+
+    rt = Runtime(dev)
+    stream = rt.lane("compute").stream
+    slot = stream.slot
+    x = rt.allocate(64)
+    done = stream.dispatch(INC_BYTES, 1, [x], block=64, scalars=(np.uint32(64),))
+    done.wait()
+    class Slow:
+        def __init__(self):
+            self.entered, self.released = threading.Event(), threading.Event()
+
+        def release(self):
+            self.entered.set()
+            time.sleep(0.3)
+            self.released.set()
+
+    for sync in (rt.synchronize, stream.synchronize, dev.synchronize):
+        held = Slow()
+        slot.retained.append((done.value, held))
+        other = threading.Thread(target=slot.retire)
+        other.start()
+        assert held.entered.wait(5)
+        sync()
+        assert held.released.is_set(), sync
+        other.join()
+    x.close()
+    rt.close()
+
+
+def test_settle_inside_a_release_does_not_wait_for_itself(dev):
+    """A release that settles its own queue (a free callback that synchronizes, say)
+    returns at once rather than waiting for its own release; a timeout on another
+    thread's slow release raises Timeout."""
+    import threading
+    import time
+
+    stream = dev.stream()
+    slot = stream.slot
+    x = dev.allocate(64)
+    done = stream.fill(x, 1)
+    done.wait()
+    seen = []
+
+    class Reentrant:
+        def release(self):
+            t0 = time.monotonic()
+            slot.settle(timeout=5)
+            seen.append(time.monotonic() - t0)
+
+    slot.retained.append((done.value, Reentrant()))
+    slot.retire()
+    assert len(seen) == 1 and seen[0] < 1.0
+    entered = threading.Event()
+
+    class Slow:
+        def release(self):
+            entered.set()
+            time.sleep(0.5)
+
+    slot.retained.append((done.value, Slow()))
+    other = threading.Thread(target=slot.retire)
+    other.start()
+    assert entered.wait(5)
+    with pytest.raises(hrx.Timeout):
+        slot.settle(timeout=0.01)
+    other.join()
+    slot.settle(timeout=0)  # nothing in progress any more
+    x.close()

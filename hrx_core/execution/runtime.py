@@ -802,11 +802,14 @@ class Runtime:
             except HRXError as exc:
                 first = first or exc
         self._prove_idle()
-        # what the lanes' queues hold for finished work (memory freed while in use:
-        # quarantined owners just released, say) is released now, not at the queue's
-        # next retirement, so budgets and statistics are settled when this returns
-        for slot in {id(lane.stream.slot): lane.stream.slot for lane in self.lanes.values()}.values():
-            slot.retire()
+        # what the device's queues hold for finished work (memory freed while in use:
+        # quarantined owners just released, say) is released now, not at a queue's next
+        # retirement, and releases another thread (a completion callback's) popped are
+        # waited for: budgets and statistics are settled when this returns
+        for family in list(self.device._slots.values()):
+            for slot in family:
+                if slot.created:
+                    slot.settle(remaining(deadline))
         if first is not None:
             raise first
 
