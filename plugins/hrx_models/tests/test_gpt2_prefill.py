@@ -55,15 +55,30 @@ GEMM_CASES = [
 ]
 
 
+GEMMS = [None, *PK.GEMM_TILINGS]
+
+
+def tensor_cores(dev) -> bool:
+    from hrx_models.gpt2.decoder import StepKernels
+
+    return StepKernels.for_device(dev.info).tensor_cores
+
+
+@pytest.mark.parametrize("tiles", GEMMS, ids=["gemm"] + [t.name for t in PK.GEMM_TILINGS])
 @pytest.mark.parametrize("k,n,c,pos,n_prompt", GEMM_CASES, ids=[f"K{c[0]}xN{c[1]}xC{c[2]}" for c in GEMM_CASES])
-def test_gemm(dev, k, n, c, pos, n_prompt):
+def test_gemm(dev, tiles, k, n, c, pos, n_prompt):
+    """The portable GEMM, and each tensor-core tiling (CUDA sm_80+; the host mirror
+    elsewhere is the same function)."""
+    if tiles is not None and dev.info.engine != "host" and not tensor_cores(dev):
+        pytest.skip(f"{dev.name}: the tiled GEMMs need CUDA sm_80+")
+    kernel, grid, block = ((PK.GEMM, (-(-n // PK.GEMM_BN), -(-c // PK.GEMM_BM)), PK.GEMM_THREADS) if tiles is None
+                           else (PK.GEMM_TILED[tiles], tiles.grid(n, c), tiles.threads))
     rng = np.random.default_rng(k + n)
     m = max(0, min(c, n_prompt - 1 - pos))
     a, w = bf16(rng, (c, k)), bf16(rng, (n, k), 0.05)
     r = Run(dev)
     y = r.buf(np.full((c, n), SENTINEL, np.float32))
-    r.s.dispatch(PK.GEMM, (-(-n // PK.GEMM_BN), -(-c // PK.GEMM_BM)), [r.buf(a), r.buf(w), r.buf(state(pos, n_prompt)), y],
-                 block=PK.GEMM_THREADS, scalars=(k, n, c))
+    r.s.dispatch(kernel, grid, [r.buf(a), r.buf(w), r.buf(state(pos, n_prompt)), y], block=block, scalars=(k, n, c))
     got = f64(r.get(y, np.float32, (c, n)))
     want = f64(a[:m]) @ f64(w).T
     mag = np.abs(f64(a[:m])) @ np.abs(f64(w)).T  # F32 accumulation: relative to the sum of |terms|
@@ -73,15 +88,35 @@ def test_gemm(dev, k, n, c, pos, n_prompt):
 
 
 # (n_embd, head_dim, context P, chunk C, pos, n_prompt): m = min(C, n_prompt - 1 - pos) rows
-# in blocks of 8 (the last partial); keys in one 32-row tile or several; head dims 8..256
+# in blocks of 8 (the last partial); keys in one 32-row tile or several; head dims 8..256.
+# The tensor-core kernel's cases (head dims 64 and 128): rows in warps of 16 and blocks of
+# 2 or 4 warps (the last partial, a warp without rows), keys in one 64-row tile or several
+# (a diagonal tile in the middle of a warp), m = 1.
 ATTN_CASES = [(256, 64, 48, 16, 20, 31), (128, 16, 100, 16, 70, 90), (512, 128, 160, 32, 100, 125),
               (200, 8, 40, 8, 0, 40), (512, 256, 80, 64, 33, 80)]
+ATTN_MMA_CASES = [(256, 64, 48, 16, 20, 31), (512, 128, 160, 32, 100, 125), (768, 64, 300, 128, 150, 290),
+                  (1024, 128, 200, 48, 90, 130), (384, 64, 140, 64, 0, 140), (256, 128, 70, 32, 68, 70),
+                  (256, 64, 520, 96, 400, 520)]
+KERNELS = [("scalar", a) for a in ATTN_CASES] + [("mma", a) for a in ATTN_MMA_CASES]
 
 
-@pytest.mark.parametrize("d,hd,p,c,pos,n_prompt", ATTN_CASES, ids=[f"hd{a[1]}-pos{a[4]}" for a in ATTN_CASES])
-def test_kv_and_attention_rows(dev, d, hd, p, c, pos, n_prompt):
+def attention_rows_launch(dev, kernel, d, hd, c):
+    """(kernel, grid, block) of the scalar or the tensor-core attention_rows kernel; the
+    tensor-core one needs CUDA sm_80+ (the decoder's rule, StepKernels.for_device)."""
+    if kernel == "scalar":
+        return PK.ATTENTION_ROWS, (d // hd, -(-c // PK.ATTENTION_ROWS_PER_BLOCK)), 256
+    if dev.info.engine != "host" and not tensor_cores(dev):
+        pytest.skip(f"{dev.name} has no BF16 tensor cores the kernel uses (CUDA sm_80+)")
+    warps = PK.attention_mma_warps(d // hd, c)
+    return PK.ATTENTION_ROWS_MMA[hd], (d // hd, -(-c // (16 * warps))), 32 * warps
+
+
+@pytest.mark.parametrize("kernel,case", KERNELS, ids=[f"{k}-hd{a[1]}-C{a[3]}-pos{a[4]}" for k, a in KERNELS])
+def test_kv_and_attention_rows(dev, kernel, case):
     """The chunk's K/V rows land in the cache at rows pos.. with the bias; each row r
     attends causally over cache rows 0 .. pos + r (rows before pos written earlier)."""
+    d, hd, p, c, pos, n_prompt = case
+    attention, grid, block = attention_rows_launch(dev, kernel, d, hd, c)
     rng = np.random.default_rng(4)
     m = min(c, n_prompt - 1 - pos)
     qkv = rng.standard_normal((c, 3 * d)).astype(np.float32)
@@ -92,8 +127,7 @@ def test_kv_and_attention_rows(dev, d, hd, p, c, pos, n_prompt):
     bufs = [r.buf(qkv), r.buf(bias), r.buf(state(pos, n_prompt)), r.buf(kc0), r.buf(vc0)]
     out = r.buf(np.zeros((c, d), bfloat16))
     r.s.dispatch(PK.KV_ROWS, c, bufs, block=256, scalars=(d, p, c))
-    r.s.dispatch(PK.ATTENTION_ROWS, (d // hd, -(-c // PK.ATTENTION_ROWS_PER_BLOCK)), [*bufs, out], block=256,
-                 scalars=(d, hd, p, scale, c))
+    r.s.dispatch(attention, grid, [*bufs, out], block=block, scalars=(d, hd, p, scale, c))
     kc, vc = f64(r.get(bufs[3], bfloat16, (p, d))), f64(r.get(bufs[4], bfloat16, (p, d)))
     full = f64(qkv) + f64(bias)
     want_k, want_v = f64(kc0), f64(vc0)
@@ -109,8 +143,19 @@ def test_kv_and_attention_rows(dev, d, hd, p, c, pos, n_prompt):
             s = want_k[:t, cols] @ full[row, cols] * scale
             prob = np.exp(s - s.max())
             want = prob @ want_v[:t, cols] / prob.sum()
-            np.testing.assert_allclose(got[row, cols], want, rtol=2 * 2.0**-8, atol=1e-3,
-                                       err_msg=f"attention_rows: row {row}, head {h}")
+            if kernel == "scalar":  # F32 throughout: the output's BF16 rounding
+                np.testing.assert_allclose(got[row, cols], want, rtol=2 * 2.0**-8, atol=1e-3,
+                                           err_msg=f"attention_rows: row {row}, head {h}")
+                continue
+            # tensor cores: queries and probabilities in BF16 too; a score moves by up to
+            # 2^-8 of the sum of its |terms|, which moves each probability by that much
+            # relatively, and a probability's own rounding by 2^-8: both bounded relative to
+            # the probability-weighted |V|
+            moved = 2.0**-8 * (np.abs(want_k[:t, cols]) @ np.abs(full[row, cols])).max() * scale
+            weighted = prob @ np.abs(want_v[:t, cols]) / prob.sum()
+            bound = 2 * 2.0**-8 * np.abs(want) + 2 * (moved + 2.0**-8) * weighted + 1e-5
+            err = np.abs(got[row, cols] - want)
+            assert (err <= bound).all(), f"attention_rows: row {row}, head {h}: error {err.max():.3g} (bound {bound[err.argmax()]:.3g})"
     assert (got[m:] == 0).all(), "attention_rows wrote rows past the chunk's m"
 
 
@@ -168,3 +213,34 @@ def test_prefill_chunk_is_validated(dev, tiny_dir):
     for bad in (-1, 1.5, True, "16"):
         with pytest.raises(InvalidArgument, match="prefill_chunk"):
             Gpt2Decoder.load(tiny_dir, dev, prefill_chunk=bad)
+
+
+@pytest.mark.parametrize("n_head", [4, 2], ids=["hd64", "hd128"])
+def test_wide_head_prefill_matches_the_reference(dev, tmp_path, n_head):
+    """Head dimensions 64 and 128 (GPT-2's and the 1.3B shape's): on CUDA sm_80+ the
+    prefill attention runs on tensor cores. A 300-token prompt in chunks of 128 rows
+    (queries in several 64-key tiles, a partial last chunk): the first token's logits
+    against the numpy reference and decode-only, then 8 greedy tokens."""
+    from hrx_models.gpt2 import Gpt2Config, write_random_checkpoint
+    from hrx_models.gpt2.reference import NumpyGpt2
+
+    config = Gpt2Config(n_embd=256, n_layer=2, n_head=n_head, n_positions=320, vocab_size=512)
+    ckpt = write_random_checkpoint(tmp_path / "wide", config, seed=3, std=0.1)
+    reference = NumpyGpt2(ckpt)
+    prompt = [(i * 37 + 5) % 512 for i in range(300)]
+    batched = Gpt2Decoder.load(ckpt, dev, prefill_chunk=128)
+    steps = Gpt2Decoder.load(ckpt, dev, prefill_chunk=0)
+    try:
+        with batched.slot() as a, steps.slot() as b:
+            for s in (a, b):
+                s.start(prompt)
+                s.prefill()
+                s.step()
+            want = reference.logits(prompt)[-1]
+            check_logits(a.logits(), want, "first token's logits, batched prefill vs the numpy reference")
+            check_logits(a.logits(), b.logits(), "first token's logits, batched prefill vs decode-only")
+        got = batched.generate(prompt, 8).tokens
+        check_greedy(reference, prompt, got, steps.generate(prompt, 8).tokens)
+    finally:
+        batched.close()
+        steps.close()

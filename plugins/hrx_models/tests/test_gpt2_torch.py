@@ -117,7 +117,7 @@ def test_gpt2_small_1000_token_prefill_matches_torch(small, cuda_dev):
     ref = TorchGpt2(dec.weights.source, dtype=torch.float32, context=1024)
     ref.prefill(ids)
     want = ref.last_logits.double().cpu().numpy()
-    with Gpt2Decoder.load(dec.weights.source, cuda_dev, context=1024, max_slots=1) as full:
+    with Gpt2Decoder.load(dec.weights.source, cuda_dev, context=1024, max_slots=1, prefill_chunk=512) as full:
         with full.slot() as s:
             assert s.chunk == 512
             launches = s.chunk_graph.launches

@@ -31,6 +31,7 @@ projection inputs and cache, F32 arithmetic.
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 from ml_dtypes import bfloat16
 
@@ -81,12 +82,30 @@ extern "C" __global__ void __launch_bounds__(1024) hrx_gpt2_embed_rows(
 }
 """
 
-GEMM_CUDA = _PRELUDE + _ROWS_CUDA + f"""
+_CP_ASYNC_CUDA = r"""
+#if !defined(__AMDGCN__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// 16 bytes global -> shared without registers; src_bytes 0 writes zeros (src is not read)
+__device__ __forceinline__ void hrx_cp_async16(unsigned short* dst, const unsigned short* src, unsigned int src_bytes) {
+    unsigned int d;
+    asm volatile("{ .reg .u64 p; cvta.to.shared.u64 p, %1; cvt.u32.u64 %0, p; }\n" : "=r"(d) : "l"(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+#endif
+"""
+
+GEMM_CUDA = _PRELUDE + _ROWS_CUDA + _CP_ASYNC_CUDA + f"""
 #define HRX_GEMM_BM {GEMM_BM}u
 #define HRX_GEMM_BN {GEMM_BN}u
 """ + r"""
 #define HRX_GEMM_BK 32u
 #define HRX_GEMM_LD 40u  // BF16 per shared row: 80 bytes keep 16-byte stores aligned and fragment reads conflict-free
+#define HRX_GEMM_STAGES 4u  // k stages in flight (sm_80+): 40 KiB of shared memory
+
+#if !defined(__AMDGCN__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define HRX_GEMM_BUFFERS HRX_GEMM_STAGES
+#else
+#define HRX_GEMM_BUFFERS 1u
+#endif
 
 __device__ __forceinline__ uint4 hrx_zero4() {  // member by member: NVRTC has no includes here
     uint4 z;
@@ -159,8 +178,11 @@ extern "C" __global__ void __launch_bounds__(128) hrx_gpt2_gemm(
         const unsigned short* __restrict__ a, const unsigned short* __restrict__ w,
         const unsigned int* __restrict__ state, float* __restrict__ y,
         unsigned int K, unsigned int N, unsigned int C) {
-    __shared__ uint4 as4[HRX_GEMM_BM * HRX_GEMM_LD / 8u];  // uint4: 16-byte aligned tiles
-    __shared__ uint4 ws4[HRX_GEMM_BN * HRX_GEMM_LD / 8u];
+    // sm_80+: a pipeline of HRX_GEMM_STAGES k stages in shared memory filled by cp.async (16
+    // bytes a copy, zero-filled past m / N / K), the loads of stages ahead in flight while a
+    // stage is multiplied, one barrier an iteration; elsewhere one stage through registers
+    __shared__ uint4 as4[HRX_GEMM_BUFFERS * HRX_GEMM_BM * HRX_GEMM_LD / 8u];  // uint4: 16-byte aligned tiles
+    __shared__ uint4 ws4[HRX_GEMM_BUFFERS * HRX_GEMM_BN * HRX_GEMM_LD / 8u];
     unsigned short* As = reinterpret_cast<unsigned short*>(as4);
     unsigned short* Ws = reinterpret_cast<unsigned short*>(ws4);
     const unsigned int m = hrx_prefill_rows(state, C);
@@ -176,6 +198,38 @@ extern "C" __global__ void __launch_bounds__(128) hrx_gpt2_gemm(
         for (int j = 0; j < 4; ++j)
             #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+#if !defined(__AMDGCN__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned int tiles = (K + HRX_GEMM_BK - 1u) / HRX_GEMM_BK;
+    // stage s holds k0 = 32 kt: 64 rows x 32 k of a and of w, 256 16-byte vectors each, two per thread
+    auto load = [&](unsigned int kt) {
+        const unsigned int stage = kt % HRX_GEMM_STAGES, k0 = kt * HRX_GEMM_BK;
+        #pragma unroll
+        for (unsigned int s = 0; s < 2u; ++s) {
+            const unsigned int v = tid + s * 128u;
+            const unsigned int r = v >> 2, kv = (v & 3u) * 8u, k = k0 + kv;
+            const bool ka = row0 + r < m && k < K, kw = col0 + r < N && k < K;
+            hrx_cp_async16(As + (stage * HRX_GEMM_BM + r) * HRX_GEMM_LD + kv,
+                           ka ? a + (size_t)(row0 + r) * K + k : a, ka ? 16u : 0u);
+            hrx_cp_async16(Ws + (stage * HRX_GEMM_BN + r) * HRX_GEMM_LD + kv,
+                           kw ? w + (size_t)(col0 + r) * K + k : w, kw ? 16u : 0u);
+        }
+    };
+    #pragma unroll
+    for (unsigned int s = 0; s + 1u < HRX_GEMM_STAGES; ++s) {
+        if (s < tiles) load(s);
+        asm volatile("cp.async.commit_group;\n" ::);
+    }
+    for (unsigned int kt = 0; kt < tiles; ++kt) {
+        asm volatile("cp.async.wait_group %0;\n" :: "n"(HRX_GEMM_STAGES - 2));  // stage kt has landed
+        __syncthreads();  // ... for every thread; and every warp is done with stage kt - 1
+        if (kt + HRX_GEMM_STAGES - 1u < tiles) load(kt + HRX_GEMM_STAGES - 1u);  // into stage kt - 1's buffers
+        asm volatile("cp.async.commit_group;\n" ::);  // (an empty group past the end keeps the count)
+        const unsigned int stage = kt % HRX_GEMM_STAGES;
+        hrx_gemm_k16(acc, As + stage * HRX_GEMM_BM * HRX_GEMM_LD, Ws + stage * HRX_GEMM_BN * HRX_GEMM_LD, wm, wn, 0u, g, t);
+        hrx_gemm_k16(acc, As + stage * HRX_GEMM_BM * HRX_GEMM_LD, Ws + stage * HRX_GEMM_BN * HRX_GEMM_LD, wm, wn, 16u, g, t);
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+#else
     for (unsigned int k0 = 0; k0 < K; k0 += HRX_GEMM_BK) {
         // stage 64 rows x 32 k of a and of w: 256 16-byte vectors each, two per thread;
         // rows past m / N and k past K are zeros
@@ -194,6 +248,7 @@ extern "C" __global__ void __launch_bounds__(128) hrx_gpt2_gemm(
         hrx_gemm_k16(acc, As, Ws, wm, wn, 16u, g, t);
         __syncthreads();  // before the next stage overwrites the tiles
     }
+#endif
     #pragma unroll
     for (int i = 0; i < 2; ++i)
         #pragma unroll
@@ -206,6 +261,176 @@ extern "C" __global__ void __launch_bounds__(128) hrx_gpt2_gemm(
             }
 }
 """
+
+@attrs.frozen
+class GemmTiles:
+    """One tensor-core tiling of the prefill GEMM (CUDA sm_80+): a block of ``warps_m x
+    warps_n`` warps computes ``bm x bn`` outputs, each warp ``bm / warps_m`` rows x ``bn /
+    warps_n`` columns, through a ``stages``-deep cp.async pipeline of 32-wide k stages."""
+
+    bm: int
+    bn: int
+    warps_m: int
+    warps_n: int
+    stages: int
+
+    @property
+    def name(self) -> str:
+        return f"hrx_gpt2_gemm_{self.bm}x{self.bn}_w{self.warps_m}x{self.warps_n}_s{self.stages}"
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.stages * (self.bm + self.bn) * 40 * 2
+
+    def grid(self, n: int, rows: int) -> tuple[int, int]:
+        return -(-n // self.bn), -(-rows // self.bm)
+
+
+def _gemm_tiles_cuda(v: GemmTiles) -> str:
+    mi, nj = v.bm // v.warps_m // 16, v.bn // v.warps_n // 8
+    assert mi >= 1 and nj >= 2 and nj % 2 == 0 and v.shared_bytes <= 48 * 1024, v
+    return _PRELUDE + _ROWS_CUDA + _CP_ASYNC_CUDA + f"""
+#define HRX_BM {v.bm}u
+#define HRX_BN {v.bn}u
+#define HRX_WN {v.warps_n}u
+#define HRX_MI {mi}
+#define HRX_NJ {nj}
+#define HRX_STAGES {v.stages}u
+#define HRX_THREADS {v.threads}u
+""" + r"""
+#define HRX_BK 32u
+#define HRX_LD 40u  // BF16 per shared row: 80 bytes keep 16-byte copies aligned and fragment reads conflict-free
+
+// y[r, n] = sum_k a[r, k] * w[n, k] for the chunk's rows r < m and n < N (the hrx_gpt2_gemm
+// contract), tiled HRX_BM x HRX_BN on tensor cores; sm_80+ only (the decoder's choice).
+extern "C" __global__ void __launch_bounds__(HRX_LAUNCH_BOUND) HRX_ENTRY(
+        const unsigned short* __restrict__ a, const unsigned short* __restrict__ w,
+        const unsigned int* __restrict__ state, float* __restrict__ y,
+        unsigned int K, unsigned int N, unsigned int C) {
+#if !defined(__AMDGCN__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    __shared__ uint4 as4[HRX_STAGES * HRX_BM * HRX_LD / 8u];
+    __shared__ uint4 ws4[HRX_STAGES * HRX_BN * HRX_LD / 8u];
+    unsigned short* As = reinterpret_cast<unsigned short*>(as4);
+    unsigned short* Ws = reinterpret_cast<unsigned short*>(ws4);
+    const unsigned int m = hrx_prefill_rows(state, C);
+    const unsigned int row0 = blockIdx.y * HRX_BM, col0 = blockIdx.x * HRX_BN;
+    if (row0 >= m || col0 >= N || (K & 7u) || blockDim.x != HRX_THREADS) return;  // the whole block
+    const unsigned int tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const unsigned int wm = (warp / HRX_WN) * (16u * HRX_MI), wn = (warp % HRX_WN) * (8u * HRX_NJ);
+    const unsigned int g = lane >> 2, t = lane & 3u;
+    float acc[HRX_MI][HRX_NJ][4];
+    #pragma unroll
+    for (int i = 0; i < HRX_MI; ++i)
+        #pragma unroll
+        for (int j = 0; j < HRX_NJ; ++j)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    const unsigned int tiles = (K + HRX_BK - 1u) / HRX_BK;
+    auto load = [&](unsigned int kt) {  // stage kt % STAGES: rows x 32 k of a and of w, 16 bytes a copy
+        const unsigned int stage = kt % HRX_STAGES, k0 = kt * HRX_BK;
+        #pragma unroll
+        for (unsigned int v = tid; v < (HRX_BM + HRX_BN) * 4u; v += HRX_THREADS) {
+            const bool isa = v < HRX_BM * 4u;
+            const unsigned int u = isa ? v : v - HRX_BM * 4u;
+            const unsigned int r = u >> 2, kv = (u & 3u) * 8u, k = k0 + kv;
+            const bool in = (isa ? row0 + r < m : col0 + r < N) && k < K;
+            const unsigned short* src = isa ? a + (size_t)(row0 + r) * K + k : w + (size_t)(col0 + r) * K + k;
+            unsigned short* dst = isa ? As + (stage * HRX_BM + r) * HRX_LD + kv : Ws + (stage * HRX_BN + r) * HRX_LD + kv;
+            hrx_cp_async16(dst, in ? src : a, in ? 16u : 0u);
+        }
+    };
+    #pragma unroll
+    for (unsigned int s = 0; s + 1u < HRX_STAGES; ++s) {
+        if (s < tiles) load(s);
+        asm volatile("cp.async.commit_group;\n" ::);
+    }
+    for (unsigned int kt = 0; kt < tiles; ++kt) {
+        asm volatile("cp.async.wait_group %0;\n" :: "n"(HRX_STAGES - 2u));  // stage kt has landed
+        __syncthreads();  // ... for every thread; and every warp is done with stage kt - 1
+        if (kt + HRX_STAGES - 1u < tiles) load(kt + HRX_STAGES - 1u);  // into stage kt - 1's buffers
+        asm volatile("cp.async.commit_group;\n" ::);
+        const unsigned short* at = As + (kt % HRX_STAGES) * HRX_BM * HRX_LD;
+        const unsigned short* wt = Ws + (kt % HRX_STAGES) * HRX_BN * HRX_LD;
+        #pragma unroll
+        for (unsigned int kk = 0; kk < HRX_BK; kk += 16u) {
+            unsigned int af[HRX_MI][4], bf[HRX_NJ][2];
+            #pragma unroll
+            for (int i = 0; i < HRX_MI; ++i) {  // A: rows g / g + 8, k 2t, 2t + 1 / + 8
+                const unsigned short* p = at + (wm + 16u * i + g) * HRX_LD + kk + 2u * t;
+                af[i][0] = *reinterpret_cast<const unsigned int*>(p);
+                af[i][1] = *reinterpret_cast<const unsigned int*>(p + 8u * HRX_LD);
+                af[i][2] = *reinterpret_cast<const unsigned int*>(p + 8u);
+                af[i][3] = *reinterpret_cast<const unsigned int*>(p + 8u * HRX_LD + 8u);
+            }
+            #pragma unroll
+            for (int j = 0; j < HRX_NJ; ++j) {  // B (w rows are its columns): k 2t, 2t + 1 / + 8 of column g
+                const unsigned short* q = wt + (wn + 8u * j + g) * HRX_LD + kk + 2u * t;
+                bf[j][0] = *reinterpret_cast<const unsigned int*>(q);
+                bf[j][1] = *reinterpret_cast<const unsigned int*>(q + 8u);
+            }
+            #pragma unroll
+            for (int i = 0; i < HRX_MI; ++i)
+                #pragma unroll
+                for (int j = 0; j < HRX_NJ; ++j)
+                    asm volatile(
+                        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                        : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]), "+f"(acc[i][j][3])
+                        : "r"(af[i][0]), "r"(af[i][1]), "r"(af[i][2]), "r"(af[i][3]), "r"(bf[j][0]), "r"(bf[j][1]));
+        }
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    #pragma unroll
+    for (int i = 0; i < HRX_MI; ++i)
+        #pragma unroll
+        for (int j = 0; j < HRX_NJ; ++j)
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {  // C: row g (+ 8), columns 2t, 2t + 1: one 8-byte store
+                const unsigned int r = row0 + wm + 16u * i + g + 8u * h;
+                const unsigned int n = col0 + wn + 8u * j + 2u * t;
+                if (r < m && n + 1u < N && !(N & 1u)) {  // an 8-byte aligned pair (N even)
+                    float2 v2;
+                    v2.x = acc[i][j][2 * h];
+                    v2.y = acc[i][j][2 * h + 1];
+                    *reinterpret_cast<float2*>(y + (size_t)r * N + n) = v2;
+                } else if (r < m) {
+                    if (n < N) y[(size_t)r * N + n] = acc[i][j][2 * h];
+                    if (n + 1u < N) y[(size_t)r * N + n + 1u] = acc[i][j][2 * h + 1];
+                }
+            }
+#else
+    __builtin_trap();  // the decoder chooses these tilings on CUDA sm_80+ only
+#endif
+}
+""".replace("HRX_ENTRY", v.name).replace("HRX_LAUNCH_BOUND", str(v.threads))  # literal: tools read them
+
+
+#: Tensor-core tilings of the prefill GEMM (sm_80+) that bench/tools/gemm_tiles.py compares
+#: with the portable 64 x 64 kernel (which runs a 4-stage cp.async pipeline on sm_80+ too).
+GEMM_TILINGS = (
+    GemmTiles(128, 128, 2, 4, 2),
+    GemmTiles(128, 64, 2, 2, 3),
+    GemmTiles(64, 128, 2, 4, 3),
+)
+#: The tiling the decoder uses where it fills the GPU (:func:`gemm_tiles_for`).
+GEMM_WIDE = GEMM_TILINGS[0]
+
+
+def gemm_tiles_for(rows: int, k: int, n: int) -> GemmTiles | None:
+    """The tensor-core tiling for a ``rows x k`` by ``k x n`` projection, or None for the
+    portable 64 x 64 kernel. From the H200 measurements of bench/tools/gemm_tiles.py
+    (GPT-2 small and 1.3B projections, chunks of 512 and 1024 rows): 128 x 128 tiles
+    (twice the work per shared-memory byte) win once they make a full wave of blocks
+    (1.2-1.6x the 64 x 64 kernel at 1.3B's N = 6144 and 8192); with fewer blocks, or for
+    K >= 8192 (c_proj of the 1.3B MLP, where a 2-stage pipeline is too shallow), the 64 x 64
+    kernel's many blocks do better."""
+    if k >= 8192 or -(-n // GEMM_WIDE.bn) * -(-rows // GEMM_WIDE.bm) < 128:
+        return None
+    return GEMM_WIDE
+
 
 KV_ROWS_CUDA = _PRELUDE + _ROWS_CUDA + r"""
 extern "C" __global__ void hrx_gpt2_kv_rows(
@@ -326,6 +551,187 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention_rows(
     }
 }
 """
+
+#: Head dimensions with a tensor-core attention_rows kernel (CUDA sm_80+), and the keys of
+#: one of its shared-memory K/V tiles.
+ATTENTION_MMA_HEAD_DIMS = (64, 128)
+ATTENTION_MMA_KEYS = 64
+
+
+def attention_mma_warps(heads: int, chunk: int) -> int:
+    """Warps (16 query rows each) of one tensor-core attention_rows block: 4, unless that
+    leaves fewer than 256 blocks for a chunk (GPT-2 small's 12 heads x 512 rows: 96), then 2."""
+    return 4 if heads * -(-chunk // 64) >= 256 else 2
+
+
+def _attention_mma_cuda(hd: int) -> str:
+    return (_PRELUDE + _ROWS_CUDA + f"""
+#define HRX_HD {hd}u
+#define HRX_BC {ATTENTION_MMA_KEYS}u
+#define HRX_KV_LD ({hd}u + 8u)  // BF16 a staged K/V row: 16 bytes of padding keep fragment reads conflict-free
+#define HRX_NEG_INF __uint_as_float(0xff800000u)
+""" + r"""
+__device__ __forceinline__ unsigned int hrx_pack_bf16(float lo, float hi) {
+    return (unsigned int)hrx_f32_to_bf16_rn(lo) | ((unsigned int)hrx_f32_to_bf16_rn(hi) << 16);
+}
+
+__device__ __forceinline__ void hrx_mma_bf16(float (&c)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
+#if !defined(__AMDGCN__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __builtin_trap();  // the decoder chooses this kernel on CUDA sm_80+ only
+#endif
+}
+
+// Causal attention of the chunk's rows on BF16 tensor cores (m16n8k16, F32 accumulation),
+// flash-attention style. grid (n_head, ceil(C / (16 * warps))), 32 * warps threads:
+// warp w of block (h, b) owns query rows r = 16 (b * warps + w) .. + 15 (positions pos + r)
+// and keeps their queries (with bias, BF16) as A fragments; the block stages 64 cache rows
+// of K and V at a time in shared memory; per tile a warp computes S = Q K^T, an online
+// softmax (exp2, per-row max reduced over the quad that holds the row) and O += P V with P
+// taken straight from the S fragments. Thread (g, t) = (lane / 4, lane % 4) holds rows g
+// and g + 8 of its warp's 16 (the C fragment layout).
+extern "C" __global__ void __launch_bounds__(128) HRX_ENTRY(
+        const float* __restrict__ qkv, const unsigned short* __restrict__ bias,
+        const unsigned int* __restrict__ state, const unsigned short* __restrict__ kc,
+        const unsigned short* __restrict__ vc, unsigned short* __restrict__ out,
+        unsigned int D, unsigned int hd, unsigned int P, float scale, unsigned int C) {
+    __shared__ uint4 ks4[HRX_BC * HRX_KV_LD / 8u];
+    __shared__ uint4 vs4[HRX_BC * HRX_KV_LD / 8u];
+    unsigned short* Ks = reinterpret_cast<unsigned short*>(ks4);
+    unsigned short* Vs = reinterpret_cast<unsigned short*>(vs4);
+    const unsigned int m = hrx_prefill_rows(state, C), pos = state[0];
+    const unsigned int warps = blockDim.x >> 5, rows_per_block = 16u * warps;
+    const unsigned int r0 = blockIdx.y * rows_per_block;
+    // the whole block returns together (before any barrier)
+    if (r0 >= m || pos + m > P || hd != HRX_HD || (blockDim.x & 31u) || warps == 0u || warps > 4u) return;
+    const unsigned int tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const unsigned int g = lane >> 2, t = lane & 3u;
+    const unsigned int base = blockIdx.x * HRX_HD;
+    const unsigned int rw = r0 + 16u * warp;  // the warp's first row
+    const unsigned int block_rows = m - r0 < rows_per_block ? m - r0 : rows_per_block;
+    const unsigned int last = pos + r0 + block_rows - 1u;  // the block's last position
+    const unsigned int wlast = pos + (rw + 15u < m ? rw + 15u : m - 1u);  // the warp's (if it has rows)
+    const bool active = rw < m;  // uniform across the warp
+    // queries (row g / g + 8, dimensions 16 kk + 2t, + 1 / + 8): rows past m are zeros
+    unsigned int qf[HRX_HD / 16u][4];
+    #pragma unroll
+    for (unsigned int kk = 0; kk < HRX_HD / 16u; ++kk) {
+        #pragma unroll
+        for (unsigned int e = 0; e < 4u; ++e) {
+            const unsigned int r = rw + g + 8u * (e & 1u), d = 16u * kk + 2u * t + 8u * (e >> 1);
+            float lo = 0.f, hi = 0.f;
+            if (r < m) {
+                const float* q = qkv + (size_t)r * 3u * D + base + d;
+                lo = q[0] + hrx_bf16_to_f32(bias[base + d]);
+                hi = q[1] + hrx_bf16_to_f32(bias[base + d + 1u]);
+            }
+            qf[kk][e] = hrx_pack_bf16(lo, hi);
+        }
+    }
+    float o[HRX_HD / 8u][4];
+    #pragma unroll
+    for (unsigned int j = 0; j < HRX_HD / 8u; ++j)
+        #pragma unroll
+        for (unsigned int e = 0; e < 4u; ++e) o[j][e] = 0.f;
+    float mx[2] = {HRX_NEG_INF, HRX_NEG_INF}, l[2] = {0.f, 0.f};
+    const float sl2 = scale * 1.4426950408889634f;  // scores in the log2 domain: exp2
+    const unsigned int prow[2] = {pos + rw + g, pos + rw + g + 8u};
+    for (unsigned int t0 = 0; t0 <= last; t0 += HRX_BC) {
+        __syncthreads();  // the previous tile is read
+        for (unsigned int i = tid; i < HRX_BC * (HRX_HD / 8u); i += blockDim.x) {
+            const unsigned int key = i / (HRX_HD / 8u), c = (i % (HRX_HD / 8u)) * 8u;
+            uint4 kv, vv;
+            kv.x = kv.y = kv.z = kv.w = 0u;
+            vv = kv;
+            if (t0 + key <= last) {
+                kv = *reinterpret_cast<const uint4*>(kc + (size_t)(t0 + key) * D + base + c);
+                vv = *reinterpret_cast<const uint4*>(vc + (size_t)(t0 + key) * D + base + c);
+            }
+            *reinterpret_cast<uint4*>(Ks + key * HRX_KV_LD + c) = kv;
+            *reinterpret_cast<uint4*>(Vs + key * HRX_KV_LD + c) = vv;
+        }
+        __syncthreads();
+        if (!active || t0 > wlast) continue;  // keys past every row of this warp
+        float sc[HRX_BC / 8u][4];
+        #pragma unroll
+        for (unsigned int j = 0; j < HRX_BC / 8u; ++j) {
+            sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+            const unsigned short* kr = Ks + (8u * j + g) * HRX_KV_LD + 2u * t;  // B: key 8j + g, dims 2t.. of each k16
+            #pragma unroll
+            for (unsigned int kk = 0; kk < HRX_HD / 16u; ++kk)
+                hrx_mma_bf16(sc[j], qf[kk], *reinterpret_cast<const unsigned int*>(kr + 16u * kk),
+                             *reinterpret_cast<const unsigned int*>(kr + 16u * kk + 8u));
+        }
+        float tmax[2] = {HRX_NEG_INF, HRX_NEG_INF};
+        #pragma unroll
+        for (unsigned int j = 0; j < HRX_BC / 8u; ++j)
+            #pragma unroll
+            for (unsigned int e = 0; e < 4u; ++e) {
+                const unsigned int key = t0 + 8u * j + 2u * t + (e & 1u);
+                const float v = key <= prow[e >> 1] ? sc[j][e] * sl2 : HRX_NEG_INF;
+                sc[j][e] = v;
+                tmax[e >> 1] = fmaxf(tmax[e >> 1], v);
+            }
+        float corr[2];
+        #pragma unroll
+        for (unsigned int h = 0; h < 2u; ++h) {
+            tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+            tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+            const float mnew = fmaxf(mx[h], tmax[h]);  // finite: key 0 is every row's, in the first tile
+            corr[h] = exp2f(mx[h] - mnew);
+            mx[h] = mnew;
+            l[h] *= corr[h];
+        }
+        #pragma unroll
+        for (unsigned int j = 0; j < HRX_HD / 8u; ++j)
+            #pragma unroll
+            for (unsigned int e = 0; e < 4u; ++e) o[j][e] *= corr[e >> 1];
+        #pragma unroll
+        for (unsigned int kk = 0; kk < HRX_BC / 16u; ++kk) {
+            // P of keys 16 kk .. + 15 as an A fragment: the C fragments of n-tiles 2 kk and 2 kk + 1
+            float pv[2][4];
+            #pragma unroll
+            for (unsigned int h = 0; h < 2u; ++h)
+                #pragma unroll
+                for (unsigned int e = 0; e < 4u; ++e) {
+                    pv[h][e] = exp2f(sc[2u * kk + h][e] - mx[e >> 1]);
+                    l[e >> 1] += pv[h][e];
+                }
+            const unsigned int pa[4] = {hrx_pack_bf16(pv[0][0], pv[0][1]), hrx_pack_bf16(pv[0][2], pv[0][3]),
+                                        hrx_pack_bf16(pv[1][0], pv[1][1]), hrx_pack_bf16(pv[1][2], pv[1][3])};
+            const unsigned short* vr = Vs + (16u * kk + 2u * t) * HRX_KV_LD + g;  // B: keys 2t, 2t + 1 / + 8 of dim g
+            #pragma unroll
+            for (unsigned int j = 0; j < HRX_HD / 8u; ++j) {
+                const unsigned short* v = vr + 8u * j;
+                const unsigned int b0 = (unsigned int)v[0] | ((unsigned int)v[HRX_KV_LD] << 16);
+                const unsigned int b1 = (unsigned int)v[8u * HRX_KV_LD] | ((unsigned int)v[9u * HRX_KV_LD] << 16);
+                hrx_mma_bf16(o[j], pa, b0, b1);
+            }
+        }
+    }
+    if (!active) return;
+    #pragma unroll
+    for (unsigned int h = 0; h < 2u; ++h) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        l[h] = 1.f / l[h];
+    }
+    #pragma unroll
+    for (unsigned int j = 0; j < HRX_HD / 8u; ++j)
+        #pragma unroll
+        for (unsigned int h = 0; h < 2u; ++h) {
+            const unsigned int r = rw + g + 8u * h;
+            if (r < m)
+                *reinterpret_cast<unsigned int*>(out + (size_t)r * D + base + 8u * j + 2u * t) =
+                    hrx_pack_bf16(o[j][2u * h] * l[h], o[j][2u * h + 1u] * l[h]);
+        }
+}
+""").replace("HRX_ENTRY", f"hrx_gpt2_attention_rows_mma{hd}")  # the name itself: tools find kernels by it
+
 
 RESIDUAL_LN_ROWS_CUDA = _PRELUDE + _ROWS_CUDA + r"""
 extern "C" __global__ void __launch_bounds__(1024) hrx_gpt2_residual_ln_rows(
@@ -488,6 +894,23 @@ ATTENTION_ROWS = Kernel(
     scalars=(np.uint32, np.uint32, np.uint32, np.float32, np.uint32),
     host=_attention_rows_host, cuda=ATTENTION_ROWS_CUDA,
 )
+#: The tensor-core attention_rows kernels by head dimension (CUDA sm_80+; the host mirror
+#: is attention_rows'). The decoder launches them with (n_head, ceil(C / (16 * warps)))
+#: blocks of 32 * warps threads (:func:`attention_mma_warps`).
+ATTENTION_ROWS_MMA = {
+    hd: Kernel(
+        f"hrx_gpt2_attention_rows_mma{hd}",
+        buffers=("read", "read", "read", "read", "read", "write"),
+        scalars=(np.uint32, np.uint32, np.uint32, np.float32, np.uint32),
+        host=_attention_rows_host, cuda=_attention_mma_cuda(hd),
+    )
+    for hd in ATTENTION_MMA_HEAD_DIMS
+}
+GEMM_TILED = {
+    v: Kernel(v.name, buffers=("read", "read", "read", "write"), scalars=(np.uint32, np.uint32, np.uint32),
+              host=_gemm_host, cuda=_gemm_tiles_cuda(v))
+    for v in GEMM_TILINGS
+}
 RESIDUAL_LN_ROWS = Kernel(
     "hrx_gpt2_residual_ln_rows",
     buffers=("read_write", "read", "read", "read", "read", "write", "read"),
