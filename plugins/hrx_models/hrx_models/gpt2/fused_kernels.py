@@ -9,8 +9,9 @@ embeddings instead of three: 63 kernels a token for GPT-2 small instead of 101.
 * ``hrx_gpt2_embed``: ``x = wte[tok] + wpe[pos]`` at the device-side ``emb_idx``.
 * ``hrx_gpt2_ln_linear``: every warp issues its first weight loads, then every block
   computes ``xn = bf16(LN(x) g + b)`` into shared memory while they stream (the unfused
-  step's ``xn``; x is at most MAX_EMBD floats, read from L2 by every block), then the GEMV of hrx_tensor (the same split of K over warps, chosen by
-  ``linear_launch``) over it; the epilogue writes ``y = acc`` (F32: QKV, logits) or,
+  step's ``xn``; x is at most MAX_EMBD floats, read once from L2 by every block into
+  registers, 16 bytes a load), then the GEMV of hrx_tensor (the same split of K over
+  warps, chosen by ``linear_launch``) over it; the epilogue writes ``y = acc`` (F32: QKV, logits) or,
   with ``gelu`` set, ``act = bf16(gelu_new(acc + bias))`` (the MLP's first projection).
 * ``hrx_gpt2_linear_residual``: the GEMV of a BF16 input (attention output, GELU
   output); the epilogue adds to the residual stream: ``x[n] += acc + bias[n]``.
@@ -60,21 +61,54 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
     __shared__ uint4 xs[HRX_MAX_EMBD / 8u];  // xn, BF16: 16 KiB at K = 8192
     __shared__ float red[32];
     __shared__ float partial[32];
-    if (K > HRX_MAX_EMBD || (K & 7u) || K == 0u) return;  // the host checks: the whole grid
-    unsigned short* xn = reinterpret_cast<unsigned short*>(xs);
+    if (K > HRX_MAX_EMBD || (K & 7u) || K == 0u || blockDim.x != 256u) return;  // the host checks: the whole grid
     const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
     const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)(r.active ? r.out : 0u) * K);
     HrxGemvLoads first;
     if (r.active) first = hrx_gemv_first(wr, K >> 3, r);  // the weights stream during the prologue
-    // prologue: the layer norm of x, two passes over it (L2-resident: K floats)
+    // prologue: the layer norm of x (L2-resident: K floats), read once into registers as
+    // 16-byte vectors (at most HRX_MAX_EMBD / 1024 a thread), two passes over those
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    const unsigned int n4 = K >> 2;
+    float4 xv[HRX_MAX_EMBD / 1024u];
     float sum = 0.f;
-    for (unsigned int i = threadIdx.x; i < K; i += blockDim.x) sum += x[i];
+    #pragma unroll
+    for (unsigned int j = 0; j < HRX_MAX_EMBD / 1024u; ++j) {
+        const unsigned int i = threadIdx.x + 256u * j;
+        if (i < n4) {
+            xv[j] = x4[i];
+            sum += (xv[j].x + xv[j].y) + (xv[j].z + xv[j].w);
+        }
+    }
     const float mean = hrx_block_sum(sum, red) / (float)K;
     float sq = 0.f;
-    for (unsigned int i = threadIdx.x; i < K; i += blockDim.x) { const float d = x[i] - mean; sq += d * d; }
+    #pragma unroll
+    for (unsigned int j = 0; j < HRX_MAX_EMBD / 1024u; ++j) {
+        if (threadIdx.x + 256u * j < n4) {
+            const float d0 = xv[j].x - mean, d1 = xv[j].y - mean, d2 = xv[j].z - mean, d3 = xv[j].w - mean;
+            sq += (d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3);
+        }
+    }
     const float rstd = rsqrtf(hrx_block_sum(sq, red) / (float)K + eps);
-    for (unsigned int i = threadIdx.x; i < K; i += blockDim.x)
-        xn[i] = hrx_f32_to_bf16_rn((x[i] - mean) * rstd * hrx_bf16_to_f32(g[i]) + hrx_bf16_to_f32(b[i]));
+    unsigned int* xn2 = reinterpret_cast<unsigned int*>(xs);  // BF16 pairs
+    const unsigned int* g2 = reinterpret_cast<const unsigned int*>(g);
+    const unsigned int* b2 = reinterpret_cast<const unsigned int*>(b);
+    #pragma unroll
+    for (unsigned int j = 0; j < HRX_MAX_EMBD / 1024u; ++j) {
+        const unsigned int i = threadIdx.x + 256u * j;
+        if (i < n4) {
+            const unsigned int ga = g2[2u * i], gb = g2[2u * i + 1u], ba = b2[2u * i], bb = b2[2u * i + 1u];
+            const float v[4] = {xv[j].x, xv[j].y, xv[j].z, xv[j].w};
+            const unsigned int gw[2] = {ga, gb}, bw[2] = {ba, bb};
+            #pragma unroll
+            for (unsigned int h = 0; h < 2u; ++h) {
+                const float lo = (v[2u * h] - mean) * rstd * __uint_as_float(gw[h] << 16) + __uint_as_float(bw[h] << 16);
+                const float hi = (v[2u * h + 1u] - mean) * rstd * __uint_as_float(gw[h] & 0xffff0000u)
+                                 + __uint_as_float(bw[h] & 0xffff0000u);
+                xn2[2u * i + h] = (unsigned int)hrx_f32_to_bf16_rn(lo) | ((unsigned int)hrx_f32_to_bf16_rn(hi) << 16);
+            }
+        }
+    }
     __syncthreads();
     float s = 0.f;
     if (r.active) s = hrx_gemv_dot<true>(xs, wr, K >> 3, r, first);
