@@ -415,8 +415,10 @@ GEMM_TILINGS = (
     GemmTiles(128, 64, 2, 2, 3),
     GemmTiles(64, 128, 2, 4, 3),
 )
-#: The tiling the decoder uses where it fills the GPU (:func:`gemm_tiles_for`).
+#: The tilings the decoder uses (:func:`gemm_tiles_for`): where 128 x 128 tiles fill the
+#: GPU, and for K >= 8192.
 GEMM_WIDE = GEMM_TILINGS[0]
+GEMM_DEEP = GEMM_TILINGS[2]
 
 
 def gemm_tiles_for(rows: int, k: int, n: int) -> GemmTiles | None:
@@ -424,10 +426,13 @@ def gemm_tiles_for(rows: int, k: int, n: int) -> GemmTiles | None:
     portable 64 x 64 kernel. From the H200 measurements of bench/tools/gemm_tiles.py
     (GPT-2 small and 1.3B projections, chunks of 512 and 1024 rows): 128 x 128 tiles
     (twice the work per shared-memory byte) win once they make a full wave of blocks
-    (1.2-1.6x the 64 x 64 kernel at 1.3B's N = 6144 and 8192); with fewer blocks, or for
-    K >= 8192 (c_proj of the 1.3B MLP, where a 2-stage pipeline is too shallow), the 64 x 64
-    kernel's many blocks do better."""
-    if k >= 8192 or -(-n // GEMM_WIDE.bn) * -(-rows // GEMM_WIDE.bm) < 128:
+    (1.2-1.6x the 64 x 64 kernel at 1.3B's N = 6144 and 8192); for K >= 8192 (c_proj of
+    the 1.3B MLP, where a 2-stage pipeline is too shallow) 64 x 128 tiles in 3 stages won
+    at 1024 rows (200 against 237 us) and lost at 512 (134 against 123 us, half the
+    blocks); elsewhere the 64 x 64 kernel's many blocks do better."""
+    if k >= 8192:
+        return GEMM_DEEP if -(-n // GEMM_DEEP.bn) * -(-rows // GEMM_DEEP.bm) >= 256 else None
+    if -(-n // GEMM_WIDE.bn) * -(-rows // GEMM_WIDE.bm) < 128:
         return None
     return GEMM_WIDE
 
@@ -575,6 +580,20 @@ __device__ __forceinline__ unsigned int hrx_pack_bf16(float lo, float hi) {
     return (unsigned int)hrx_f32_to_bf16_rn(lo) | ((unsigned int)hrx_f32_to_bf16_rn(hi) << 16);
 }
 
+// Four 8 x 8 BF16 matrices from shared memory, transposed (lanes 8 i .. 8 i + 7 give the
+// row addresses of matrix i, 16-byte aligned): r[i] holds rows 2t, 2t + 1 of column g of
+// matrix i -- a B fragment half of m16n8k16 from key-major rows.
+__device__ __forceinline__ void hrx_ldmatrix_x4_trans(unsigned int (&r)[4], const unsigned short* row) {
+#if !defined(__AMDGCN__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned int a;
+    asm volatile("{ .reg .u64 p; cvta.to.shared.u64 p, %1; cvt.u32.u64 %0, p; }\n" : "=r"(a) : "l"(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+#else
+    __builtin_trap();  // the decoder chooses this kernel on CUDA sm_80+ only
+#endif
+}
+
 __device__ __forceinline__ void hrx_mma_bf16(float (&c)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
 #if !defined(__AMDGCN__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile(
@@ -592,7 +611,7 @@ __device__ __forceinline__ void hrx_mma_bf16(float (&c)[4], const unsigned int (
 // and keeps their queries (with bias, BF16) as A fragments; the block stages 64 cache rows
 // of K and V at a time in shared memory; per tile a warp computes S = Q K^T, an online
 // softmax (exp2, per-row max reduced over the quad that holds the row) and O += P V with P
-// taken straight from the S fragments. Thread (g, t) = (lane / 4, lane % 4) holds rows g
+// taken straight from the S fragments and V's fragments by ldmatrix.trans. Thread (g, t) = (lane / 4, lane % 4) holds rows g
 // and g + 8 of its warp's 16 (the C fragment layout).
 extern "C" __global__ void __launch_bounds__(128) HRX_ENTRY(
         const float* __restrict__ qkv, const unsigned short* __restrict__ bias,
@@ -703,13 +722,15 @@ extern "C" __global__ void __launch_bounds__(128) HRX_ENTRY(
                 }
             const unsigned int pa[4] = {hrx_pack_bf16(pv[0][0], pv[0][1]), hrx_pack_bf16(pv[0][2], pv[0][3]),
                                         hrx_pack_bf16(pv[1][0], pv[1][1]), hrx_pack_bf16(pv[1][2], pv[1][3])};
-            const unsigned short* vr = Vs + (16u * kk + 2u * t) * HRX_KV_LD + g;  // B: keys 2t, 2t + 1 / + 8 of dim g
+            // B of dims 8 j .. 8 j + 15 (two n-tiles): ldmatrix.trans of keys 16 kk + 0..7 / 8..15 at
+            // dims 8 j / 8 j + 8 (lanes 0-7, 8-15, 16-23, 24-31 address those four matrices' rows)
+            const unsigned short* vr = Vs + (16u * kk + (lane & 7u) + (lane & 8u)) * HRX_KV_LD + ((lane >> 4) << 3);
             #pragma unroll
-            for (unsigned int j = 0; j < HRX_HD / 8u; ++j) {
-                const unsigned short* v = vr + 8u * j;
-                const unsigned int b0 = (unsigned int)v[0] | ((unsigned int)v[HRX_KV_LD] << 16);
-                const unsigned int b1 = (unsigned int)v[8u * HRX_KV_LD] | ((unsigned int)v[9u * HRX_KV_LD] << 16);
-                hrx_mma_bf16(o[j], pa, b0, b1);
+            for (unsigned int j = 0; j < HRX_HD / 8u; j += 2u) {
+                unsigned int b[4];
+                hrx_ldmatrix_x4_trans(b, vr + 8u * j);
+                hrx_mma_bf16(o[j], pa, b[0], b[1]);
+                hrx_mma_bf16(o[j + 1u], pa, b[2], b[3]);
             }
         }
     }
