@@ -1,5 +1,5 @@
 """The decoder on the hrx_core.model layer: a frozen definition, prepared slots with
-"prefill" and "step" entries, the same tokens as the stream-level decoder and the
+"chunk" (batched prefill), "prefill" and "step" entries, the same tokens as the stream-level decoder and the
 reference; slots from several threads."""
 
 from __future__ import annotations
@@ -32,15 +32,34 @@ def gpt2(dev, tiny_dir):
     ctx.close()
 
 
-def test_same_tokens_as_the_decoder_and_reference(gpt2, decoder, reference):
+@pytest.mark.parametrize("chunk", [1024, 2, 0], ids=["one-chunk", "chunks-of-2", "per-position"])
+def test_same_tokens_as_the_decoder_and_reference(gpt2, decoder, reference, chunk):
+    """Batched prefill in one chunk (the default: at most the context), in several, and
+    one position a submission: the decoder's tokens (and the reference's on the host)."""
     d, _, _ = gpt2
-    model = d.prepare(slots=1, context=96)
+    model = d.prepare(slots=1, context=96, prefill_chunk=chunk)
+    assert model.gpt2_chunk == min(chunk, 96)
+    assert ("chunk" in model.slot(0).entries) == (chunk > 0)
     try:
+        slot = model.slot(0)
+        submit, entries = slot.submit, []
+
+        def counted(inputs, entry=None, **kwargs):
+            entries.append(entry)
+            return submit(inputs, entry=entry, **kwargs)
+
+        slot.submit = counted
         for prompt in PROMPTS:
-            got = d.generate(model.slot(0), prompt, 40)
+            entries.clear()
+            got = d.generate(slot, prompt, 40)
             assert got == decoder.generate(prompt, 40).tokens
             if decoder.device.info.engine == "host":
                 assert list(got) == reference.greedy(prompt, 40)
+            prefill = [e for e in entries if e != "step"]
+            if chunk:
+                assert prefill == ["chunk"] * -(-(len(prompt) - 1) // min(chunk, 96))
+            else:
+                assert prefill == ["prefill"] * (len(prompt) - 1)
     finally:
         model.close()
 
@@ -97,3 +116,12 @@ def test_slots_from_threads(gpt2, decoder):
     while _settled(budget, ctx) != before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert budget.used_bytes == before
+
+
+def test_prefill_chunk_is_validated(gpt2):
+    from hrx_core.errors import InvalidArgument
+
+    d, _, _ = gpt2
+    for bad in (-1, 1.5, True, "16"):
+        with pytest.raises(InvalidArgument, match="prefill_chunk"):
+            d.prepare(slots=1, context=32, prefill_chunk=bad)

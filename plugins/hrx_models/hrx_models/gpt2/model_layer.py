@@ -10,10 +10,13 @@ prepared slots with two entry points.
 The definition adopts the packed weight allocation of :func:`load_weights` as one
 weight (``"weights"``, not charged twice) and loads the decoder's kernels. The slot
 factory allocates one slot-private tensor of :func:`slot_layout` (state, tokens,
-activations, KV cache) and records :func:`record_step` (the fused step) into two tracked graphs that
-share it: ``"prefill"`` (no logits) and ``"step"`` (tied logits + greedy argmax). Both
-take the input ``"head"`` -- the state words and the prompt, uploaded with a
-request's first submission only -- and ``"step"`` outputs ``"logits"`` and ``"seq"``.
+activations, KV cache, a batched-prefill chunk's activations) and records into tracked
+graphs that share it: ``"chunk"`` (:func:`record_prefill_chunk`: up to ``prefill_chunk``
+prompt positions through the layers as a matrix; absent with ``prefill_chunk=0``),
+``"prefill"`` (the fused step of one prompt position, no logits) and ``"step"`` (the
+fused step with tied logits + greedy argmax). All take the input ``"head"`` -- the
+state words and the prompt, uploaded with a request's first submission only -- and
+``"step"`` outputs ``"logits"`` and ``"seq"``.
 Position and tokens stay on the device between submissions, exactly as with
 :class:`~hrx_models.gpt2.decoder.DecoderSlot`; each step is one runtime submission
 (one CUDA graph per region on cuda).
@@ -31,7 +34,15 @@ import numpy as np
 from hrx_core.errors import InvalidArgument, show
 
 from .config import Gpt2Config
-from .decoder import StepKernels, check_request, head_words, record_step, slot_layout
+from .decoder import (
+    PREFILL_CHUNK,
+    StepKernels,
+    check_request,
+    head_words,
+    record_prefill_chunk,
+    record_step,
+    slot_layout,
+)
 from .loader import load_weights, weights_layout
 
 WEIGHTS = "weights"
@@ -58,7 +69,7 @@ class Gpt2Definition:
         try:
             charge_to = budget if budget is not None else context.budget
             with session.in_context(charge_to):
-                kernels = StepKernels.for_engine(context.device.info.engine)
+                kernels = StepKernels.for_device(context.device.info)
                 loaded = {}
                 for k in (kernels.linear, kernels.gather, kernels.embed_ln, kernels.residual_ln, kernels.attention, kernels.bias_gelu,
                           kernels.argmax, kernels.advance, kernels.embed, kernels.ln_linear, kernels.linear_residual):
@@ -80,15 +91,16 @@ class Gpt2Definition:
                              loaded[kernels.residual_ln.name], loaded[kernels.attention.name],
                              loaded[kernels.bias_gelu.name], loaded[kernels.argmax.name], loaded[kernels.advance.name],
                              embed=loaded[kernels.embed.name], ln_linear=loaded[kernels.ln_linear.name],
-                             linear_residual=loaded[kernels.linear_residual.name])
+                             linear_residual=loaded[kernels.linear_residual.name], tensor_cores=kernels.tensor_cores)
         return cls(definition, weights.config, shared, session)
 
-    def slot_factory(self, context_len: int) -> Any:
-        """The factory ``definition.prepare`` calls once per slot."""
+    def slot_factory(self, context_len: int, chunk: int = 0) -> Any:
+        """The factory ``definition.prepare`` calls once per slot (``chunk`` rows of
+        batched prefill; 0: none)."""
         from hrx_core.model import InferenceGraph
 
         cfg, kernels, wlayout = self.config, self.kernels, self.wlayout
-        layout = slot_layout(cfg, context_len)
+        layout = slot_layout(cfg, context_len, chunk)
         seq_off = layout.entries["seq"][0]
 
         def factory(b: Any) -> dict[str, Any]:
@@ -108,20 +120,31 @@ class Gpt2Definition:
             prefill.compute("prefill", lambda g: record_step(g, kernels, cfg, context_len, w, views, logits=False, fused=True))
             step = b.new_graph("step")
             step.compute("step", lambda g: record_step(g, kernels, cfg, context_len, w, views, logits=True, fused=True))
-            return {
+            entries = {
                 "prefill": InferenceGraph(inputs={"head": head}, outputs={"seq": seq}, graph=prefill),
                 "step": InferenceGraph(inputs={"head": head}, outputs={"logits": logits, "seq": seq}, graph=step),
             }
+            if chunk:
+                rows = b.new_graph("chunk")
+                rows.compute("chunk", lambda g: record_prefill_chunk(g, kernels, cfg, context_len, chunk, w, views))
+                entries["chunk"] = InferenceGraph(inputs={"head": head}, outputs={"seq": seq}, graph=rows)
+            return entries
 
         return factory
 
-    def prepare(self, slots: int = 1, *, context: int | None = None) -> Any:
-        """A PreparedModel of ``slots`` slots, each with a KV cache of ``context`` positions."""
+    def prepare(self, slots: int = 1, *, context: int | None = None, prefill_chunk: int = PREFILL_CHUNK) -> Any:
+        """A PreparedModel of ``slots`` slots, each with a KV cache of ``context``
+        positions and the activations of a batched-prefill chunk of ``prefill_chunk`` rows
+        (at most ``context``; 0: the prompt goes one position a submission)."""
         context = self.config.n_positions if context is None else context
         if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= self.config.n_positions:
             raise InvalidArgument(f"context: expected an int in 1..{self.config.n_positions}, got {show(context)}")
-        model = self.definition.prepare(self.slot_factory(context), slots=slots)
+        if isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int) or prefill_chunk < 0:
+            raise InvalidArgument(f"prefill_chunk: expected an int >= 0, got {show(prefill_chunk)}")
+        chunk = min(prefill_chunk, context)
+        model = self.definition.prepare(self.slot_factory(context, chunk), slots=slots)
         model.gpt2_context = context
+        model.gpt2_chunk = chunk
         return model
 
     def head(self, context_len: int, prompt: np.ndarray) -> np.ndarray:
@@ -129,13 +152,16 @@ class Gpt2Definition:
         return head_words(slot_layout(self.config, context_len), np.asarray(prompt), context_len)
 
     def generate(self, slot: Any, prompt: Sequence[int], max_new_tokens: int) -> tuple[int, ...]:
-        """Greedy decoding on a prepared ``slot``: one submission per position, the
-        prompt uploaded with the first, the tokens read back once at the end."""
-        context_len = slot.model.gpt2_context
+        """Greedy decoding on a prepared ``slot``: the prompt's positions but the last in
+        batched-prefill chunks (or one submission each without them), then one submission
+        per token; the prompt uploaded with the first submission, the tokens read back once
+        at the end."""
+        context_len, chunk = slot.model.gpt2_context, getattr(slot.model, "gpt2_chunk", 0)
         ids = check_request(self.config, context_len, prompt, max_new_tokens)
         inputs: dict[str, Any] | None = {"head": self.head(context_len, ids)}
-        for _ in range(ids.size - 1):
-            slot.submit(inputs, entry="prefill")
+        entry, count = ("chunk", -(-(ids.size - 1) // chunk)) if chunk else ("prefill", ids.size - 1)
+        for _ in range(count):
+            slot.submit(inputs, entry=entry)
             inputs = None
         for _ in range(int(max_new_tokens) - 1):
             slot.submit(inputs, entry="step")
