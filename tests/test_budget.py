@@ -253,7 +253,7 @@ def test_settle_inside_a_release_does_not_wait_for_itself(dev):
     stream = dev.stream()
     slot = stream.slot
     x = dev.allocate(64)
-    done = stream.fill(x, 1)
+    done = stream.fill(x, pattern=1)
     done.wait()
     seen = []
 

@@ -169,3 +169,52 @@ def test_a_notice_checks_one_unfinished_region_per_queue(dev, monkeypatch):
     summary = rt.profile.summary()
     assert summary["sleep"]["count"] == 1 and summary["inc"]["count"] == 12
     rt.close()
+
+
+def _trace_summary(rt):
+    data = rt.trace.to_json()
+    slices = [(e["name"], e["args"]["deps"]) for e in data["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "hrx"]
+    kinds = sorted(e.get("ph") for e in data["traceEvents"] if e.get("ph") != "M")
+    return slices, kinds, data["otherData"]["dropped_events"], len(rt.trace)
+
+
+def test_trace_rows_are_built_when_the_trace_is_read(dev, monkeypatch):
+    """observe=True builds a submission's trace rows (slices, flows, the memory sample)
+    only when the trace is read; rows past the ring's capacity are never built and are
+    counted as dropped: a trace read once at the end holds and drops what one read after
+    every submission does."""
+    from hrx_core.execution.trace import TraceRecorder
+
+    built = [0]
+    add = TraceRecorder._add_submissions
+
+    def counted(self, rows, *args):
+        built[0] += len(rows)
+        return add(self, rows, *args)
+
+    monkeypatch.setattr(TraceRecorder, "_add_submissions", counted)
+
+    def run(read_each: bool):
+        rt = Runtime(dev, RuntimeOptions(trace_events=40))
+        x = rt.allocate(64)
+        g = rt.graph("two")
+        a = g.compute("a", lambda r: r.dispatch(INC_BYTES, 1, [x], block=64, scalars=(np.uint32(64),)))
+        g.compute("b", lambda r: r.dispatch(INC_BYTES, 1, [x], block=64, scalars=(np.uint32(64),)), after=[a])
+        for _ in range(100):  # 4 events a submission: 2 slices, a flow, a memory sample
+            rt.submit(g).wait()
+            if read_each:
+                len(rt.trace)
+        summary = _trace_summary(rt)
+        rt.close()
+        return summary
+
+    lazy = run(False)
+    assert built[0] <= 11, f"{built[0]} submissions' rows built for a ring of 40 events"
+    built[0] = 0
+    eager = run(True)
+    assert built[0] == 100
+    assert lazy == eager
+    slices, kinds, dropped, held = lazy
+    assert held == 40 and dropped == 400 - 40
+    assert kinds.count("X") == 20 and kinds.count("C") == 10  # and 10 flows (an "s" and an "f" each)
+    assert slices[-2:] == [("a", []), ("b", [0])]

@@ -313,6 +313,12 @@ class Runtime:
         self._sequence = 0
         self._trace_lock = threading.Lock()
         self._trace_lane_end: dict[str, float] = {}
+        # folded submissions whose trace rows are built only when the trace is read:
+        # (submission, tracked bytes at its fold, events it makes), oldest first; rows past
+        # the ring's capacity are never built (they would only be dropped)
+        self._trace_pending: collections.deque[tuple[tuple[Sequence[RegionInfo], list[float], float, Any], int, int]] = \
+            collections.deque()
+        self._trace_pending_events = 0
         # submissions observed (observe=True) whose stamps are not folded in yet
         self._observed: collections.deque[tuple[Sequence[RegionInfo], list[float], float, Sequence[Event]]] = collections.deque()
         # observe=True: the observed submissions not fully stamped yet (oldest first)
@@ -322,9 +328,10 @@ class Runtime:
         self._queues = len({id(lane.stream.slot) for lane in self.lanes.values()})
         self._fold_lock = threading.RLock()  # a fold reads statistics, which asks for a fold
         self._folding = False
-        for recorder in (self.stats, self.profile, self.trace):
-            if recorder is not None and options.observe:
-                recorder._before_read = self._fold_observed
+        if options.observe:
+            self.stats._before_read = self._fold_observed
+            self.profile._before_read = self._fold_observed
+            self.trace._before_read = self._build_trace
         self.closed = False
 
     def __repr__(self) -> str:
@@ -648,32 +655,76 @@ class Runtime:
         self.stats._lanes_busy(busy)
         self.profile._record_many(latencies)
         if self.trace is not None:
-            self._trace_submissions(items)
+            self._defer_trace(items)
 
-    def _trace_submissions(self, items: Sequence[tuple[Sequence[RegionInfo], list[float], float, Any]]) -> None:
-        """One slice per region (on its lane's track), a flow per dependency and a
-        tracked-memory sample per submission, appended to the trace in one go."""
+    def _defer_trace(self, items: Sequence[tuple[Sequence[RegionInfo], list[float], float, Any]]) -> None:
+        """Keep folded submissions for the trace, whose rows are built when it is read
+        (:meth:`_build_trace`). Past the ring's capacity the oldest are dropped unbuilt --
+        the rows built after them would push theirs out of the ring anyway -- and counted
+        in the trace's ``dropped``."""
         live = self.stats._counters["live_tracked_bytes"]  # a plain read: no fold from inside one
-        rows = []
+        limit = self.trace.max_events
         with self._trace_lock:
+            pending = self._trace_pending
+            total = self._trace_pending_events
+            for item in items:  # one slice a region, one flow a dependency, one memory sample
+                regions = item[0]
+                events = len(regions) + 1
+                for region in regions:
+                    events += len(region.deps)
+                pending.append((item, live, events))
+                total += events
+            dropped = 0
             lane_end = self._trace_lane_end
-            for regions, ends, submitted, _ in items:
-                spans = []
-                for i, region in enumerate(regions):
-                    # a region starts when its lane and its dependencies let it (host-observed);
-                    # slices on one lane never partially overlap (Perfetto nests per track)
-                    start = submitted
-                    for d in region.deps:
-                        if ends[d] > start:
-                            start = ends[d]
-                    last = lane_end.get(region.lane, 0.0)
-                    start = min(max(start, last), ends[i])
-                    if ends[i] > last:
+            while len(pending) > 1 and total - pending[0][2] >= limit:
+                (regions, ends, _, _), _, n = pending.popleft()
+                total -= n
+                dropped += n
+                for i, region in enumerate(regions):  # where the dropped slices ended, as if built
+                    if ends[i] > lane_end.get(region.lane, 0.0):
                         lane_end[region.lane] = ends[i]
-                    spans.append((self._tracks[region.lane], region.name, int(start * 1e9), int(ends[i] * 1e9),
-                                  {"graph": region.graph, "queue": self.lanes[region.lane].queue, "deps": list(region.deps)}))
-                flows = [(d, i) for i, region in enumerate(regions) for d in region.deps]
-                rows.append((spans, flows, int(max(ends) * 1e9)))
+            self._trace_pending_events = total
+            if dropped:
+                self.trace._count_dropped(dropped)
+
+    def _build_trace(self) -> None:
+        """Before the trace is read: fold what finished, then build the kept submissions'
+        rows in submission order (one memory sample value per fold they came from)."""
+        self._fold_observed()
+        with self._trace_lock:
+            pending = self._trace_pending
+            while pending:
+                live = pending[0][1]
+                batch: list[tuple[Sequence[RegionInfo], list[float], float, Any]] = []
+                while pending and pending[0][1] == live:
+                    item, _, n = pending.popleft()
+                    self._trace_pending_events -= n
+                    batch.append(item)
+                self._trace_submissions(batch, live)
+
+    def _trace_submissions(self, items: Sequence[tuple[Sequence[RegionInfo], list[float], float, Any]], live: int) -> None:
+        """One slice per region (on its lane's track), a flow per dependency and a
+        tracked-memory sample per submission (``live`` bytes), appended to the trace in one
+        go. The caller holds ``_trace_lock``."""
+        rows = []
+        lane_end = self._trace_lane_end
+        for regions, ends, submitted, _ in items:
+            spans = []
+            for i, region in enumerate(regions):
+                # a region starts when its lane and its dependencies let it (host-observed);
+                # slices on one lane never partially overlap (Perfetto nests per track)
+                start = submitted
+                for d in region.deps:
+                    if ends[d] > start:
+                        start = ends[d]
+                last = lane_end.get(region.lane, 0.0)
+                start = min(max(start, last), ends[i])
+                if ends[i] > last:
+                    lane_end[region.lane] = ends[i]
+                spans.append((self._tracks[region.lane], region.name, int(start * 1e9), int(ends[i] * 1e9),
+                              {"graph": region.graph, "queue": self.lanes[region.lane].queue, "deps": list(region.deps)}))
+            flows = [(d, i) for i, region in enumerate(regions) for d in region.deps]
+            rows.append((spans, flows, int(max(ends) * 1e9)))
         self.trace._add_submissions(rows, "tracked memory", "bytes", live)
 
     def _retired(self, submission: Submission) -> None:

@@ -197,6 +197,12 @@ class TraceRecorder(_Deferred):
 
     # -- events -------------------------------------------------------------------
 
+    def _count_dropped(self, n: int) -> None:
+        """Count ``n`` events an owner dropped before recording them (the runtime's rows
+        past the ring's capacity, never built)."""
+        with self._lock:
+            self._dropped += n
+
     def _append(self, event: _Slice | _Instant | _Counter | _Flow) -> None:
         # Caller holds the lock.
         if len(self._events) == self.max_events:
