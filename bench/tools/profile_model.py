@@ -29,7 +29,7 @@ def table(prof, runs: int, title: str) -> None:
     total: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
     for ev in prof.events():
-        t = getattr(ev, "device_time", None) or getattr(ev, "cuda_time", 0)
+        t = ev.device_time if hasattr(ev, "device_time") else ev.cuda_time  # (torch renamed it)
         if ev.device_type.name == "CUDA" and t:
             total[ev.name[:70]] += t
             count[ev.name[:70]] += 1
