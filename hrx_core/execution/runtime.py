@@ -667,12 +667,11 @@ class Runtime:
         with self._trace_lock:
             pending = self._trace_pending
             total = self._trace_pending_events
-            for item in items:  # one slice a region, one flow a dependency, one memory sample
-                regions = item[0]
+            for regions, ends, submitted, _ in items:  # one slice a region, one flow a dependency, one memory sample
                 events = len(regions) + 1
                 for region in regions:
                     events += len(region.deps)
-                pending.append((item, live, events))
+                pending.append(((regions, ends, submitted, None), live, events))  # not its Events: nothing to keep alive
                 total += events
             dropped = 0
             lane_end = self._trace_lane_end
