@@ -465,6 +465,14 @@ class Device:
                 if slot.created:
                     slot.retire()
 
+    def _settle(self, timeout: float | None = None) -> None:
+        """Release what every queue retained for finished work and wait (``timeout`` for
+        each) for releases other threads popped (:meth:`QueueSlot.settle`)."""
+        for slots in list(self._slots.values()):
+            for slot in slots:
+                if slot.created:
+                    slot.settle(timeout)
+
     def synchronize(self, timeout: float | None = None) -> None:
         """Wait for every queue of the device (``timeout`` for each). Failures of the
         work are reported by its completions and streams, not here."""

@@ -856,10 +856,7 @@ class Runtime:
         # quarantined owners just released, say) is released now, not at a queue's next
         # retirement, and releases another thread (a completion callback's) popped are
         # waited for: budgets and statistics are settled when this returns
-        for family in list(self.device._slots.values()):
-            for slot in family:
-                if slot.created:
-                    slot.settle(remaining(deadline))
+        self.device._settle(remaining(deadline))
         if first is not None:
             raise first
 

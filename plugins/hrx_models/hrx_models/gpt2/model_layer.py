@@ -156,7 +156,7 @@ class Gpt2Definition:
         batched-prefill chunks (or one submission each without them), then one submission
         per token; the prompt uploaded with the first submission, the tokens read back once
         at the end."""
-        context_len, chunk = slot.model.gpt2_context, getattr(slot.model, "gpt2_chunk", 0)
+        context_len, chunk = slot.model.gpt2_context, slot.model.gpt2_chunk
         ids = check_request(self.config, context_len, prompt, max_new_tokens)
         inputs: dict[str, Any] | None = {"head": self.head(context_len, ids)}
         entry, count = ("chunk", -(-(ids.size - 1) // chunk)) if chunk else ("prefill", ids.size - 1)
