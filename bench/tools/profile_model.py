@@ -86,10 +86,14 @@ def main() -> None:
             table(prof, 3, f"{label} of {n} tokens ({args.shape})")
         hrx_prefill()
         hrx_decode()
+        hrx_prefill()
+        t = time.perf_counter()
+        hrx_decode()
+        print(f"HRX decode: {(time.perf_counter() - t) / args.steps * 1e6:.1f} us wall per step")
+        hrx_prefill()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            hrx_prefill()
             hrx_decode()
-        table(prof, 1, f"HRX prefill + {args.steps} decode steps ({args.shape})")
+        table(prof, args.steps, f"HRX decode step after {n} positions, {args.steps} steps ({args.shape})")
     dec.close()
 
 
