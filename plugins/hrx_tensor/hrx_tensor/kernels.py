@@ -154,19 +154,6 @@ __device__ __forceinline__ HrxGemvLoads hrx_gemv_first(const uint4* wr, unsigned
     return hrx_gemv_load(wr, r.lane + 32u * r.piece, 32u * r.ks, nvec);
 }
 
-// L2 prefetches of the vectors the warp's lane reads after its first step: a kernel that
-// may start before its predecessors finish (programmatic dependent launch) asks for the
-// rest of its weights while it waits. Harmless to correctness even where a predecessor
-// writes them (L2 is coherent; the loads that use them come after the wait). No-op on
-// gfx1151.
-__device__ __forceinline__ void hrx_gemv_prefetch(const uint4* wr, unsigned int nvec, const HrxGemvWarp& r) {
-#ifndef __AMDGCN__
-    const unsigned int stride = 32u * r.ks;
-    for (unsigned int i = r.lane + 32u * r.piece + 4u * stride; i < nvec; i += stride)
-        asm volatile("prefetch.global.L2 [%0];" :: "l"(wr + i));
-#endif
-}
-
 // The warp's share of one row's dot product with x, summed across the warp (every lane
 // holds it): vectors ``piece * 32 + lane``, stepping 32 * ks, four 16-byte weight loads a
 // lane issued before use; ``first`` holds the first step's (hrx_gemv_first). ``X_SHARED``:

@@ -7,16 +7,14 @@ proj, ``ln_linear`` fc + GELU, ``linear_residual`` proj) instead of 8, and one f
 embeddings instead of three: 63 kernels a token for GPT-2 small instead of 101.
 
 * ``hrx_gpt2_embed``: ``x = wte[tok] + wpe[pos]`` at the device-side ``emb_idx``.
-* ``hrx_gpt2_ln_linear``: every warp issues its first weight loads and L2 prefetches of
-  the rest of its share *before* waiting for its predecessors (programmatic dependent
-  launch starts it while the previous kernel finishes; no kernel of a step writes the
-  weights, so they may be read early -- x may not), then every block computes ``xn = bf16(LN(x) g + b)`` into shared memory while they stream (the unfused
+* ``hrx_gpt2_ln_linear``: every warp issues its first weight loads, then every block
+  computes ``xn = bf16(LN(x) g + b)`` into shared memory while they stream (the unfused
   step's ``xn``; x is at most MAX_EMBD floats, read once from L2 by every block into
   registers, 16 bytes a load), then the GEMV of hrx_tensor (the same split of K over
   warps, chosen by ``linear_launch``) over it; the epilogue writes ``y = acc`` (F32: QKV, logits) or,
   with ``gelu`` set, ``act = bf16(gelu_new(acc + bias))`` (the MLP's first projection).
 * ``hrx_gpt2_linear_residual``: the GEMV of a BF16 input (attention output, GELU
-  output), its weights requested before the wait as above; the epilogue adds to the residual stream: ``x[n] += acc + bias[n]``.
+  output); the epilogue adds to the residual stream: ``x[n] += acc + bias[n]``.
 
 The numerics are the unfused step's: the same BF16 rounding points, F32 accumulation;
 only the order of the layer norm's sums differs (a block of 256 threads here).
@@ -59,6 +57,7 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
         const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias,
         float* __restrict__ y, unsigned short* __restrict__ act,
         unsigned int K, unsigned int N, float eps, unsigned int ksplit, unsigned int gelu) {
+    hrx_grid_dependencies();
     __shared__ uint4 xs[HRX_MAX_EMBD / 8u];  // xn, BF16: 16 KiB at K = 8192
     __shared__ float red[32];
     __shared__ float partial[32];
@@ -66,11 +65,7 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
     const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
     const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)(r.active ? r.out : 0u) * K);
     HrxGemvLoads first;
-    if (r.active) {  // the weights (no kernel of the step writes them) stream while the predecessor finishes
-        first = hrx_gemv_first(wr, K >> 3, r);
-        hrx_gemv_prefetch(wr, K >> 3, r);
-    }
-    hrx_grid_dependencies();  // x is the predecessor's
+    if (r.active) first = hrx_gemv_first(wr, K >> 3, r);  // the weights stream during the prologue
     // prologue: the layer norm of x (L2-resident: K floats), read once into registers as
     // 16-byte vectors (at most HRX_MAX_EMBD / 1024 a thread), two passes over those
     const float4* x4 = reinterpret_cast<const float4*>(x);
@@ -130,17 +125,14 @@ LINEAR_RESIDUAL_CUDA = _PRELUDE + GEMV_CUDA + r"""
 extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_linear_residual(
         const uint4* __restrict__ a, const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias,
         float* __restrict__ x, unsigned int K, unsigned int N, unsigned int ksplit) {
+    hrx_grid_dependencies();
     __shared__ float partial[32];
     const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
-    const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)(r.active ? r.out : 0u) * K);
-    HrxGemvLoads first;
-    if (r.active) {  // the weights (no kernel of the step writes them) stream while the predecessor finishes
-        first = hrx_gemv_first(wr, K >> 3, r);
-        hrx_gemv_prefetch(wr, K >> 3, r);
-    }
-    hrx_grid_dependencies();  // a and x are the predecessors'
     float s = 0.f;
-    if (r.active) s = hrx_gemv_dot<false>(a, wr, K >> 3, r, first);
+    if (r.active) {
+        const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)r.out * K);
+        s = hrx_gemv_dot<false>(a, wr, K >> 3, r, hrx_gemv_first(wr, K >> 3, r));
+    }
     s = hrx_gemv_combine(s, r, partial);
     if (r.active && r.piece == 0u && r.lane == 0) x[r.out] = x[r.out] + (s + hrx_bf16_to_f32(bias[r.out]));
 }
