@@ -51,6 +51,8 @@ PROMPT = [464, 2068, 7586, 21831, 18045, 625, 262, 16931]
 GOALS = {"gpt2": {"graphs": ">= 1.0", "eager": ">= 2.0"}}
 #: prompt lengths of the prefill figures (issue 18: 128 and 1024)
 PREFILL_PROMPTS = (128, 1024)
+#: decode at long context: this many tokens after a prompt filling the rest of 1024 positions
+LONG_TOKENS = 64
 
 
 def weight_bytes(config: Gpt2Config) -> int:
@@ -259,7 +261,54 @@ def cuda_shape(dev, name: str, tokens: int, reps: int, copy_bw: float, workdir: 
     separate.release(separate_slot)
     separate.close()
     dec.close()
-    return out + cuda_prefill(dev, name, config, ckpt, reps, prompts)
+    return out + cuda_long_decode(dev, name, config, ckpt, reps) + cuda_prefill(dev, name, config, ckpt, reps, prompts)
+
+
+def cuda_long_decode(dev, name: str, config: Gpt2Config, ckpt: Path, reps: int) -> list[dict]:
+    """Decode tokens/s at long context: LONG_TOKENS tokens after a prompt that fills the
+    rest of 1024 positions (batched prefill, untimed), HRX against the PyTorch peer's
+    static-cache decode replayed as a CUDA graph (its attention covers the whole cache,
+    masked, at every position)."""
+    import torch
+    from hrx_models.gpt2.torch_reference import TorchGpt2
+
+    context = min(1024, config.n_positions)
+    n = context - LONG_TOKENS
+    ids = long_prompt(config, n)
+    dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
+    peer = TorchGpt2(ckpt, dtype=torch.bfloat16, context=context)
+    graph = peer.cuda_graph()
+    last: dict[str, list[int]] = {}
+    with dec.slot() as slot:
+        def hrx_decode():
+            r = slot.generate(ids, LONG_TOKENS - 1)
+            last["hrx"] = list(r.tokens)
+            return r.tokens_per_s
+
+        def torch_graphs():
+            peer.prefill(ids)  # the first token too, as HRX's generate counts it untimed
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(LONG_TOKENS - 2):
+                graph.replay()
+            torch.cuda.synchronize()
+            rate = (LONG_TOKENS - 2) / (time.perf_counter() - t)
+            last["graphs"] = peer.seq[n: n + LONG_TOKENS - 1].tolist()
+            return rate
+
+        fns = [hrx_decode, torch_graphs]
+        for fn in fns:
+            fn()
+        h, g = rounds(fns, reps)
+    agree = sum(a == b for a, b in zip(last["hrx"], last["graphs"]))
+    print(f"{name}: decode after {n} positions: greedy tokens agree with torch BF16 (graphs) at {agree}/"
+          f"{LONG_TOKENS - 1} steps", flush=True)
+    dec.close()
+    shape = f"{config.n_layer}x{config.n_embd}"
+    return [entry(f"model.cuda.{name}.decode_long_vs_torch_graphs",
+                  f"GPT-2 {shape} greedy decode at batch 1, {LONG_TOKENS - 1} tokens after {n} (positions {n}.."
+                  f"{context - 1}), BF16", "tokens/s", h,
+                  peer="PyTorch BF16 static-cache decode replayed as a CUDA graph", peer_value=g, command=CMD)]
 
 
 def cuda_bench(reps: int, shapes: list[str], tokens: int, prompts: list[int]) -> list[dict]:

@@ -3,10 +3,12 @@
     python bench/tools/gemv_variants.py [--shapes 2048x8192,4096x4096] [--reps 200]
 
 For each K x N shape (BF16 weights [N, K], one input row) and each launch variant --
-warps per block (4 or 8) times warps per output row (ks: 1, 2, 4) -- the GPU time per
+warps per block (4 or 8) times warps per output row (ks: 1, 2, 4), times the 16-byte
+loads a lane keeps in flight (``--unroll``, HRX_GEMV_UNROLL; 4 is the shipped kernel) -- the GPU time per
 kernel from CUDA events around ``--reps`` back-to-back prepared launches over weights
 rotated through 768 MiB (none served from L2), and torch's F.linear the same way. The
-variant the plan picks (``linear_launch``) is marked. A diagnostic for issue 18's
+variant the plan picks (``linear_launch``) is marked; the D2D copy bandwidth of the
+same run (torch, 512 MiB) is printed first. A diagnostic for issue 18's
 profile: it writes no results file.
 """
 
@@ -16,10 +18,11 @@ import argparse
 import sys
 
 import numpy as np
-
-import hrx_core as hrx
 from hrx_tensor import TensorOps
 from hrx_tensor.kernels import LINEAR, linear_launch
+
+import hrx_core as hrx
+from hrx_core.kernel import Kernel
 
 DEFAULT_SHAPES = "2048x8192,1536x16384,4096x4096,8192x4096,2048x2048,8192x8192,16384x8192"
 
@@ -28,6 +31,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="K x N pairs, comma-separated (default: %(default)s)")
     ap.add_argument("--reps", type=int, default=200, help="launches per timing (default: %(default)s)")
+    ap.add_argument("--unroll", default="4", help="HRX_GEMV_UNROLL values, comma-separated (default: %(default)s)")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -35,7 +39,11 @@ def main() -> int:
     dev = hrx.device("cuda")
     ops = TensorOps(dev)
     s = ops.stream
-    kern = ops._kernels[LINEAR.name]
+    kernels = {}
+    for u in (int(v) for v in args.unroll.split(",")):
+        kernels[u] = ops._kernels[LINEAR.name] if u == 4 else Kernel(
+            LINEAR.name, buffers=LINEAR.buffer_access, scalars=LINEAR.scalar_types,
+            cuda=f"#define HRX_GEMV_UNROLL {u}\n" + LINEAR.sources["cuda"], programmatic=LINEAR.programmatic)
     ext = torch.cuda.ExternalStream(s.native_queue().native_handle())
     cur = torch.cuda.current_stream()
 
@@ -48,6 +56,17 @@ def main() -> int:
         end.synchronize()
         return start.elapsed_time(end) * 1e3 / args.reps
 
+    pair = [torch.empty(256 << 20, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+
+    def copy_run(reps: int, pair=pair) -> None:
+        for _ in range(reps):
+            pair[1].copy_(pair[0])
+
+    reps, args.reps = args.reps, 20
+    c = min(timed(copy_run, cur) for _ in range(3))
+    args.reps = reps
+    print(f"D2D copy of 512 MiB: {c:.1f} us, {2 * pair[0].numel() * 2 / c / 1e6:.2f} TB/s (read + write)")
+    pair.clear()
     for shape in args.shapes.split(","):
         k, n = (int(v) for v in shape.split("x"))
         wbytes = k * n * 2
@@ -59,30 +78,28 @@ def main() -> int:
         tw = [torch.zeros(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(count)]
         tx = torch.zeros(1, k, device="cuda", dtype=torch.bfloat16)
 
-        def torch_run(reps: int) -> None:
+        def torch_run(reps: int, tx=tx, tw=tw, count=count) -> None:
             for i in range(reps):
                 F.linear(tx, tw[i % count])
 
         t = min(timed(torch_run, cur) for _ in range(3))
         planned = linear_launch(k, n)
         rows = []
-        for warps in (4, 8):
-            for ks in (1, 2, 4):
-                if ks > warps:
-                    continue
-                grid, block = -(-n // (warps // ks)), warps * 32
-                scalars = (np.uint32(k), np.uint32(n), np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(ks))
-                launches = [s.prepare(kern, grid, [x, w, w, w, out], block=block, scalars=scalars) for w in ws]
+        for (u, kern), warps, ks in ((kv, w, ks) for kv in kernels.items() for w in (4, 8) for ks in (1, 2, 4)):
+            grid, block = -(-n // (warps // ks)), warps * 32
+            scalars = (np.uint32(k), np.uint32(n), np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(ks))
+            launches = [s.prepare(kern, grid, [x, w, w, w, out], block=block, scalars=scalars) for w in ws]
 
-                def hrx_run(reps: int, launches=launches) -> None:
-                    for i in range(reps):
-                        launches[i % count].launch()
+            def hrx_run(reps: int, launches=launches, count=count) -> None:
+                for i in range(reps):
+                    launches[i % count].launch()
 
-                h = min(timed(hrx_run, ext) for _ in range(3))
-                mark = " <- plan" if (grid, block, ks) == planned else ""
-                rows.append(f"  warps {warps} ks {ks}: {h:7.2f} us {wbytes / h / 1e6:5.2f} TB/s  {t / h:5.2f}x torch{mark}")
-                for p in launches:
-                    p.close()
+            h = min(timed(hrx_run, ext) for _ in range(3))
+            mark = " <- plan" if (grid, block, ks) == planned and u == 4 else ""
+            rows.append(f"  unroll {u:2d} warps {warps} ks {ks}: {h:7.2f} us {wbytes / h / 1e6:5.2f} TB/s  "
+                        f"{t / h:5.2f}x torch{mark}")
+            for p in launches:
+                p.close()
         print(f"{k}x{n} ({wbytes >> 20} MiB): torch {t:.2f} us ({wbytes / t / 1e6:.2f} TB/s)")
         print("\n".join(rows))
         for b in (*ws, x, out):

@@ -87,7 +87,12 @@ def test_residual_ln(dev, d):
 
 @pytest.mark.parametrize("d,heads,p,pos", [(256, 4, 64, 0), (256, 4, 64, 17), (384, 3, 512, 300), (768, 12, 1024, 1023),
                                             (512, 2, 40, 39), (64, 8, 32, 20), (2048, 16, 300, 257)])
-def test_attention(dev, d, heads, p, pos):
+@pytest.mark.parametrize("splits", [1, 3, 16])
+def test_attention(dev, d, heads, p, pos, splits):
+    """The decode attention with ``splits`` blocks a head: one block attends alone up to
+    ATTENTION_MIN_ROWS rows; past it the splits' partials are combined (flash-decoding).
+    Launched twice: the per-head counters are back at 0 after each launch, so the second
+    launch combines as the first did."""
     rng = np.random.default_rng(pos + d)
     hd = d // heads
     qkv = rng.standard_normal(3 * d).astype(np.float32)
@@ -95,15 +100,11 @@ def test_attention(dev, d, heads, p, pos):
     kc, vc = bf16(rng, (p, d)), bf16(rng, (p, d))
     scale = 1.0 / math.sqrt(hd)
     r = Run(dev)
+    part = np.full(heads * splits * (hd + 2), np.nan, np.float32)  # never read before written
     bufs = [r.buf(qkv), r.buf(bias), r.buf(np.array([pos, 1, 0, 0], np.uint32)), r.buf(kc), r.buf(vc),
-            r.buf(np.zeros(d, bfloat16))]
-    r.s.dispatch(K.ATTENTION, heads, bufs, block=K.ATTENTION_THREADS, scalars=(d, hd, p, scale))
+            r.buf(np.zeros(d, bfloat16)), r.buf(part), r.buf(np.zeros(heads, np.uint32))]
     full = qkv.astype(np.float32) + bias.astype(np.float32)  # the sum is F32 on the device too
     k_new, v_new = full[d : 2 * d].astype(bfloat16), full[2 * d :].astype(bfloat16)
-    got_k, got_v = r.get(bufs[3], bfloat16, (p, d)), r.get(bufs[4], bfloat16, (p, d))
-    np.testing.assert_array_equal(got_k[pos].view(np.uint16), k_new.view(np.uint16), err_msg="attention: K row appended at pos")
-    np.testing.assert_array_equal(got_v[pos].view(np.uint16), v_new.view(np.uint16), err_msg="attention: V row appended at pos")
-    np.testing.assert_array_equal(got_k[:pos].view(np.uint16), kc[:pos].view(np.uint16), err_msg="attention: earlier K rows changed")
     keys, vals = f64(kc[: pos + 1]), f64(vc[: pos + 1])
     keys[pos], vals[pos] = f64(k_new), f64(v_new)
     q = f64(full[:d]).reshape(heads, hd)
@@ -111,7 +112,39 @@ def test_attention(dev, d, heads, p, pos):
     probs = np.exp(scores - scores.max(axis=1, keepdims=True))
     probs /= probs.sum(axis=1, keepdims=True)
     want = np.einsum("ht,thi->hi", probs, vals.reshape(pos + 1, heads, hd)).reshape(d)
-    assert_bf16_close(r.get(bufs[5], bfloat16), want, f"attention: out (pos {pos}, {heads} heads of {hd})", ulps=2.0, atol=1e-3)
+    outs = []
+    for launch in range(2):
+        r.s.dispatch(K.ATTENTION, heads * splits, bufs, block=K.ATTENTION_THREADS, scalars=(d, hd, p, scale, splits))
+        got_k, got_v = r.get(bufs[3], bfloat16, (p, d)), r.get(bufs[4], bfloat16, (p, d))
+        np.testing.assert_array_equal(got_k[pos].view(np.uint16), k_new.view(np.uint16), err_msg="attention: K row appended at pos")
+        np.testing.assert_array_equal(got_v[pos].view(np.uint16), v_new.view(np.uint16), err_msg="attention: V row appended at pos")
+        np.testing.assert_array_equal(got_k[:pos].view(np.uint16), kc[:pos].view(np.uint16), err_msg="attention: earlier K rows changed")
+        np.testing.assert_array_equal(r.get(bufs[7], np.uint32), 0, err_msg=f"attention: counters not reset (launch {launch})")
+        out = r.get(bufs[5], bfloat16)
+        assert_bf16_close(out, want, f"attention: out (pos {pos}, {heads} heads of {hd}, {splits} splits, launch {launch})",
+                          ulps=2.0, atol=1e-3)
+        outs.append(out.view(np.uint16).copy())
+    np.testing.assert_array_equal(outs[1], outs[0], err_msg="attention: a second launch differs (deterministic combine)")
+    _, active = K.attention_rows(pos, splits)
+    used = r.get(bufs[6], np.float32, (heads, splits, hd + 2))
+    if active > 1:  # the partials were written, and only by the splits that attend
+        assert np.isfinite(used[:, :active]).all() and np.isnan(used[:, active:]).all()
+    else:
+        assert np.isnan(used).all(), "attention: one block per head wrote partials"
+
+
+def test_attention_splits_plan():
+    """The plan: one block a head for short contexts, more for long ones, bounded."""
+    assert K.attention_splits(128, 12) == 1
+    assert K.attention_splits(1024, 12) == 8
+    assert K.attention_splits(8192, 4) == K.ATTENTION_MAX_SPLITS
+    assert K.attention_splits(8192, 64) == K.ATTENTION_TARGET_BLOCKS // 64
+    assert K.attention_splits(8192, 512) == 1
+    for pos in (0, 127, 128, 500, 1023):
+        for splits in (1, 2, 8, 16):
+            rows, active = K.attention_rows(pos, splits)
+            assert rows >= K.ATTENTION_MIN_ROWS and 1 <= active <= splits
+            assert (active - 1) * rows < pos + 1 <= active * rows
 
 
 def test_bias_gelu(dev):

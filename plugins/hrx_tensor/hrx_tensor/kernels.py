@@ -131,20 +131,23 @@ __device__ __forceinline__ HrxGemvWarp hrx_gemv_warp(unsigned int ksplit, unsign
     return r;
 }
 
-// The four 16-byte loads of one unrolled step of a lane at vector i, stepping ``stride``
-// (predicated: past the row's end a lane loads nothing).
+// HRX_GEMV_UNROLL 16-byte loads of one unrolled step of a lane at vector i, stepping
+// ``stride`` (predicated: past the row's end a lane loads nothing). A source may define
+// HRX_GEMV_UNROLL (2, 4, 8 or 16) before this code; 4 unless it does.
+#ifndef HRX_GEMV_UNROLL
+#define HRX_GEMV_UNROLL 4
+#endif
 struct HrxGemvLoads {
-    uint4 v0, v1, v2, v3;
+    uint4 v[HRX_GEMV_UNROLL];
 };
 
 __device__ __forceinline__ HrxGemvLoads hrx_gemv_load(const uint4* wr, unsigned int i, unsigned int stride,
                                                       unsigned int nvec) {
     const uint4 zero = hrx_zero4();
     HrxGemvLoads l;
-    l.v0 = i < nvec ? hrx_ld_stream(wr + i) : zero;
-    l.v1 = i + stride < nvec ? hrx_ld_stream(wr + i + stride) : zero;
-    l.v2 = i + 2u * stride < nvec ? hrx_ld_stream(wr + i + 2u * stride) : zero;
-    l.v3 = i + 3u * stride < nvec ? hrx_ld_stream(wr + i + 3u * stride) : zero;
+    #pragma unroll
+    for (unsigned int u = 0; u < HRX_GEMV_UNROLL; ++u)
+        l.v[u] = i + u * stride < nvec ? hrx_ld_stream(wr + i + u * stride) : zero;
     return l;
 }
 
@@ -155,24 +158,32 @@ __device__ __forceinline__ HrxGemvLoads hrx_gemv_first(const uint4* wr, unsigned
 }
 
 // The warp's share of one row's dot product with x, summed across the warp (every lane
-// holds it): vectors ``piece * 32 + lane``, stepping 32 * ks, four 16-byte weight loads a
-// lane issued before use; ``first`` holds the first step's (hrx_gemv_first). ``X_SHARED``:
-// x is in shared memory (plain loads), else global (the read-only cache).
+// holds it): vectors ``piece * 32 + lane``, stepping 32 * ks, HRX_GEMV_UNROLL 16-byte
+// weight loads a lane issued before use; ``first`` holds the first step's
+// (hrx_gemv_first). ``X_SHARED``: x is in shared memory (plain loads), else global (the
+// read-only cache). One accumulator per load of a step, summed pairwise at the end.
 template <bool X_SHARED>
 __device__ __forceinline__ float hrx_gemv_dot(const uint4* x, const uint4* wr, unsigned int nvec, const HrxGemvWarp& r,
                                               HrxGemvLoads first) {
     const unsigned int stride = 32u * r.ks, start = r.lane + 32u * r.piece;
-    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+    float a[HRX_GEMV_UNROLL];
+    #pragma unroll
+    for (unsigned int u = 0; u < HRX_GEMV_UNROLL; ++u) a[u] = 0.f;
     HrxGemvLoads l = first;
-    for (unsigned int i = start; i < nvec; i += 4u * stride) {
+    for (unsigned int i = start; i < nvec; i += HRX_GEMV_UNROLL * stride) {
         if (i != start) l = hrx_gemv_load(wr, i, stride, nvec);
-        const unsigned int i1 = i + stride, i2 = i1 + stride, i3 = i2 + stride;
-        a0 = hrx_dot8(l.v0, X_SHARED ? x[i] : __ldg(x + i), a0);
-        if (i1 < nvec) a1 = hrx_dot8(l.v1, X_SHARED ? x[i1] : __ldg(x + i1), a1);
-        if (i2 < nvec) a2 = hrx_dot8(l.v2, X_SHARED ? x[i2] : __ldg(x + i2), a2);
-        if (i3 < nvec) a3 = hrx_dot8(l.v3, X_SHARED ? x[i3] : __ldg(x + i3), a3);
+        #pragma unroll
+        for (unsigned int u = 0; u < HRX_GEMV_UNROLL; ++u) {
+            const unsigned int iu = i + u * stride;
+            if (iu < nvec) a[u] = hrx_dot8(l.v[u], X_SHARED ? x[iu] : __ldg(x + iu), a[u]);
+        }
     }
-    float s = (a0 + a1) + (a2 + a3);
+    #pragma unroll
+    for (unsigned int w = 1; w < HRX_GEMV_UNROLL; w <<= 1) {
+        #pragma unroll
+        for (unsigned int u = 0; u + w < HRX_GEMV_UNROLL; u += 2u * w) a[u] += a[u + w];
+    }
+    float s = a[0];
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     return s;

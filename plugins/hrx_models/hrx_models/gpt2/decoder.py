@@ -98,12 +98,17 @@ def slot_layout(config: Gpt2Config, context: int, chunk: int = 0) -> Layout:
     """A slot's packed state; ``chunk`` > 0 adds the activations of a batched-prefill
     chunk of that many rows."""
     d = config.n_embd
+    splits = K.attention_splits(context, config.n_head)
     entries: list[tuple[str, tuple[int, ...], Any]] = [
-        ("state", (STATE_WORDS,), np.uint32), ("emb_idx", (2,), np.int64), ("seq", (context,), np.int32),
+        # attn_sync (the split attention's counters, 0 between launches) lies before seq,
+        # so that every request's first upload (head_words) zeroes it as well
+        ("state", (STATE_WORDS,), np.uint32), ("attn_sync", (config.n_head,), np.uint32),
+        ("emb_idx", (2,), np.int64), ("seq", (context,), np.int32),
         ("te", (d,), BF16), ("pe", (d,), BF16),
         ("x", (d,), np.float32), ("xn", (d,), BF16), ("qkv", (3 * d,), np.float32), ("attn", (d,), BF16),
         ("proj", (d,), np.float32), ("fc", (4 * d,), np.float32), ("act", (4 * d,), BF16),
         ("logits", (config.vocab_size,), np.float32),
+        ("attn_part", (config.n_head * splits * (config.head_dim + 2),), np.float32),
     ]
     for i in range(config.n_layer):
         entries += [(f"k{i}", (context, d), BF16), (f"v{i}", (context, d), BF16)]
@@ -180,10 +185,15 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
     eps = np.float32(cfg.layer_norm_epsilon)
     scale = np.float32(1.0 / math.sqrt(cfg.head_dim))
 
+    splits = K.attention_splits(context, cfg.n_head)
+
     def attention(i: int) -> None:
         h = f"h.{i}."
-        g.dispatch(k.attention, cfg.n_head, [s["qkv"], w(h + "attn.c_attn.bias"), s["state"], s[f"k{i}"], s[f"v{i}"], s["attn"]],
-                   block=K.ATTENTION_THREADS, scalars=(np.uint32(d), np.uint32(cfg.head_dim), np.uint32(p), scale))
+        g.dispatch(k.attention, cfg.n_head * splits,
+                   [s["qkv"], w(h + "attn.c_attn.bias"), s["state"], s[f"k{i}"], s[f"v{i}"], s["attn"], s["attn_part"],
+                    s["attn_sync"]],
+                   block=K.ATTENTION_THREADS,
+                   scalars=(np.uint32(d), np.uint32(cfg.head_dim), np.uint32(p), scale, np.uint32(splits)))
 
     def finish() -> None:
         if logits:

@@ -15,9 +15,15 @@ serves every step.
 * ``hrx_gpt2_embed_ln``: ``x = te + pe`` (the gathered rows of wte and wpe); ``xn = LN(x)``.
 * ``hrx_gpt2_residual_ln``: ``x += y + bias``; ``xn = LN(x)`` (the next layer norm:
   ln_2, the next layer's ln_1, or ln_f).
-* ``hrx_gpt2_attention``: one block per head: add the QKV bias, append K and V (BF16)
-  at row ``pos`` of the slot's cache, scores over rows ``0..pos`` scaled by
-  1/sqrt(head_dim), softmax, weighted sum of V.
+* ``hrx_gpt2_attention``: add the QKV bias, append K and V (BF16) at row ``pos`` of the
+  slot's cache, scores over rows ``0..pos`` scaled by 1/sqrt(head_dim), softmax,
+  weighted sum of V. ``splits`` blocks per head (:func:`attention_splits`, fixed when
+  the step is recorded) divide the rows ``0..pos`` among them, at least
+  ATTENTION_MIN_ROWS each: up to that many rows one block attends alone as before;
+  past it each block writes its partial result (unnormalized sum, maximum score, sum
+  of exponentials) to ``part`` and the last block of the head to finish (a counter
+  per head in ``sync``, set back to 0 by that block) combines them in split order --
+  flash-decoding, so long contexts use more of the GPU than one block per head.
 * ``hrx_gpt2_bias_gelu``: ``out = gelu_new(y + bias)`` (tanh approximation).
 * ``hrx_gpt2_argmax``: greedy choice over the logits (lowest index among equal
   maxima, like numpy); writes ``seq[pos + 1]`` unless that is still a prompt
@@ -45,8 +51,26 @@ from hrx_tensor.kernels import GRID_DEPENDENCIES_CUDA
 
 from .config import MAX_HEAD_DIM, MAX_POSITIONS
 
-#: Threads per block of attention (one block per head), argmax and bias + GELU.
+#: Threads per block of attention, argmax and bias + GELU.
 ATTENTION_THREADS = 256
+#: Split decode attention: each block attends to at least this many rows (so up to it,
+#: one block per head and no combining), there are at most ATTENTION_MAX_SPLITS blocks
+#: a head and about ATTENTION_TARGET_BLOCKS in all (two per SM of an H200).
+ATTENTION_MIN_ROWS = 128
+ATTENTION_MAX_SPLITS = 16
+ATTENTION_TARGET_BLOCKS = 256
+
+
+def attention_splits(context: int, n_head: int) -> int:
+    """Blocks per head of the decode attention for a slot of ``context`` positions."""
+    return max(1, min(ATTENTION_MAX_SPLITS, -(-context // ATTENTION_MIN_ROWS), ATTENTION_TARGET_BLOCKS // n_head))
+
+
+def attention_rows(pos: int, splits: int) -> tuple[int, int]:
+    """(rows a split attends, splits that attend) at position ``pos`` (the kernel's rule)."""
+    n = pos + 1
+    rows = max(-(-n // splits), ATTENTION_MIN_ROWS)
+    return rows, -(-n // rows)
 ARGMAX_THREADS = 1024
 GELU_THREADS = 256
 #: Values each thread of a layer-norm kernel keeps in registers (HRX_LN_ITEMS).
@@ -170,6 +194,8 @@ ATTEND_CUDA = _PRELUDE + f"""
 #define HRX_MAX_HEAD_DIM {MAX_HEAD_DIM}u
 #define HRX_MAX_POSITIONS {MAX_POSITIONS}u
 #define HRX_ATTN_THREADS {ATTENTION_THREADS}u
+#define HRX_ATTN_MIN_ROWS {ATTENTION_MIN_ROWS}u
+#define HRX_ATTN_MAX_SPLITS {ATTENTION_MAX_SPLITS}u
 """ + r"""
 // 8 BF16 (one 16-byte vector) dotted with 8 F32 of shared memory
 __device__ __forceinline__ float hrx_dot8_bf16(uint4 k, const float* q) {
@@ -247,30 +273,113 @@ __device__ __forceinline__ void hrx_attend(const float* q, const unsigned short*
 """
 
 ATTENTION_CUDA = ATTEND_CUDA + r"""
-// One block of HRX_ATTN_THREADS per head: add the QKV bias, append this position's K/V
-// row to the cache, attend over rows 0..pos.
+// The partial attention of rows [t0, t1) (t1 - t0 <= HRX_MAX_POSITIONS): dst[0..hd) =
+// sum_t exp(s_t - m) V[t] (unnormalized), dst[hd] = m = max_t s_t, dst[hd + 1] =
+// sum_t exp(s_t - m), for s_t = scale * q . K[t]. Buffers as hrx_attend.
+__device__ __forceinline__ void hrx_attend_part(const float* q, const unsigned short* kc, const unsigned short* vc,
+                                                float* dst, unsigned int D, unsigned int hd, unsigned int base,
+                                                unsigned int t0, unsigned int t1, float scale, float* sc, float* part,
+                                                float* red) {
+    const unsigned int tid = threadIdx.x, nvec = hd >> 3;
+    for (unsigned int t = t0 + tid; t < t1; t += blockDim.x) {
+        const uint4* kr = reinterpret_cast<const uint4*>(kc + (size_t)t * D + base);
+        float s = 0.f;
+        #pragma unroll 8
+        for (unsigned int j = 0; j < nvec; ++j) s += hrx_dot8_bf16(kr[j], q + 8u * j);
+        sc[t - t0] = s * scale;
+    }
+    __syncthreads();
+    float m = -3.402823466e38f;
+    for (unsigned int t = tid; t < t1 - t0; t += blockDim.x) m = fmaxf(m, sc[t]);
+    m = hrx_block_max(m, red);
+    float sum = 0.f;
+    for (unsigned int t = tid; t < t1 - t0; t += blockDim.x) {
+        const float e = expf(sc[t] - m);
+        sc[t] = e;
+        sum += e;
+    }
+    const float l = hrx_block_sum(sum, red);  // its barriers also publish sc
+    const unsigned int groups = blockDim.x / nvec;
+    const unsigned int dg = tid % nvec, rg = tid / nvec;
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    #pragma unroll 4
+    for (unsigned int t = t0 + rg; t < t1; t += groups)
+        hrx_axpy8_bf16(sc[t - t0], reinterpret_cast<const uint4*>(vc + (size_t)t * D + base)[dg], acc);
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) part[rg * hd + dg * 8u + e] = acc[e];
+    __syncthreads();
+    for (unsigned int i = tid; i < hd; i += blockDim.x) {
+        float a = 0.f;
+        for (unsigned int r = 0; r < groups; ++r) a += part[r * hd + i];
+        dst[i] = a;
+    }
+    if (tid == 0) {
+        dst[hd] = m;
+        dst[hd + 1u] = l;
+    }
+}
+
+// ``splits`` blocks per head (block h * splits + j: head h, split j): add the QKV bias,
+// append this position's K/V row to the cache (the split holding row pos), attend. At
+// most HRX_ATTN_MIN_ROWS rows in all: split 0 attends alone and writes out. Otherwise
+// each split writes its partial to part[(h * splits + j) * (hd + 2)], and the head's last
+// block to finish (sync[h] counts them; it sets it back to 0) combines them in split
+// order -- the result does not depend on which block is last.
 extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention(
         const float* __restrict__ qkv, const unsigned short* __restrict__ bias,
         const unsigned int* __restrict__ state, unsigned short* __restrict__ kc,
-        unsigned short* __restrict__ vc, unsigned short* __restrict__ out,
-        unsigned int D, unsigned int hd, unsigned int P, float scale) {
+        unsigned short* __restrict__ vc, unsigned short* __restrict__ out, float* part, unsigned int* sync,
+        unsigned int D, unsigned int hd, unsigned int P, float scale, unsigned int splits) {
     hrx_grid_dependencies();
     __shared__ float red[32];
     __shared__ float q[HRX_MAX_HEAD_DIM];
-    __shared__ float part[8u * HRX_ATTN_THREADS];
+    __shared__ float pv[8u * HRX_ATTN_THREADS];
     __shared__ float sc[HRX_MAX_POSITIONS];
+    __shared__ unsigned int last;
     const unsigned int pos = state[0];
-    if (pos >= P || P > HRX_MAX_POSITIONS || hd > HRX_MAX_HEAD_DIM || (hd & 7u) || blockDim.x != HRX_ATTN_THREADS) return;
-    const unsigned int base = blockIdx.x * hd;
-    // this head's query (F32) and the new key/value row, appended to the cache (BF16)
+    if (pos >= P || P > HRX_MAX_POSITIONS || hd > HRX_MAX_HEAD_DIM || (hd & 7u) || blockDim.x != HRX_ATTN_THREADS
+        || splits == 0u || splits > HRX_ATTN_MAX_SPLITS) return;
+    const unsigned int head = blockIdx.x / splits, split = blockIdx.x % splits, n = pos + 1u;
+    unsigned int rows = (n + splits - 1u) / splits;
+    if (rows < HRX_ATTN_MIN_ROWS) rows = HRX_ATTN_MIN_ROWS;
+    const unsigned int active = (n + rows - 1u) / rows, t0 = split * rows;
+    if (split >= active) return;
+    const unsigned int t1 = n - t0 < rows ? n : t0 + rows;
+    const unsigned int base = head * hd;
+    // this head's query (F32); the split holding row pos appends the new key/value row (BF16)
     for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
         const unsigned int c = base + i;
         q[i] = qkv[c] + hrx_bf16_to_f32(bias[c]);
-        kc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(qkv[D + c] + hrx_bf16_to_f32(bias[D + c]));
-        vc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(qkv[2u * D + c] + hrx_bf16_to_f32(bias[2u * D + c]));
+        if (t1 == n) {
+            kc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(qkv[D + c] + hrx_bf16_to_f32(bias[D + c]));
+            vc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(qkv[2u * D + c] + hrx_bf16_to_f32(bias[2u * D + c]));
+        }
     }
     __syncthreads();  // the block's cache writes and q are visible to the whole block
-    hrx_attend(q, kc, vc, out, D, hd, base, pos, scale, sc, part, red);
+    if (active == 1u) {
+        hrx_attend(q, kc, vc, out, D, hd, base, pos, scale, sc, pv, red);
+        return;
+    }
+    const unsigned int stride = hd + 2u;
+    hrx_attend_part(q, kc, vc, part + (size_t)(head * splits + split) * stride, D, hd, base, t0, t1, scale, sc, pv, red);
+    __threadfence();  // this block's partial, before its count
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(sync + head, 1u) == active - 1u;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // the other blocks' partials (counted before ours), read past L1
+    const volatile float* pp = part + (size_t)head * splits * stride;
+    float m = -3.402823466e38f;
+    for (unsigned int j = 0; j < active; ++j) m = fmaxf(m, pp[j * stride + hd]);
+    float l = 0.f;
+    for (unsigned int j = 0; j < active; ++j) l += pp[j * stride + hd + 1u] * expf(pp[j * stride + hd] - m);
+    const float inv = 1.f / l;
+    for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float a = 0.f;
+        for (unsigned int j = 0; j < active; ++j) a += pp[j * stride + i] * expf(pp[j * stride + hd] - m);
+        out[base + i] = hrx_f32_to_bf16_rn(a * inv);
+    }
+    if (threadIdx.x == 0) sync[head] = 0u;  // for the next launch (stream-ordered after this one)
 }
 """
 
@@ -383,10 +492,10 @@ def _residual_ln_host(x, y, bias, g, b, xn, d, eps) -> None:
     _layer_norm_host(xf, g, b, xn, d, eps)
 
 
-def _attention_host(qkv, bias, state, kc, vc, out, d, hd, p, scale) -> None:
-    d, hd, p = int(d), int(hd), int(p)
+def _attention_host(qkv, bias, state, kc, vc, out, part, sync, d, hd, p, scale, splits) -> None:
+    d, hd, p, splits = int(d), int(hd), int(p), int(splits)
     pos = int(state[:4].view(np.uint32)[0])
-    if pos >= p:
+    if pos >= p or not 1 <= splits <= ATTENTION_MAX_SPLITS:
         return
     full = qkv[: 12 * d].view(np.float32) + _bf(bias[: 6 * d])
     q, k, v = full[:d], full[d : 2 * d], full[2 * d :]
@@ -398,9 +507,29 @@ def _attention_host(qkv, bias, state, kc, vc, out, d, hd, p, scale) -> None:
     keys = kcache[: pos + 1].astype(np.float32).reshape(pos + 1, heads, hd)
     vals = vcache[: pos + 1].astype(np.float32).reshape(pos + 1, heads, hd)
     scores = np.einsum("hi,thi->ht", q.reshape(heads, hd), keys) * np.float32(scale)
-    scores = np.exp(scores - scores.max(axis=1, keepdims=True))
-    probs = scores / scores.sum(axis=1, keepdims=True, dtype=np.float32)
-    out[: 2 * d].view(bfloat16)[:] = np.einsum("ht,thi->hi", probs, vals).reshape(d).astype(bfloat16)
+    rows, active = attention_rows(pos, splits)
+    if active == 1:
+        scores = np.exp(scores - scores.max(axis=1, keepdims=True))
+        probs = scores / scores.sum(axis=1, keepdims=True, dtype=np.float32)
+        out[: 2 * d].view(bfloat16)[:] = np.einsum("ht,thi->hi", probs, vals).reshape(d).astype(bfloat16)
+        return
+    # the kernel's split: per split the maximum, sum of exponentials and unnormalized sum
+    # (kept in ``part`` as the kernel does), then their combination in split order
+    stride = hd + 2
+    pf = part[: 4 * heads * splits * stride].view(np.float32).reshape(heads, splits, stride)
+    for j in range(active):
+        sl = slice(j * rows, min(pos + 1, (j + 1) * rows))
+        m = scores[:, sl].max(axis=1, keepdims=True)
+        e = np.exp(scores[:, sl] - m)
+        pf[:, j, :hd] = np.einsum("ht,thi->hi", e, vals[sl])
+        pf[:, j, hd] = m[:, 0]
+        pf[:, j, hd + 1] = e.sum(axis=1, dtype=np.float32)
+    m = pf[:, :active, hd].max(axis=1, keepdims=True)
+    w = np.exp(pf[:, :active, hd] - m)
+    total = (pf[:, :active, hd + 1] * w).sum(axis=1, dtype=np.float32)
+    acc = np.einsum("hj,hji->hi", w, pf[:, :active, :hd])
+    out[: 2 * d].view(bfloat16)[:] = (acc * (np.float32(1) / total)[:, None]).reshape(d).astype(bfloat16)
+    sync[: 4 * heads].view(np.uint32)[:] = 0
 
 
 def _bias_gelu_host(y, bias, out, n) -> None:
@@ -449,8 +578,8 @@ RESIDUAL_LN = Kernel(
 )
 ATTENTION = Kernel(
     "hrx_gpt2_attention",
-    buffers=("read", "read", "read", "read_write", "read_write", "write"),
-    scalars=(np.uint32, np.uint32, np.uint32, np.float32),
+    buffers=("read", "read", "read", "read_write", "read_write", "write", "read_write", "read_write"),
+    scalars=(np.uint32, np.uint32, np.uint32, np.float32, np.uint32),
     host=_attention_host, cuda=ATTENTION_CUDA, programmatic=True,
 )
 BIAS_GELU = Kernel(
