@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("hrx_models", reason="hrx-models is not installed: pip install -e plugins/hrx_models")
 from hrx_models.gpt2 import Gpt2Decoder
 from hrx_models.gpt2 import prefill_kernels as PK
+from hrx_models.gpt2.decoder import PREFILL_SMALL_CHUNK
 from hrx_models.gpt2.testing import check_greedy, check_logits
 from ml_dtypes import bfloat16
 
@@ -220,7 +221,10 @@ def test_wide_head_prefill_matches_the_reference(dev, tmp_path, n_head):
     """Head dimensions 64 and 128 (GPT-2's and the 1.3B shape's): on CUDA sm_80+ the
     prefill attention runs on tensor cores. A 300-token prompt in chunks of 128 rows
     (queries in several 64-key tiles, a partial last chunk): the first token's logits
-    against the numpy reference and decode-only, then 8 greedy tokens."""
+    against the numpy reference and decode-only, then 8 greedy tokens. Chunks of 256 rows:
+    the 300-token prompt takes one launch of the 256-row graph and one of the small
+    (PREFILL_SMALL_CHUNK) graph for its last 43 positions, a 100-token prompt the small
+    graph alone."""
     from hrx_models.gpt2 import Gpt2Config, write_random_checkpoint
     from hrx_models.gpt2.reference import NumpyGpt2
 
@@ -228,17 +232,21 @@ def test_wide_head_prefill_matches_the_reference(dev, tmp_path, n_head):
     ckpt = write_random_checkpoint(tmp_path / "wide", config, seed=3, std=0.1)
     reference = NumpyGpt2(ckpt)
     prompt = [(i * 37 + 5) % 512 for i in range(300)]
-    batched = Gpt2Decoder.load(ckpt, dev, prefill_chunk=128)
+    batched = Gpt2Decoder.load(ckpt, dev, prefill_chunk=256)
     steps = Gpt2Decoder.load(ckpt, dev, prefill_chunk=0)
     try:
         with batched.slot() as a, steps.slot() as b:
-            for s in (a, b):
-                s.start(prompt)
-                s.prefill()
-                s.step()
-            want = reference.logits(prompt)[-1]
-            check_logits(a.logits(), want, "first token's logits, batched prefill vs the numpy reference")
-            check_logits(a.logits(), b.logits(), "first token's logits, batched prefill vs decode-only")
+            assert PREFILL_SMALL_CHUNK < 256 and a.small_chunk_graph is not None and b.small_chunk_graph is None
+            for p, large, small in ((prompt, 1, 1), (prompt[:100], 0, 1)):
+                before = (a.chunk_graph.launches, a.small_chunk_graph.launches)
+                for s in (a, b):
+                    s.start(p)
+                    s.prefill()
+                    s.step()
+                assert (a.chunk_graph.launches - before[0], a.small_chunk_graph.launches - before[1]) == (large, small)
+                want = reference.logits(p)[-1]
+                check_logits(a.logits(), want, f"first token's logits, batched prefill of {len(p)} vs the numpy reference")
+                check_logits(a.logits(), b.logits(), f"first token's logits, batched prefill of {len(p)} vs decode-only")
         got = batched.generate(prompt, 8).tokens
         check_greedy(reference, prompt, got, steps.generate(prompt, 8).tokens)
     finally:

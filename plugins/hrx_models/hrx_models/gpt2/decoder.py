@@ -66,6 +66,11 @@ STATE_WORDS = 4
 #: Default rows of a batched-prefill chunk (``Gpt2Decoder(prefill_chunk=)``; at most the context).
 PREFILL_CHUNK = 1024  # a 1024-token prompt in one chunk: half the launches of 512, and GEMMs of twice
                      # the rows fill the GPU (H200: GPT-2 small's projections 30% less time a row)
+#: Rows of the second, small chunk graph a slot records when its chunk is larger: a
+#: prompt (or a prompt's last part) of at most this many rows goes through it, with
+#: grids and GEMM tilings sized for its rows rather than for the whole chunk (the
+#: large chunk's tiles leave most of the GPU idle for a short prompt).
+PREFILL_SMALL_CHUNK = 128
 
 
 @attrs.frozen
@@ -407,7 +412,11 @@ class DecoderSlot:
             graphs.append(self.step_graph)
             self.prefill_graph = self._record(logits=False)
             graphs.append(self.prefill_graph)
-            self.chunk_graph = self._record_chunk() if self.chunk else None
+            self.chunk_graph = self._record_chunk(self.chunk) if self.chunk else None
+            if self.chunk_graph is not None:
+                graphs.append(self.chunk_graph)
+            #: the small chunk graph (PREFILL_SMALL_CHUNK rows), where the chunk is larger
+            self.small_chunk_graph = self._record_chunk(PREFILL_SMALL_CHUNK) if self.chunk > PREFILL_SMALL_CHUNK else None
         except BaseException:
             for graph in graphs:
                 graph.close()
@@ -425,9 +434,9 @@ class DecoderSlot:
                     self.layout.views(self.buffer), logits=logits, fused=self.decoder.fused)
         return g
 
-    def _record_chunk(self) -> Any:
+    def _record_chunk(self, rows: int) -> Any:
         g = self.stream.access_graph()
-        record_prefill_chunk(g, self.decoder.kernels, self.config, self.context, self.chunk, self.decoder.weights.view,
+        record_prefill_chunk(g, self.decoder.kernels, self.config, self.context, rows, self.decoder.weights.view,
                              self.layout.views(self.buffer))
         return g
 
@@ -466,9 +475,10 @@ class DecoderSlot:
 
     def prefill(self) -> Any:
         """After :meth:`start`: process the prompt's positions but the last -- in chunks of
-        ``chunk`` rows through the batched graph, or one step each when ``chunk`` is 0.
-        Returns the completion of the last launch (None for a one-token prompt); the
-        next :meth:`step` produces the first token."""
+        ``chunk`` rows through the batched graph (the last PREFILL_SMALL_CHUNK rows or
+        fewer through the small chunk graph, where there is one), or one step each when
+        ``chunk`` is 0. Returns the completion of the last launch (None for a one-token
+        prompt); the next :meth:`step` produces the first token."""
         left = len(self._prompt) - 1 - self._pos
         done = None
         if left <= 0:
@@ -477,9 +487,12 @@ class DecoderSlot:
             for _ in range(left):
                 done = self.step(logits=False)
             return done
-        for _ in range(-(-left // self.chunk)):
-            done = self.chunk_graph.launch()
         self._pos += left
+        while left > 0:
+            if self.small_chunk_graph is not None and left <= PREFILL_SMALL_CHUNK:
+                return self.small_chunk_graph.launch()
+            done = self.chunk_graph.launch()
+            left -= self.chunk
         return done
 
     def logits(self) -> np.ndarray:
@@ -575,8 +588,9 @@ class DecoderSlot:
         finally:
             self.step_graph.close()
             self.prefill_graph.close()
-            if self.chunk_graph is not None:
-                self.chunk_graph.close()
+            for graph in (self.chunk_graph, self.small_chunk_graph):
+                if graph is not None:
+                    graph.close()
             self.buffer.close()
 
 
