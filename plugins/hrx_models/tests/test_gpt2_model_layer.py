@@ -64,6 +64,54 @@ def test_same_tokens_as_the_decoder_and_reference(gpt2, decoder, reference, chun
         model.close()
 
 
+def test_small_chunk_entry(dev, tmp_path):
+    """Chunks larger than PREFILL_SMALL_CHUNK rows: a prompt's last positions up to that
+    many go through the "chunk_small" entry (a 300-token prompt: "chunk" then
+    "chunk_small"; a 100-token one: "chunk_small" alone), with the tokens of the
+    stream-level decoder with the same chunks, and those of prefill one position a step
+    wherever the reference is not on a near-tie."""
+    from hrx_models.gpt2 import Gpt2Config, Gpt2Decoder, write_random_checkpoint
+    from hrx_models.gpt2.decoder import PREFILL_SMALL_CHUNK, prefill_launches
+    from hrx_models.gpt2.model_layer import Gpt2Definition
+    from hrx_models.gpt2.reference import NumpyGpt2
+    from hrx_models.gpt2.testing import check_greedy
+
+    from hrx_core.execution import RuntimeOptions
+
+    assert prefill_launches(299, 256) == [256, PREFILL_SMALL_CHUNK] and prefill_launches(99, 256) == [PREFILL_SMALL_CHUNK]
+    assert prefill_launches(99, 128) == [128] and prefill_launches(300, 100) == [100, 100, 100]
+    config = Gpt2Config(n_embd=128, n_layer=2, n_head=4, n_positions=320, vocab_size=512)
+    ckpt = write_random_checkpoint(tmp_path / "long", config, seed=5, std=0.1)
+    ctx = model_layer.ModelContext(dev, RuntimeOptions())
+    d = Gpt2Definition.load(ckpt, ctx)
+    model = d.prepare(slots=1, context=320, prefill_chunk=256)
+    batched = Gpt2Decoder.load(ckpt, dev, context=320, prefill_chunk=256)
+    steps = Gpt2Decoder.load(ckpt, dev, context=320, prefill_chunk=0)
+    try:
+        slot = model.slot(0)
+        assert {"chunk", "chunk_small"} <= set(slot.entries)
+        submit, entries = slot.submit, []
+
+        def counted(inputs, entry=None, **kwargs):
+            entries.append(entry)
+            return submit(inputs, entry=entry, **kwargs)
+
+        slot.submit = counted
+        prompt = [(i * 37 + 5) % 512 for i in range(300)]
+        for p, want in ((prompt, ["chunk", "chunk_small"]), (prompt[:100], ["chunk_small"])):
+            entries.clear()
+            got = d.generate(slot, p, 8)
+            assert [e for e in entries if e != "step"] == want
+            assert got == batched.generate(p, 8).tokens
+            check_greedy(NumpyGpt2(ckpt), p, got, steps.generate(p, 8).tokens)
+    finally:
+        batched.close()
+        steps.close()
+        model.close()
+        d.close()
+        ctx.close()
+
+
 def test_logits_output(gpt2, decoder):
     d, _, _ = gpt2
     model = d.prepare(slots=1, context=32)

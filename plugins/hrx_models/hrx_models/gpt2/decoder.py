@@ -99,6 +99,24 @@ class TextGeneration:
     generation: Generation
 
 
+def has_small_chunk(chunk: int) -> bool:
+    """Whether a slot with batched-prefill chunks of ``chunk`` rows records the small chunk
+    graph (PREFILL_SMALL_CHUNK rows) as well."""
+    return chunk > PREFILL_SMALL_CHUNK
+
+
+def prefill_launches(left: int, chunk: int) -> list[int]:
+    """The chunk graphs, by rows, that take ``left`` prompt positions through batched
+    prefill with chunks of ``chunk`` rows: full chunks, and the last PREFILL_SMALL_CHUNK
+    positions or fewer through the small graph where there is one."""
+    out: list[int] = []
+    while left > 0:
+        rows = PREFILL_SMALL_CHUNK if has_small_chunk(chunk) and left <= PREFILL_SMALL_CHUNK else chunk
+        out.append(rows)
+        left -= rows
+    return out
+
+
 def slot_layout(config: Gpt2Config, context: int, chunk: int = 0) -> Layout:
     """A slot's packed state; ``chunk`` > 0 adds the activations of a batched-prefill
     chunk of that many rows."""
@@ -416,7 +434,7 @@ class DecoderSlot:
             if self.chunk_graph is not None:
                 graphs.append(self.chunk_graph)
             #: the small chunk graph (PREFILL_SMALL_CHUNK rows), where the chunk is larger
-            self.small_chunk_graph = self._record_chunk(PREFILL_SMALL_CHUNK) if self.chunk > PREFILL_SMALL_CHUNK else None
+            self.small_chunk_graph = self._record_chunk(PREFILL_SMALL_CHUNK) if has_small_chunk(self.chunk) else None
         except BaseException:
             for graph in graphs:
                 graph.close()
@@ -488,11 +506,8 @@ class DecoderSlot:
                 done = self.step(logits=False)
             return done
         self._pos += left
-        while left > 0:
-            if self.small_chunk_graph is not None and left <= PREFILL_SMALL_CHUNK:
-                return self.small_chunk_graph.launch()
-            done = self.chunk_graph.launch()
-            left -= self.chunk
+        for rows in prefill_launches(left, self.chunk):
+            done = (self.chunk_graph if rows == self.chunk else self.small_chunk_graph).launch()
         return done
 
     def logits(self) -> np.ndarray:

@@ -13,7 +13,8 @@ factory allocates one slot-private tensor of :func:`slot_layout` (state, tokens,
 activations, KV cache, a batched-prefill chunk's activations) and records into tracked
 graphs that share it: ``"chunk"`` (:func:`record_prefill_chunk`: up to ``prefill_chunk``
 prompt positions through the layers as a matrix; absent with ``prefill_chunk=0``),
-``"prefill"`` (the fused step of one prompt position, no logits) and ``"step"`` (the
+``"chunk_small"`` (the same for PREFILL_SMALL_CHUNK rows, where the chunk is larger:
+a prompt's last positions up to that many go through it), ``"prefill"`` (the fused step of one prompt position, no logits) and ``"step"`` (the
 fused step with tied logits + greedy argmax). All take the input ``"head"`` -- the
 state words and the prompt, uploaded with a request's first submission only -- and
 ``"step"`` outputs ``"logits"`` and ``"seq"``.
@@ -36,9 +37,12 @@ from hrx_core.errors import InvalidArgument, show
 from .config import Gpt2Config
 from .decoder import (
     PREFILL_CHUNK,
+    PREFILL_SMALL_CHUNK,
     StepKernels,
     check_request,
+    has_small_chunk,
     head_words,
+    prefill_launches,
     record_prefill_chunk,
     record_step,
     slot_layout,
@@ -128,6 +132,11 @@ class Gpt2Definition:
                 rows = b.new_graph("chunk")
                 rows.compute("chunk", lambda g: record_prefill_chunk(g, kernels, cfg, context_len, chunk, w, views))
                 entries["chunk"] = InferenceGraph(inputs={"head": head}, outputs={"seq": seq}, graph=rows)
+            if has_small_chunk(chunk):
+                small = b.new_graph("chunk_small")
+                small.compute("chunk_small", lambda g: record_prefill_chunk(g, kernels, cfg, context_len,
+                                                                            PREFILL_SMALL_CHUNK, w, views))
+                entries["chunk_small"] = InferenceGraph(inputs={"head": head}, outputs={"seq": seq}, graph=small)
             return entries
 
         return factory
@@ -159,8 +168,11 @@ class Gpt2Definition:
         context_len, chunk = slot.model.gpt2_context, slot.model.gpt2_chunk
         ids = check_request(self.config, context_len, prompt, max_new_tokens)
         inputs: dict[str, Any] | None = {"head": self.head(context_len, ids)}
-        entry, count = ("chunk", -(-(ids.size - 1) // chunk)) if chunk else ("prefill", ids.size - 1)
-        for _ in range(count):
+        if chunk:
+            entries = ["chunk" if rows == chunk else "chunk_small" for rows in prefill_launches(ids.size - 1, chunk)]
+        else:
+            entries = ["prefill"] * (ids.size - 1)
+        for entry in entries:
             slot.submit(inputs, entry=entry)
             inputs = None
         for _ in range(int(max_new_tokens) - 1):
