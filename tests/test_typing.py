@@ -1,6 +1,7 @@
 """Type checking: mypy is clean on hrx_core (strict on the public modules, per
-pyproject.toml), and user code sees the public types (Device, Stream, Buffer, numpy
-arrays) through the installed packages, plugins included (each ships py.typed)."""
+pyproject.toml) and on every plugin package (function bodies checked), and user code
+sees the public types (Device, Stream, Buffer, numpy arrays) through the installed
+packages, plugins included (each ships py.typed)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,20 @@ def _mypy(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_mypy_is_clean_on_hrx_core() -> None:
     out = _mypy(cwd=REPO)  # files and settings from pyproject.toml [tool.mypy]
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Success: no issues found" in out.stdout
+
+
+#: The package of each plugin distribution (plugins/<name>/<name>).
+PLUGIN_PACKAGES = sorted(d / d.name for d in (REPO / "plugins").iterdir() if (d / d.name / "__init__.py").is_file())
+
+
+def test_mypy_is_clean_on_the_plugins() -> None:
+    """Every plugin package type-checks with its function bodies (check_untyped_defs);
+    libraries without type information (torch, cupy, ...) read as Any."""
+    assert len(PLUGIN_PACKAGES) >= 6
+    out = _mypy("--no-incremental", "--check-untyped-defs", "--ignore-missing-imports",
+                *(str(p.relative_to(REPO)) for p in PLUGIN_PACKAGES), cwd=REPO)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Success: no issues found" in out.stdout
 

@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import io
 import struct
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from collections.abc import Iterator, Mapping
+from typing import Any, cast
 
 import attrs
 import msgpack
 from elftools.elf import enums as elf_enums
 from elftools.elf.dynamic import DynamicSegment
 from elftools.elf.elffile import ELFFile
+from elftools.elf.relocation import RelocationTable, RelrRelocationTable
+from elftools.elf.segments import NoteSegment
 
 from hrx_core.errors import ArtifactError, InvalidArgument
 
@@ -206,12 +208,19 @@ def _bits(value: int, field: tuple[int, int]) -> int:
 # -- records ----------------------------------------------------------------------------------
 
 
-class UserSgpr(NamedTuple):
+@attrs.frozen
+class UserSgpr:
     """``count`` consecutive user SGPRs holding ``name``; in a layout they follow the
-    SGPRs of the entries before them, from ``s0`` (``for name, count in layout``)."""
+    SGPRs of the entries before them, from ``s0`` (``for name, count in layout``).
+
+    A record rather than a NamedTuple: a ``count`` field would shadow ``tuple.count``."""
 
     name: str
     count: int
+
+    def __iter__(self) -> Iterator[str | int]:
+        """``name, count = sgpr``."""
+        return iter((self.name, self.count))
 
 
 @attrs.frozen
@@ -527,9 +536,11 @@ class CodeObject:
     def _read_metadata(self, elf: ELFFile) -> None:
         notes = []
         for segment in elf.iter_segments():
-            if segment["p_type"] == "PT_NOTE":
+            # pyelftools makes every PT_NOTE segment a NoteSegment (the one with iter_notes).
+            if segment["p_type"] == "PT_NOTE" and isinstance(segment, NoteSegment):
                 for note in segment.iter_notes():
-                    if note["n_name"] == NOTE_OWNER and note["n_type"] == NT_AMDGPU_METADATA:
+                    n_type = _enum_value(elf_enums.ENUM_NOTE_N_TYPE, note["n_type"])
+                    if note["n_name"] == NOTE_OWNER and n_type == NT_AMDGPU_METADATA:
                         notes.append(note)
         if len(notes) != 1:
             raise _fail(
@@ -612,7 +623,9 @@ class CodeObject:
                     sym["st_value"], sym["st_size"], sym["st_info"]["type"], str(sym["st_shndx"])
                 )
         relocations = []
-        for kind, table in dyn.get_relocation_tables().items():
+        # A TypedDict of the table kinds; its items() only promises object values.
+        tables = cast("Mapping[str, RelocationTable | RelrRelocationTable]", dyn.get_relocation_tables())
+        for kind, table in tables.items():
             entries = list(table.iter_relocations())
             if kind != "RELA" and entries:
                 raise _fail("dynamic relocations are RELA", f"{len(entries)} {kind} entries")
@@ -747,7 +760,7 @@ def _field(meta: Mapping[str, Any], key: str, kind: type | tuple[type, ...], whe
         raise _fail("kernel metadata is complete", f"{where}: no {key}")
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise _fail("kernel metadata has the documented types", f"{where}: {key} is {value!r}")
-    if kind is int and value < 0:
+    if kind is int and isinstance(value, int) and value < 0:
         raise _fail("kernel metadata sizes are not negative", f"{where}: {key} is {value}")
     return value
 

@@ -11,12 +11,19 @@ These serve the host engine where the CUDA sources cannot be compiled for the CP
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import numpy as np
 from ml_dtypes import bfloat16
 
 from .tables import unpack_resize
 
 F32 = np.float32
+#: The kernels' scalar parameters: the host engine passes numpy scalars of the declared
+#: types, which each mirror rebinds to Python ints (``n = int(n)``) before sizing and
+#: indexing with them; plain ints work as well.
+U32: TypeAlias = np.uint32 | int
+I32: TypeAlias = np.int32 | int
 _ZERO, _ONE, _255 = np.float32(0), np.float32(1), np.float32(255)
 
 
@@ -28,9 +35,8 @@ def _to_u8(acc: np.ndarray, out: np.ndarray) -> None:
     out[...] = acc.astype(np.uint8)
 
 
-def normalize(src: np.ndarray, table: np.ndarray, dst: np.ndarray, n: np.uint32, h: np.uint32, w: np.uint32,
-              c: np.uint32, cout: np.uint32, order: np.uint32, patch: np.uint32, hp: np.uint32, wp: np.uint32,
-              esize: np.uint32) -> None:
+def normalize(src: np.ndarray, table: np.ndarray, dst: np.ndarray, n: U32, h: U32, w: U32, c: U32, cout: U32,
+              order: U32, patch: U32, hp: U32, wp: U32, esize: U32) -> None:
     n, h, w, c, cout, patch, hp, wp = (int(v) for v in (n, h, w, c, cout, patch, hp, wp))
     dt = np.dtype(np.float32) if int(esize) == 4 else np.dtype(bfloat16)
     img = src[: n * h * w * c].reshape(n, h, w, c)
@@ -55,8 +61,8 @@ def _patches(full: np.ndarray, p: int) -> np.ndarray:
     return full.reshape(n, c, h // p, p, w // p, p).transpose(0, 2, 4, 1, 3, 5).reshape(n, (h // p) * (w // p), c * p * p)
 
 
-def patchify(src: np.ndarray, dst: np.ndarray, n: np.uint32, c: np.uint32, h: np.uint32, w: np.uint32,
-             p: np.uint32, hp: np.uint32, wp: np.uint32, esize: np.uint32, vw: np.uint32) -> None:
+def patchify(src: np.ndarray, dst: np.ndarray, n: U32, c: U32, h: U32, w: U32, p: U32, hp: U32, wp: U32, esize: U32,
+             vw: U32) -> None:
     # ``vw`` (the CUDA kernel's vector width) does not change the result
     n, c, h, w, p, hp, wp, es = (int(v) for v in (n, c, h, w, p, hp, wp, esize))
     dt = {1: np.uint8, 2: np.uint16, 4: np.uint32}[es]
@@ -68,9 +74,8 @@ def patchify(src: np.ndarray, dst: np.ndarray, n: np.uint32, c: np.uint32, h: np
     dst[: n * c * hp * wp * es].view(dt)[:] = _patches(img, p).reshape(-1)
 
 
-def resize(src: np.ndarray, table: np.ndarray, dst: np.ndarray, n: np.uint32, h: np.uint32, w: np.uint32,
-           c: np.uint32, ho: np.uint32, wo: np.uint32, kx: np.uint32, ky: np.uint32, is_f32: np.uint32,
-           nearest: np.uint32) -> None:
+def resize(src: np.ndarray, table: np.ndarray, dst: np.ndarray, n: U32, h: U32, w: U32, c: U32, ho: U32, wo: U32,
+           kx: U32, ky: U32, is_f32: U32, nearest: U32) -> None:
     n, h, w, c, ho, wo, kx, ky = (int(v) for v in (n, h, w, c, ho, wo, kx, ky))
     dt = np.dtype(np.float32) if is_f32 else np.dtype(np.uint8)
     img = src[: n * h * w * c * dt.itemsize].view(dt).reshape(n, h, w, c)
@@ -98,9 +103,8 @@ def resize(src: np.ndarray, table: np.ndarray, dst: np.ndarray, n: np.uint32, h:
         _to_u8(acc, out)
 
 
-def affine(src: np.ndarray, mat: np.ndarray, dst: np.ndarray, n: np.uint32, h: np.uint32, w: np.uint32,
-           c: np.uint32, ho: np.uint32, wo: np.uint32, per_image: np.uint32, in_f32: np.uint32,
-           out_f32: np.uint32) -> None:
+def affine(src: np.ndarray, mat: np.ndarray, dst: np.ndarray, n: U32, h: U32, w: U32, c: U32, ho: U32, wo: U32,
+           per_image: U32, in_f32: U32, out_f32: U32) -> None:
     n, h, w, c, ho, wo = (int(v) for v in (n, h, w, c, ho, wo))
     idt = np.dtype(np.float32) if in_f32 else np.dtype(np.uint8)
     odt = np.dtype(np.float32) if out_f32 else np.dtype(np.uint8)
@@ -137,8 +141,8 @@ def affine(src: np.ndarray, mat: np.ndarray, dst: np.ndarray, n: np.uint32, h: n
             _to_u8(acc, out[b0:b1])
 
 
-def composite(base: np.ndarray, layer: np.ndarray, dst: np.ndarray, n: np.uint32, h: np.uint32, w: np.uint32,
-              c: np.uint32, lh: np.uint32, lw: np.uint32, ox: np.int32, oy: np.int32, premultiplied: np.uint32) -> None:
+def composite(base: np.ndarray, layer: np.ndarray, dst: np.ndarray, n: U32, h: U32, w: U32, c: U32, lh: U32,
+              lw: U32, ox: I32, oy: I32, premultiplied: U32) -> None:
     n, h, w, c, lh, lw, ox, oy = (int(v) for v in (n, h, w, c, lh, lw, ox, oy))
     img = base[: n * h * w * c].reshape(n, h, w, c)
     out = dst[: n * h * w * c].reshape(n, h, w, c)

@@ -170,7 +170,7 @@ def run(lib: Any, entry: str, buffers: Sequence[np.ndarray], scalars: Sequence[A
     global _pool
     fn = getattr(lib, entry)
     fn.restype = None
-    args = [ctypes.c_void_p(b.ctypes.data) for b in buffers]
+    args: list[object] = [ctypes.c_void_p(b.ctypes.data) for b in buffers]
     args += [_CTYPES[np.asarray(s).dtype](s.item() if hasattr(s, "item") else s) for s in scalars]
     if threads is None:
         threads = (os.cpu_count() or 1) if sum(b.nbytes for b in buffers) >= PARALLEL_BYTES else 1

@@ -328,7 +328,7 @@ class ImageOps(OpFamily):
         if not isinstance(premultiplied, bool):
             raise InvalidArgument(f"premultiplied: expected a bool, got {show(premultiplied)}")
         lh, lw = layer.shape[:2]
-        key = ("composite", n, h, w, c, lh, lw, bool(premultiplied))
+        key: tuple[Any, ...] = ("composite", n, h, w, c, lh, lw, bool(premultiplied))
         nbytes = n * h * w * c
         scalars = (n, h, w, c, lh, lw, np.int32(ox), np.int32(oy), int(premultiplied))
         kernel = self._kernels[_k.COMPOSITE.name]

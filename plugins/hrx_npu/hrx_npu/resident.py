@@ -132,13 +132,14 @@ class ProgramParticipant(Participant):
         self.device = program.device
         self.name = program.name
         self.actions = SYSTEM_SCOPE
-        self._wrap = dict(prefix=prefix, suffix=suffix, retain=retain, command_bytes=command_bytes)
+        self._prefix, self._suffix, self._retain, self._command_bytes = prefix, suffix, retain, command_bytes
         self.transaction: Transaction | None = None
 
     def prepare(self, memory: Buffer) -> None:
         """Build the wrapped transaction on the session memory (every check runs here,
         before anything is submitted)."""
-        self.transaction = self.program.wrap_transaction([memory], **self._wrap)
+        self.transaction = self.program.wrap_transaction([memory], prefix=self._prefix, suffix=self._suffix,
+                                                         retain=self._retain, command_bytes=self._command_bytes)
 
     def launch(self, stream: Stream, memory: Buffer) -> Completion:
         if self.transaction is None:

@@ -27,6 +27,10 @@ from .pending import PendingLimit
 class NpuEngine(Engine):
     """Marker base of engines that drive NPUs (found by :func:`hrx_npu.device`)."""
 
+    @abc.abstractmethod
+    def open_device(self, index: int, **options: Any) -> NpuEngineDevice:
+        """Open device ``index``: an NPU engine's devices are :class:`NpuEngineDevice`."""
+
 
 class NpuExecutable(Executable):
     """A program loaded into a hardware context: contract, columns, pending limit."""

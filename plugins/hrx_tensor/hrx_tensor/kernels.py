@@ -358,7 +358,7 @@ def linear_launch(k: int, n: int) -> tuple[int, int, int]:
 
 
 def _linear_host(x: np.ndarray, w0: np.ndarray, w1: np.ndarray, w2: np.ndarray, y: np.ndarray,
-                 k: np.uint32, n0: np.uint32, n1: np.uint32, n2: np.uint32, out_f32: np.uint32,
+                 k: np.uint32 | int, n0: np.uint32, n1: np.uint32, n2: np.uint32, out_f32: np.uint32,
                  ksplit: np.uint32) -> None:
     k = int(k)
     xf = (x.view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
@@ -395,7 +395,7 @@ def gather_launch(units: int, n: int) -> tuple[int, int, int]:
 
 
 def _gather_host(table: np.ndarray, idx: np.ndarray, out: np.ndarray,
-                 row_units: np.uint64, width: np.uint32, n: np.uint64, shift: np.uint32) -> None:
+                 row_units: np.uint64, width: np.uint32, n: np.uint64 | int, shift: np.uint32) -> None:
     row_bytes = int(row_units) * int(width)
     n = int(n)
     src = table.reshape(-1, row_bytes)

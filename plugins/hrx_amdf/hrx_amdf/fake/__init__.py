@@ -41,6 +41,7 @@ from ..constants import (
 )
 from ..errors import AmdfError
 from ..provider import (
+    Device,
     DeviceAccess,
     Endpoint,
     EndpointInfo,
@@ -188,8 +189,9 @@ class FakeScope(MemoryScope):
         return memory
 
 
-class _FakeDevice:
+class _FakeDevice(Device):
     provider: FakeProvider
+    endpoint: FakeEndpoint
 
     def __init__(self, provider: FakeProvider, endpoint: FakeEndpoint) -> None:
         self.provider = provider

@@ -367,7 +367,7 @@ class FakeMemory(Memory):
     def pair_info(self, producer: DeviceSite | HostSite, consumer: DeviceSite | HostSite) -> PairInfo:
         call = "memory_query_pair_info"
         self._check_alive(call)
-        sites = []
+        sites: list[Access | None] = []  # None: the host side of the pair
         for site in (producer, consumer):
             if isinstance(site, HostSite):
                 if not isinstance(site.mapping, FakeHostMapping) or site.mapping.memory.backing is not self.backing:

@@ -324,10 +324,10 @@ class Pm4Interpreter:
             name, count = sgpr.name, sgpr.count
             if name == "preloaded_kernargs":
                 raise KernelFault(f"{kernel.name}: preloaded kernel arguments are not modelled")
-            chunk = user_data[position : position + count]
-            if len(chunk) < count or any(v is None for v in chunk):
+            chunk = [v for v in user_data[position : position + count] if v is not None]
+            if len(chunk) < count:
                 raise KernelFault(f"{kernel.name}: COMPUTE_USER_DATA_{position}..{position + count - 1} ({name}) were never set")
-            value = sum(int(v) << (32 * i) for i, v in enumerate(chunk))
+            value = sum(v << (32 * i) for i, v in enumerate(chunk))
             if name == "kernarg_segment_ptr":
                 kernarg = value
             elif name in ("dispatch_ptr", "queue_ptr"):

@@ -130,7 +130,7 @@ class SdmaInterpreter:
         self.cp = cp
         self.features = features
         self.handlers: dict[str, Callable[[np.ndarray], None]] = {
-            "NOP": lambda words: decode("NOP", words[:1]) and None,
+            "NOP": self._nop,
             "COPY_LINEAR": self._copy_linear,
             "WRITE": self._write,
             "FENCE": self._fence,
@@ -144,6 +144,9 @@ class SdmaInterpreter:
     def execute(self, name: str, words: np.ndarray) -> None:
         self.cp.note(name)
         self.handlers[name](words)
+
+    def _nop(self, words: np.ndarray) -> None:
+        decode("NOP", words[:1])  # only the header: reserved bits fault
 
     def _copy_linear(self, words: np.ndarray) -> None:
         values = decode("COPY_LINEAR", words)

@@ -931,7 +931,7 @@ class LibamdfUserQueue(_Node, api.UserQueue):
 # --------------------------------------------------------------------------- devices
 
 
-class LibamdfDevice(_Node):
+class LibamdfDevice(_Node, api.Device):
     """Common part of the GPU and XDNA devices."""
 
     endpoint: LibamdfEndpoint

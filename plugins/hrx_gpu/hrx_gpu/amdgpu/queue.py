@@ -371,12 +371,12 @@ class AmdgpuQueue(NativeQueue):
                     body[index : index + 8] = (data_base + offset).to_bytes(8, "little")
                 units.append(("aql", item[1], bytes(body)))
             elif kind == "sdma":
-                words = list(item[1])
+                dwords = list(item[1])
                 for index, offset in item[2]:
                     address = data_base + offset
-                    words[index] = address & MASK32
-                    words[index + 1] = address >> 32
-                units.append(("sdma", words))
+                    dwords[index] = address & MASK32
+                    dwords[index + 1] = address >> 32
+                units.append(("sdma", dwords))
             else:
                 units.append(item)  # gate
         for offset, extents in batch.describes:

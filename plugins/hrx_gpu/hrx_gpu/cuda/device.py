@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -447,7 +447,10 @@ class CudaDevice(EngineDevice):
             if self.closed:
                 return
         if not EXIT.exiting:
-            for group in (self._graphs, self._executables, self._queues, self._timelines, self._buffers):
+            groups: tuple[Iterable[CudaGraph | CudaExecutable | CudaQueue | CudaTimeline | CudaBuffer], ...] = (
+                self._graphs, self._executables, self._queues, self._timelines, self._buffers
+            )
+            for group in groups:
                 for item in list(group):
                     try:
                         item.free() if isinstance(item, CudaBuffer) else item.close()

@@ -96,10 +96,10 @@ class CudaQueue(NativeQueue):
             # reaches it (a deadlock behind a pending wait): let the GPU copy instead.
             function, grid, params, _keep = self.device.mapped.copy_args(dst_address, src_address, nbytes)
             fn = self._lib.cuLaunchKernel
-            args = (function, *grid, MAPPED_BLOCK, 1, 1, 0, self.stream, params, self._driver.NULL)
-            code = fn(*args)
+            launch = (function, *grid, MAPPED_BLOCK, 1, 1, 0, self.stream, params, self._driver.NULL)
+            code = fn(*launch)
             if code:
-                self._fail(code, "cuLaunchKernel", fn, *args)
+                self._fail(code, "cuLaunchKernel", fn, *launch)
             return
         fn = self._lib.cuMemcpyAsync
         args = (dst_address, src_address, nbytes, self.stream)

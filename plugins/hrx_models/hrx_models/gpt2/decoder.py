@@ -357,7 +357,7 @@ def head_words(layout: Layout, ids: np.ndarray, context: int | None = None) -> n
     return out
 
 
-def check_prompt(config: Gpt2Config, context: int, prompt: Sequence[int]) -> np.ndarray:
+def check_prompt(config: Gpt2Config, context: int, prompt: Sequence[int] | np.ndarray) -> np.ndarray:
     """Validate token ids against ``config`` and ``context``; the prompt as int32."""
     try:
         ids = np.asarray(prompt)
@@ -460,7 +460,7 @@ class DecoderSlot:
 
     # -- requests -------------------------------------------------------------------
 
-    def check_prompt(self, prompt: Sequence[int]) -> np.ndarray:
+    def check_prompt(self, prompt: Sequence[int] | np.ndarray) -> np.ndarray:
         """Validate token ids (InvalidArgument naming the bad id); the prompt as int32."""
         return check_prompt(self.config, self.context, prompt)
 
@@ -468,7 +468,7 @@ class DecoderSlot:
         """Validate a request (prompt and max_new_tokens); the prompt as int32."""
         return check_request(self.config, self.context, prompt, max_new_tokens)
 
-    def start(self, prompt: Sequence[int]) -> None:
+    def start(self, prompt: Sequence[int] | np.ndarray) -> None:
         """Reset the slot to position 0 with ``prompt`` (one upload of state and prompt; the
         cache needs no clearing: attention reads only rows this request wrote)."""
         ids = self.check_prompt(prompt)
@@ -506,8 +506,11 @@ class DecoderSlot:
                 done = self.step(logits=False)
             return done
         self._pos += left
+        graphs = {self.chunk: self.chunk_graph}
+        if self.small_chunk_graph is not None:
+            graphs[PREFILL_SMALL_CHUNK] = self.small_chunk_graph
         for rows in prefill_launches(left, self.chunk):
-            done = (self.chunk_graph if rows == self.chunk else self.small_chunk_graph).launch()
+            done = graphs[rows].launch()
         return done
 
     def logits(self) -> np.ndarray:

@@ -93,6 +93,7 @@ def run(m: int = 1024, requests: int = 4, rounds: int = 5, *, gpu_engine: str | 
         slot.upload.write(slot.inputs)
 
     def check(slot: Request) -> None:
+        assert slot.inputs is not None  # fed before every check
         a = to_bf16_reference(slot.inputs, SCALE).view(np.uint16)
         want = epilogue_reference(matmul8x8_reference(a, wv).reshape(-1), ALPHA, BETA)
         ok = np.array_equal(slot.download.read(np.float32), want)

@@ -78,14 +78,17 @@ def run(
             g.compute("npu matmul8x8 bf16", inv.record, lane="npu")
         gr = g.compute("gpu int transform", gpu_branch) if mode != "npu" else None
         if mode == "sequential":
+            assert gr is not None  # the GPU region is recorded in every mode but "npu"
             g.compute("npu matmul8x8 bf16", inv.record, lane="npu", after=[gr])
         graphs[mode] = g
 
-    state = {"k": 0, "x": None, "a": None, "b": None}
+    replays = 0
+    state: dict[str, np.ndarray] = {}  # the inputs of the latest replay: x, a, b
 
     def new_inputs() -> None:  # untimed: host data changes and uploads
-        state["k"] += 1
-        xs = x_base + np.uint32(state["k"])
+        nonlocal replays
+        replays += 1
+        xs = x_base + np.uint32(replays)
         av = rng.standard_normal(64 * m).astype(ml_dtypes.bfloat16).view(np.uint16)
         bv = rng.standard_normal(64 * m).astype(ml_dtypes.bfloat16).view(np.uint16)
         gs.upload_blocking(x, xs)

@@ -52,7 +52,7 @@ extern "C" __global__ void to_bf16(const float* x, unsigned short* a, float scal
 """
 
 
-def to_bf16_reference(x: np.ndarray, scale: float) -> np.ndarray:
+def to_bf16_reference(x: np.ndarray, scale: float | np.float32) -> np.ndarray:
     return (np.asarray(x, np.float32) * np.float32(scale)).astype(ml_dtypes.bfloat16)
 
 
@@ -70,7 +70,7 @@ extern "C" __global__ void epilogue(const float* c, float* y, float alpha, float
 """
 
 
-def epilogue_reference(c: np.ndarray, alpha: float, beta: float) -> np.ndarray:
+def epilogue_reference(c: np.ndarray, alpha: float | np.float32, beta: float | np.float32) -> np.ndarray:
     v = np.asarray(c, np.float32) * np.float32(alpha) + np.float32(beta)
     return np.where(v > 0, v, np.float32(0)).astype(np.float32)
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from hrx_core.errors import Unsupported
-from hrx_core.execution import Runtime, RuntimeOptions
+from hrx_core.execution import Runtime, RuntimeOptions, TrackedGraph
 from hrx_core.placement import Fabric
 
 from ..programs import XOR_KEY, load_xor_copy
@@ -45,6 +45,10 @@ def run(max_bytes: int = 64 << 20, reps: int = 9, *, gpu_engine: str | None = No
     rows, out = [], []
     rng = np.random.default_rng(2)
     with Runtime(gpu, RuntimeOptions(observe=False), npu=npu) as rt:
+
+        def round_trip(g: TrackedGraph) -> float:
+            return timed(lambda: rt.submit(g).wait())
+
         for size in sizes_up_to(max_bytes):
             prog = load_xor_copy(npu, size, columns=columns)
             src, dst = rt.allocate(size), rt.allocate(size)
@@ -58,7 +62,7 @@ def run(max_bytes: int = 64 << 20, reps: int = 9, *, gpu_engine: str | None = No
                 g.copyto(dst, pong.on(gpu))
                 rt.submit(g).wait()
                 ok = np.array_equal(gpu.stream().download(dst), data ^ np.uint8(XOR_KEY))
-                t = statistics.median(timed(lambda g=g: rt.submit(g).wait()) for _ in range(reps))
+                t = statistics.median(round_trip(g) for _ in range(reps))
                 g.close()
             prog.close()
             src.close()
