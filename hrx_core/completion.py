@@ -47,12 +47,12 @@ class Completion:
         slot = self.slot
         if slot.signaled < self.value:
             slot.flush()
-        return slot.timeline.completed() >= self.value
+        return (slot._timeline or slot.timeline).completed() >= self.value
 
     def done_now(self) -> bool:
         """Complete, judged without emitting a signal (False if none was emitted yet)."""
         slot = self.slot
-        return self.value <= slot.signaled and slot.timeline.completed() >= self.value
+        return self.value <= slot.signaled and (slot._timeline or slot.timeline).completed() >= self.value
 
     def refresh_quiet(self) -> bool:
         """Poll (asking the driver about failures) and retire; never raises.
@@ -63,7 +63,7 @@ class Completion:
         slot = self.slot
         if slot.signaled < self.value:
             slot.flush()
-        timeline = slot.timeline
+        timeline = slot._timeline or slot.timeline
         if timeline.completed() >= self.value:
             done = True
         else:

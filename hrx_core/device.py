@@ -146,14 +146,15 @@ class QueueSlot:
 
     def _flush_locked(self) -> list[Any]:
         """Signal; return owners of finished work, to release after the lock."""
-        native = self.native
+        native = self._native or self.native
         value = self.pending_value
-        native.signal(self.timeline, value)
+        timeline = self._timeline or self.timeline
+        native.signal(timeline, value)
         native.submit()
         self.signaled = value
         self.pending_value = value + 1
         self.unsignaled_ops = 0
-        if self.retained and self.retained[0][0] <= self.timeline.completed():
+        if self.retained and self.retained[0][0] <= timeline.completed():
             return self._retire_locked()
         return []
 
@@ -182,7 +183,7 @@ class QueueSlot:
     def _retire_locked(self) -> list[Any]:
         """Pop the owners of finished work. A non-empty result must be passed to
         :meth:`release_retired` (after the lock): until then :meth:`settle` waits."""
-        completed = self.timeline.completed()
+        completed = (self._timeline or self.timeline).completed()
         out = []
         retained = self.retained
         while retained and retained[0][0] <= completed:

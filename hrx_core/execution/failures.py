@@ -33,7 +33,8 @@ _delivered_ids: set[int] = set()
 
 def own_failure(event: Event) -> BaseException | None:
     completion = event.completion
-    return completion.slot.timeline.error(completion.value)
+    slot = completion.slot
+    return (slot._timeline or slot.timeline).error(completion.value)
 
 
 def event_failure(event: Event) -> BaseException | None:

@@ -118,12 +118,16 @@ class Submission:
 
     @property
     def is_complete(self) -> bool:
-        return all(e.completion.is_complete for e in self.events)
+        for e in self.events:  # (a loop, not all() over a generator: this runs per submission)
+            if not e.completion.is_complete:
+                return False
+        return True
 
     def refresh(self) -> bool:
         """Poll; settle (release owners, or quarantine them on failure) when done."""
-        if not all(e.completion.refresh_quiet() for e in self.events):
-            return False
+        for e in self.events:
+            if not e.completion.refresh_quiet():
+                return False
         self._settle()
         return True
 
@@ -169,9 +173,11 @@ class Submission:
             self._settled = True
         # a region that failed itself may have left its device work uncertain: hold its
         # owners until proven idle (inherited failures ran normally on stale inputs)
-        failure = next((f for f in (own_failure(e) for e in self.events) if f is not None), None)
-        if failure is not None:
-            self.runtime._quarantine(self.owners, f"failed: {failure!r}")
+        for e in self.events:
+            failure = own_failure(e)
+            if failure is not None:
+                self.runtime._quarantine(self.owners, f"failed: {failure!r}")
+                break
         self.runtime._retired(self)
 
 
@@ -300,7 +306,10 @@ class Runtime:
         self._pending: collections.deque[Submission] = collections.deque()
         self._space_waiters = 0  # threads in _space.wait (a retirement notifies only them)
         self._room_taken = 0  # submissions past _make_room that are not in _pending yet
-        self._space = threading.Condition(threading.Lock())
+        # room (max_submissions): the hot paths take the lock itself, waits and
+        # notifications go through the condition over it
+        self._space_lock = threading.Lock()
+        self._space = threading.Condition(self._space_lock)
         self._quarantine_lock = threading.Lock()
         # held while quarantined owners are released (by any thread), so a caller that
         # finds the quarantine empty waits for releases in progress elsewhere
@@ -443,7 +452,7 @@ class Runtime:
         submission = Submission(self, graph, events, owners, submitted)
         submission.sequence = self._sequence
         self._sequence += 1
-        with self._space:
+        with self._space_lock:
             self._room_taken -= 1
             self._pending.append(submission)
         self.stats._add_counted(counters)
@@ -456,7 +465,7 @@ class Runtime:
         concurrent submitters never overshoot the limit)."""
         limit = self.options.max_submissions
         while True:
-            with self._space:
+            with self._space_lock:
                 if len(self._pending) + self._room_taken < limit:
                     self._room_taken += 1
                     return
@@ -727,7 +736,7 @@ class Runtime:
         self.trace._add_submissions(rows, "tracked memory", "bytes", live)
 
     def _retired(self, submission: Submission) -> None:
-        with self._space:
+        with self._space_lock:
             pending = self._pending
             if pending and pending[0] is submission:  # usually: settled oldest first
                 pending.popleft()
