@@ -125,7 +125,7 @@ def test_attention(dev, d, heads, p, pos, splits):
                           ulps=2.0, atol=1e-3)
         outs.append(out.view(np.uint16).copy())
     np.testing.assert_array_equal(outs[1], outs[0], err_msg="attention: a second launch differs (deterministic combine)")
-    _, active = K.attention_rows(pos, splits)
+    _, active = K.attention_split_rows(pos, splits)
     used = r.get(bufs[6], np.float32, (heads, splits, hd + 2))
     if active > 1:  # the partials were written, and only by the splits that attend
         assert np.isfinite(used[:, :active]).all() and np.isnan(used[:, active:]).all()
@@ -142,7 +142,7 @@ def test_attention_splits_plan():
     assert K.attention_splits(8192, 512) == 1
     for pos in (0, 127, 128, 500, 1023):
         for splits in (1, 2, 8, 16):
-            rows, active = K.attention_rows(pos, splits)
+            rows, active = K.attention_split_rows(pos, splits)
             assert rows >= K.ATTENTION_MIN_ROWS and 1 <= active <= splits
             assert (active - 1) * rows < pos + 1 <= active * rows
 

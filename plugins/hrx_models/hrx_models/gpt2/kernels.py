@@ -66,7 +66,7 @@ def attention_splits(context: int, n_head: int) -> int:
     return max(1, min(ATTENTION_MAX_SPLITS, -(-context // ATTENTION_MIN_ROWS), ATTENTION_TARGET_BLOCKS // n_head))
 
 
-def attention_rows(pos: int, splits: int) -> tuple[int, int]:
+def attention_split_rows(pos: int, splits: int) -> tuple[int, int]:
     """(rows a split attends, splits that attend) at position ``pos`` (the kernel's rule)."""
     n = pos + 1
     rows = max(-(-n // splits), ATTENTION_MIN_ROWS)
@@ -507,7 +507,7 @@ def _attention_host(qkv, bias, state, kc, vc, out, part, sync, d, hd, p, scale, 
     keys = kcache[: pos + 1].astype(np.float32).reshape(pos + 1, heads, hd)
     vals = vcache[: pos + 1].astype(np.float32).reshape(pos + 1, heads, hd)
     scores = np.einsum("hi,thi->ht", q.reshape(heads, hd), keys) * np.float32(scale)
-    rows, active = attention_rows(pos, splits)
+    rows, active = attention_split_rows(pos, splits)
     if active == 1:
         scores = np.exp(scores - scores.max(axis=1, keepdims=True))
         probs = scores / scores.sum(axis=1, keepdims=True, dtype=np.float32)
