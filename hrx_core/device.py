@@ -57,6 +57,8 @@ class QueueSlot:
         self.name = f"{device.name}/{family}{index}"
         self.lock = threading.RLock()
         self._native: NativeQueue | None = None
+        # created with the native queue; hot paths read ``slot._timeline or slot.timeline``
+        # (an attribute read once it exists, the property's lazy creation before)
         self._timeline: Timeline | None = None
         self.pending_value = 1
         self.signaled = 0

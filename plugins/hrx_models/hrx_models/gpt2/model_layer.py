@@ -14,8 +14,9 @@ activations, KV cache, a batched-prefill chunk's activations) and records into t
 graphs that share it: ``"chunk"`` (:func:`record_prefill_chunk`: up to ``prefill_chunk``
 prompt positions through the layers as a matrix; absent with ``prefill_chunk=0``),
 ``"chunk_small"`` (the same for PREFILL_SMALL_CHUNK rows, where the chunk is larger:
-a prompt's last positions up to that many go through it), ``"prefill"`` (the fused step of one prompt position, no logits) and ``"step"`` (the
-fused step with tied logits + greedy argmax). All take the input ``"head"`` -- the
+a prompt's last positions up to that many go through it), ``"prefill"`` (the fused
+step of one prompt position, no logits) and ``"step"`` (the fused step with tied
+logits + greedy argmax). All take the input ``"head"`` -- the
 state words and the prompt, uploaded with a request's first submission only -- and
 ``"step"`` outputs ``"logits"`` and ``"seq"``.
 Position and tokens stay on the device between submissions, exactly as with
