@@ -306,8 +306,8 @@ def cuda_long_decode(dev, name: str, config: Gpt2Config, ckpt: Path, reps: int) 
     dec.close()
     shape = f"{config.n_layer}x{config.n_embd}"
     return [entry(f"model.cuda.{name}.decode_long_vs_torch_graphs",
-                  f"GPT-2 {shape} greedy decode at batch 1, {LONG_TOKENS - 1} tokens after {n} (positions {n}.."
-                  f"{context - 1}), BF16", "tokens/s", h,
+                  f"GPT-2 {shape} greedy decode at batch 1, {LONG_TOKENS - 1} tokens after a {n}-token prompt "
+                  f"(context {context}), BF16", "tokens/s", h,
                   peer="PyTorch BF16 static-cache decode replayed as a CUDA graph", peer_value=g, command=CMD)]
 
 
