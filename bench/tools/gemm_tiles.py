@@ -27,7 +27,7 @@ SHAPES = {"gpt2": [(768, 2304), (768, 768), (768, 3072), (3072, 768)],
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--rows", default="512,1024")
+    ap.add_argument("--rows", default="128,512,1024")
     args = ap.parse_args()
     dev = hrx.device("cuda")
     s = dev.stream()

@@ -88,6 +88,48 @@ def test_gemm(dev, tiles, k, n, c, pos, n_prompt):
     assert (got[m:] == SENTINEL).all(), "gemm wrote rows past the chunk's m"
 
 
+@pytest.mark.parametrize("tiles", PK.GEMM_TILINGS, ids=[t.name for t in PK.GEMM_TILINGS])
+@pytest.mark.parametrize("k,n,c,pos,n_prompt", GEMM_CASES, ids=[f"K{c[0]}xN{c[1]}xC{c[2]}" for c in GEMM_CASES])
+def test_gemm_gelu(dev, tiles, k, n, c, pos, n_prompt):
+    """Each tiling with bias_gelu_rows as its epilogue: BF16 gelu_new(a @ w.T + bias),
+    against float64 (BF16 rounding of the output plus the GEMM's F32 accumulation)."""
+    if dev.info.engine != "host" and not tensor_cores(dev):
+        pytest.skip(f"{dev.name}: the tiled GEMMs need CUDA sm_80+")
+    rng = np.random.default_rng(k + n + 1)
+    m = max(0, min(c, n_prompt - 1 - pos))
+    a, w, bias = bf16(rng, (c, k)), bf16(rng, (n, k), 0.05), bf16(rng, (n,), 0.5)
+    r = Run(dev)
+    out = r.buf(np.full((c, n), SENTINEL, bfloat16))
+    r.s.dispatch(PK.GEMM_GELU_TILED[tiles], tiles.grid(n, c), [r.buf(a), r.buf(w), r.buf(state(pos, n_prompt)),
+                                                              r.buf(bias), out],
+                 block=tiles.threads, scalars=(k, n, c))
+    got = f64(r.get(out, bfloat16, (c, n)))
+    v = f64(a[:m]) @ f64(w).T + f64(bias)
+    want = 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3)))
+    mag = np.abs(f64(a[:m])) @ np.abs(f64(w)).T + np.abs(f64(bias))
+    err = np.abs(got[:m] - want)
+    # BF16 output (2^-8 of the value) after an F32 sum (relative to the sum of |terms|);
+    # gelu_new's slope is at most about 1.13
+    assert (err <= np.abs(want) * 2.0**-8 + 1.2e-5 * mag + 1e-6).all(), f"gemm_gelu: rows < {m} differ by up to {err.max():.3g}"
+    assert (got[m:] == SENTINEL).all(), "gemm_gelu wrote rows past the chunk's m"
+
+
+# The tiling rule (gemm_tiles_for) at the measured projection shapes: GPT-2 small and
+# the 1.3B shape at chunks of 128 and 1024 rows.
+TILE_CHOICES = [
+    (1024, 2048, 8192, PK.GEMM_LARGE), (1024, 2048, 6144, PK.GEMM_MEDIUM), (1024, 2048, 2048, PK.GEMM_MEDIUM),
+    (1024, 8192, 2048, PK.GEMM_MEDIUM), (1024, 768, 3072, PK.GEMM_MEDIUM), (1024, 768, 2304, PK.GEMM_SMALL),
+    (1024, 3072, 768, PK.GEMM_SMALL), (512, 2048, 8192, PK.GEMM_MEDIUM), (128, 2048, 8192, PK.GEMM_SMALL),
+    (128, 768, 2304, PK.GEMM_SMALL),
+]
+
+
+@pytest.mark.parametrize("rows,k,n,want", TILE_CHOICES)
+def test_gemm_tiles_for(rows, k, n, want):
+    assert PK.gemm_tiles_for(rows, k, n) == want
+    assert want.shared_bytes <= 48 * 1024 and want in PK.GEMM_TILED and want in PK.GEMM_GELU_TILED
+
+
 # (n_embd, head_dim, context P, chunk C, pos, n_prompt): m = min(C, n_prompt - 1 - pos) rows
 # in blocks of 8 (the last partial); keys in one 32-row tile or several; head dims 8..256.
 # The tensor-core kernel's cases (head dims 64 and 128): rows in warps of 16 and blocks of

@@ -306,11 +306,11 @@ def record_prefill_chunk(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, 
     row_tiles = -(-c // PK.GEMM_BM)
 
     def gemm(a: Any, weight: str, y: Any, kdim: int, n: int) -> None:
-        tiles = PK.gemm_tiles_for(c, kdim, n) if k.tensor_cores else None
-        if tiles is None:
-            kernel, grid, block = k.gemm, (-(-n // PK.GEMM_BN), row_tiles), PK.GEMM_THREADS
-        else:
+        if k.tensor_cores:
+            tiles = PK.gemm_tiles_for(c, kdim, n)
             kernel, grid, block = PK.GEMM_TILED[tiles], tiles.grid(n, c), tiles.threads
+        else:
+            kernel, grid, block = k.gemm, (-(-n // PK.GEMM_BN), row_tiles), PK.GEMM_THREADS
         g.dispatch(kernel, grid, [a, w(weight), st, y], block=block, scalars=(np.uint32(kdim), np.uint32(n), cs))
 
     def residual_ln(bias: str, ln: str) -> None:
@@ -336,9 +336,15 @@ def record_prefill_chunk(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, 
                    block=attention_threads, scalars=(np.uint32(d), np.uint32(cfg.head_dim), np.uint32(p), scale, cs))
         gemm(s["pattn"], h + "attn.c_proj.weight", s["pproj"], d, d)
         residual_ln(h + "attn.c_proj.bias", h + "ln_2")
-        gemm(s["pxn"], h + "mlp.c_fc.weight", s["pfc"], d, 4 * d)
-        g.dispatch(k.bias_gelu_rows, -(-c * 4 * d // K.GELU_THREADS), [s["pfc"], w(h + "mlp.c_fc.bias"), st, s["pact"]],
-                   block=K.GELU_THREADS, scalars=(np.uint32(4 * d), cs))
+        if k.tensor_cores:  # bias and GELU in the GEMM's epilogue
+            tiles = PK.gemm_tiles_for(c, d, 4 * d)
+            g.dispatch(PK.GEMM_GELU_TILED[tiles], tiles.grid(4 * d, c),
+                       [s["pxn"], w(h + "mlp.c_fc.weight"), st, w(h + "mlp.c_fc.bias"), s["pact"]],
+                       block=tiles.threads, scalars=(np.uint32(d), np.uint32(4 * d), cs))
+        else:
+            gemm(s["pxn"], h + "mlp.c_fc.weight", s["pfc"], d, 4 * d)
+            g.dispatch(k.bias_gelu_rows, -(-c * 4 * d // K.GELU_THREADS), [s["pfc"], w(h + "mlp.c_fc.bias"), st, s["pact"]],
+                       block=K.GELU_THREADS, scalars=(np.uint32(4 * d), cs))
         gemm(s["pact"], h + "mlp.c_proj.weight", s["pproj"], 4 * d, d)
         residual_ln(h + "mlp.c_proj.bias", f"h.{i + 1}.ln_1" if i + 1 < cfg.n_layer else "ln_f")
     g.dispatch(k.advance_rows, 1, [st, s["seq"], s["emb_idx"]], block=32, scalars=(np.uint32(p), cs))

@@ -17,6 +17,10 @@ projection inputs and cache, F32 arithmetic.
   ``mma.sync.m16n8k16`` (BF16 tensor cores, F32 accumulation), elsewhere (gfx1151,
   older CUDA) the same fragments in plain FMA. K is a multiple of 8 (16-byte rows),
   any N (tails masked).
+* ``GEMM_TILED`` / ``GEMM_GELU_TILED`` (CUDA sm_80+): the same contract in larger tiles
+  (:class:`GemmTiles`, :func:`gemm_tiles_for`), fragments read by ``ldmatrix`` from
+  swizzled shared rows; the ``_gelu`` form writes ``gelu_new(y + bias)`` in BF16 (the
+  GEMM and ``bias_gelu_rows`` in one kernel).
 * ``hrx_gpt2_kv_rows``: K and V rows (with bias, BF16) of the chunk into the cache at
   rows ``pos .. pos + m - 1`` -- a kernel of its own, so that attention of every row
   sees the rows before it in the chunk.
@@ -93,7 +97,33 @@ __device__ __forceinline__ void hrx_cp_async16(unsigned short* dst, const unsign
 #endif
 """
 
-GEMM_CUDA = _PRELUDE + _ROWS_CUDA + _CP_ASYNC_CUDA + f"""
+_MMA_CUDA = r"""
+// c += a b for one m16n8k16 tile: BF16 tensor cores, F32 accumulation (sm_80+; the
+// kernels that call it are chosen on CUDA sm_80+ only)
+// Ends the kernel with an error: code for CUDA sm_80+ reached elsewhere (the decoder
+// chooses the tensor-core kernels on CUDA sm_80+ only; NVRTC has no __builtin_trap)
+__device__ __forceinline__ void hrx_sm80_only() {
+#if defined(__AMDGCN__)
+    __builtin_trap();
+#else
+    asm volatile("trap;");
+#endif
+}
+
+__device__ __forceinline__ void hrx_mma_bf16(float (&c)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
+#if !defined(__AMDGCN__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    hrx_sm80_only();  // callers branch to their portable path elsewhere, or are not chosen
+#endif
+}
+
+"""
+
+GEMM_CUDA = _PRELUDE + _ROWS_CUDA + _CP_ASYNC_CUDA + _MMA_CUDA + f"""
 #define HRX_GEMM_BM {GEMM_BM}u
 #define HRX_GEMM_BN {GEMM_BN}u
 """ + r"""
@@ -141,12 +171,7 @@ __device__ __forceinline__ void hrx_gemm_k16(float (&acc)[2][4][4], const unsign
     #pragma unroll
     for (int i = 0; i < 2; ++i) {
         #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            asm volatile(
-                "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]), "+f"(acc[i][j][3])
-                : "r"(af[i][0]), "r"(af[i][1]), "r"(af[i][2]), "r"(af[i][3]), "r"(bf[j][0]), "r"(bf[j][1]));
-        }
+        for (int j = 0; j < 4; ++j) hrx_mma_bf16(acc[i][j], af[i], bf[j][0], bf[j][1]);
     }
 #else
     // the same products in plain FMA, k outermost (every accumulator index a constant)
@@ -284,16 +309,24 @@ class GemmTiles:
 
     @property
     def shared_bytes(self) -> int:
-        return self.stages * (self.bm + self.bn) * 40 * 2
+        return self.stages * (self.bm + self.bn) * 32 * 2
 
     def grid(self, n: int, rows: int) -> tuple[int, int]:
         return -(-n // self.bn), -(-rows // self.bm)
 
 
-def _gemm_tiles_cuda(v: GemmTiles) -> str:
+def _gemm_tiles_cuda(v: GemmTiles, gelu: bool = False) -> str:
+    """The CUDA source of a tiling: a shared row holds one row's 32 k of a stage (four
+    16-byte chunks), chunk ``c`` of row ``r`` stored at ``c ^ ((r >> 1) & 3)``, so that the
+    eight 16-byte rows one ``ldmatrix`` phase reads fall in eight distinct bank groups; each
+    thread's cp.async sources and destinations are fixed per stage and advance by 32 k.
+    With ``gelu`` the entry is ``<name>_gelu`` and its epilogue is bias_gelu_rows':
+    ``out[r, n] = gelu_new(y[r, n] + bias[n])`` in BF16, in place of the F32 ``y``."""
     mi, nj = v.bm // v.warps_m // 16, v.bn // v.warps_n // 8
+    copies = (v.bm + v.bn) * 4
     assert mi >= 1 and nj >= 2 and nj % 2 == 0 and v.shared_bytes <= 48 * 1024, v
-    return _PRELUDE + _ROWS_CUDA + _CP_ASYNC_CUDA + f"""
+    assert copies % v.threads == 0 and (v.bm * 4) % v.threads == 0, v
+    return _PRELUDE + _ROWS_CUDA + _CP_ASYNC_CUDA + _MMA_CUDA + f"""
 #define HRX_BM {v.bm}u
 #define HRX_BN {v.bn}u
 #define HRX_WN {v.warps_n}u
@@ -301,27 +334,49 @@ def _gemm_tiles_cuda(v: GemmTiles) -> str:
 #define HRX_NJ {nj}
 #define HRX_STAGES {v.stages}u
 #define HRX_THREADS {v.threads}u
+#define HRX_COPIES {copies // v.threads}
+#define HRX_GELU {int(gelu)}
 """ + r"""
 #define HRX_BK 32u
-#define HRX_LD 40u  // BF16 per shared row: 80 bytes keep 16-byte copies aligned and fragment reads conflict-free
+#define HRX_STAGE_BYTES ((HRX_BM + HRX_BN) * HRX_BK * 2u)
 
 // y[r, n] = sum_k a[r, k] * w[n, k] for the chunk's rows r < m and n < N (the hrx_gpt2_gemm
 // contract), tiled HRX_BM x HRX_BN on tensor cores; sm_80+ only (the decoder's choice).
+// HRX_GELU: y is BF16 gelu_new(sum + bias[n]) instead.
 extern "C" __global__ void __launch_bounds__(HRX_LAUNCH_BOUND) HRX_ENTRY(
         const unsigned short* __restrict__ a, const unsigned short* __restrict__ w,
-        const unsigned int* __restrict__ state, float* __restrict__ y,
+        const unsigned int* __restrict__ state,
+#if HRX_GELU
+        const unsigned short* __restrict__ bias, unsigned short* __restrict__ y,
+#else
+        float* __restrict__ y,
+#endif
         unsigned int K, unsigned int N, unsigned int C) {
 #if !defined(__AMDGCN__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    __shared__ uint4 as4[HRX_STAGES * HRX_BM * HRX_LD / 8u];
-    __shared__ uint4 ws4[HRX_STAGES * HRX_BN * HRX_LD / 8u];
-    unsigned short* As = reinterpret_cast<unsigned short*>(as4);
-    unsigned short* Ws = reinterpret_cast<unsigned short*>(ws4);
+    // one stage: HRX_BM rows of a, then HRX_BN rows of w, 64 bytes each
+    __shared__ uint4 tiles4[HRX_STAGES * HRX_STAGE_BYTES / 16u];
     const unsigned int m = hrx_prefill_rows(state, C);
     const unsigned int row0 = blockIdx.y * HRX_BM, col0 = blockIdx.x * HRX_BN;
     if (row0 >= m || col0 >= N || (K & 7u) || blockDim.x != HRX_THREADS) return;  // the whole block
     const unsigned int tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const unsigned int wm = (warp / HRX_WN) * (16u * HRX_MI), wn = (warp % HRX_WN) * (8u * HRX_NJ);
     const unsigned int g = lane >> 2, t = lane & 3u;
+    unsigned int smem;
+    asm volatile("{ .reg .u64 p; cvta.to.shared.u64 p, %1; cvt.u32.u64 %0, p; }\n" : "=r"(smem) : "l"(tiles4));
+    // this thread's copies: 16 bytes of shared row r (a's rows, then w's), chunk c
+    const unsigned short* src[HRX_COPIES];
+    unsigned int dst[HRX_COPIES], kc[HRX_COPIES];
+    bool live[HRX_COPIES];
+    #pragma unroll
+    for (int s = 0; s < HRX_COPIES; ++s) {
+        const unsigned int v = tid + (unsigned int)s * HRX_THREADS, r = v >> 2, c = v & 3u;
+        const bool isa = r < HRX_BM;
+        const unsigned int row = isa ? row0 + r : col0 + (r - HRX_BM);
+        live[s] = isa ? row < m : row < N;
+        src[s] = (isa ? a : w) + (size_t)(live[s] ? row : 0u) * K + c * 8u;
+        dst[s] = smem + r * 64u + ((c ^ ((r >> 1) & 3u)) << 4);
+        kc[s] = c * 8u;
+    }
     float acc[HRX_MI][HRX_NJ][4];
     #pragma unroll
     for (int i = 0; i < HRX_MI; ++i)
@@ -330,19 +385,24 @@ extern "C" __global__ void __launch_bounds__(HRX_LAUNCH_BOUND) HRX_ENTRY(
             #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
     const unsigned int tiles = (K + HRX_BK - 1u) / HRX_BK;
-    auto load = [&](unsigned int kt) {  // stage kt % STAGES: rows x 32 k of a and of w, 16 bytes a copy
-        const unsigned int stage = kt % HRX_STAGES, k0 = kt * HRX_BK;
+    auto load = [&](unsigned int kt) {  // stage kt % STAGES: zeros past m / N / K
+        const unsigned int stage = (kt % HRX_STAGES) * HRX_STAGE_BYTES, k0 = kt * HRX_BK;
         #pragma unroll
-        for (unsigned int v = tid; v < (HRX_BM + HRX_BN) * 4u; v += HRX_THREADS) {
-            const bool isa = v < HRX_BM * 4u;
-            const unsigned int u = isa ? v : v - HRX_BM * 4u;
-            const unsigned int r = u >> 2, kv = (u & 3u) * 8u, k = k0 + kv;
-            const bool in = (isa ? row0 + r < m : col0 + r < N) && k < K;
-            const unsigned short* src = isa ? a + (size_t)(row0 + r) * K + k : w + (size_t)(col0 + r) * K + k;
-            unsigned short* dst = isa ? As + (stage * HRX_BM + r) * HRX_LD + kv : Ws + (stage * HRX_BN + r) * HRX_LD + kv;
-            hrx_cp_async16(dst, in ? src : a, in ? 16u : 0u);
+        for (int s = 0; s < HRX_COPIES; ++s) {
+            const bool in = live[s] && k0 + kc[s] < K;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                         :: "r"(dst[s] + stage), "l"(in ? src[s] + k0 : a), "r"(in ? 16u : 0u) : "memory");
         }
     };
+    // ldmatrix.x4 addresses: lane l gives row l & 7 of matrix q = l >> 3. For a (16 x 16 of
+    // rows x k): q & 1 picks rows + 8, q >> 1 picks k + 8 (a0..a3 of m16n8k16). For w (two
+    // n8 x k16 B fragments): q & 1 picks k + 8, q >> 1 picks the next 8 columns.
+    const unsigned int q = lane >> 3, swz = (lane >> 1) & 3u;
+    unsigned int a_row[HRX_MI], w_row[HRX_NJ / 2];
+    #pragma unroll
+    for (int i = 0; i < HRX_MI; ++i) a_row[i] = smem + (wm + 16u * i + (q & 1u) * 8u + (lane & 7u)) * 64u;
+    #pragma unroll
+    for (int j = 0; j < HRX_NJ / 2; ++j) w_row[j] = smem + (HRX_BM + wn + 16u * j + (q >> 1) * 8u + (lane & 7u)) * 64u;
     #pragma unroll
     for (unsigned int s = 0; s + 1u < HRX_STAGES; ++s) {
         if (s < tiles) load(s);
@@ -353,33 +413,25 @@ extern "C" __global__ void __launch_bounds__(HRX_LAUNCH_BOUND) HRX_ENTRY(
         __syncthreads();  // ... for every thread; and every warp is done with stage kt - 1
         if (kt + HRX_STAGES - 1u < tiles) load(kt + HRX_STAGES - 1u);  // into stage kt - 1's buffers
         asm volatile("cp.async.commit_group;\n" ::);
-        const unsigned short* at = As + (kt % HRX_STAGES) * HRX_BM * HRX_LD;
-        const unsigned short* wt = Ws + (kt % HRX_STAGES) * HRX_BN * HRX_LD;
+        const unsigned int stage = (kt % HRX_STAGES) * HRX_STAGE_BYTES;
         #pragma unroll
-        for (unsigned int kk = 0; kk < HRX_BK; kk += 16u) {
+        for (unsigned int kk = 0; kk < 2u; ++kk) {  // k16 halves: chunks 2 kk and 2 kk + 1
+            const unsigned int a_off = stage + (((2u * kk + (q >> 1)) ^ swz) << 4);
+            const unsigned int w_off = stage + (((2u * kk + (q & 1u)) ^ swz) << 4);
             unsigned int af[HRX_MI][4], bf[HRX_NJ][2];
             #pragma unroll
-            for (int i = 0; i < HRX_MI; ++i) {  // A: rows g / g + 8, k 2t, 2t + 1 / + 8
-                const unsigned short* p = at + (wm + 16u * i + g) * HRX_LD + kk + 2u * t;
-                af[i][0] = *reinterpret_cast<const unsigned int*>(p);
-                af[i][1] = *reinterpret_cast<const unsigned int*>(p + 8u * HRX_LD);
-                af[i][2] = *reinterpret_cast<const unsigned int*>(p + 8u);
-                af[i][3] = *reinterpret_cast<const unsigned int*>(p + 8u * HRX_LD + 8u);
-            }
+            for (int i = 0; i < HRX_MI; ++i)
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                             : "=r"(af[i][0]), "=r"(af[i][1]), "=r"(af[i][2]), "=r"(af[i][3]) : "r"(a_row[i] + a_off));
             #pragma unroll
-            for (int j = 0; j < HRX_NJ; ++j) {  // B (w rows are its columns): k 2t, 2t + 1 / + 8 of column g
-                const unsigned short* q = wt + (wn + 8u * j + g) * HRX_LD + kk + 2u * t;
-                bf[j][0] = *reinterpret_cast<const unsigned int*>(q);
-                bf[j][1] = *reinterpret_cast<const unsigned int*>(q + 8u);
-            }
+            for (int j = 0; j < HRX_NJ / 2; ++j)
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                             : "=r"(bf[2 * j][0]), "=r"(bf[2 * j][1]), "=r"(bf[2 * j + 1][0]), "=r"(bf[2 * j + 1][1])
+                             : "r"(w_row[j] + w_off));
             #pragma unroll
             for (int i = 0; i < HRX_MI; ++i)
                 #pragma unroll
-                for (int j = 0; j < HRX_NJ; ++j)
-                    asm volatile(
-                        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                        : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]), "+f"(acc[i][j][3])
-                        : "r"(af[i][0]), "r"(af[i][1]), "r"(af[i][2]), "r"(af[i][3]), "r"(bf[j][0]), "r"(bf[j][1]));
+                for (int j = 0; j < HRX_NJ; ++j) hrx_mma_bf16(acc[i][j], af[i], bf[j][0], bf[j][1]);
         }
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
@@ -388,53 +440,70 @@ extern "C" __global__ void __launch_bounds__(HRX_LAUNCH_BOUND) HRX_ENTRY(
         #pragma unroll
         for (int j = 0; j < HRX_NJ; ++j)
             #pragma unroll
-            for (int h = 0; h < 2; ++h) {  // C: row g (+ 8), columns 2t, 2t + 1: one 8-byte store
+            for (int h = 0; h < 2; ++h) {  // C: row g (+ 8), columns 2t, 2t + 1: one store of the pair
                 const unsigned int r = row0 + wm + 16u * i + g + 8u * h;
                 const unsigned int n = col0 + wn + 8u * j + 2u * t;
-                if (r < m && n + 1u < N && !(N & 1u)) {  // an 8-byte aligned pair (N even)
+                if (r >= m) continue;
+#if HRX_GELU
+                const float v0 = n < N ? hrx_gelu_new(acc[i][j][2 * h] + hrx_bf16_to_f32(bias[n])) : 0.f;
+                const float v1 = n + 1u < N ? hrx_gelu_new(acc[i][j][2 * h + 1] + hrx_bf16_to_f32(bias[n + 1u])) : 0.f;
+                if (n + 1u < N && !(N & 1u)) {  // a 4-byte aligned pair (N even), the lower index in the low half
+                    *reinterpret_cast<unsigned int*>(y + (size_t)r * N + n) =
+                        (unsigned int)hrx_f32_to_bf16_rn(v0) | ((unsigned int)hrx_f32_to_bf16_rn(v1) << 16);
+                } else {
+                    if (n < N) y[(size_t)r * N + n] = hrx_f32_to_bf16_rn(v0);
+                    if (n + 1u < N) y[(size_t)r * N + n + 1u] = hrx_f32_to_bf16_rn(v1);
+                }
+#else
+                if (n + 1u < N && !(N & 1u)) {  // an 8-byte aligned pair (N even)
                     float2 v2;
                     v2.x = acc[i][j][2 * h];
                     v2.y = acc[i][j][2 * h + 1];
                     *reinterpret_cast<float2*>(y + (size_t)r * N + n) = v2;
-                } else if (r < m) {
+                } else {
                     if (n < N) y[(size_t)r * N + n] = acc[i][j][2 * h];
                     if (n + 1u < N) y[(size_t)r * N + n + 1u] = acc[i][j][2 * h + 1];
                 }
+#endif
             }
 #else
-    __builtin_trap();  // the decoder chooses these tilings on CUDA sm_80+ only
+    hrx_sm80_only();  // the decoder chooses these tilings on CUDA sm_80+ only
 #endif
 }
-""".replace("HRX_ENTRY", v.name).replace("HRX_LAUNCH_BOUND", str(v.threads))  # literal: tools read them
+""".replace("HRX_ENTRY", v.name + ("_gelu" if gelu else "")).replace("HRX_LAUNCH_BOUND", str(v.threads))  # literal: tools read them
 
 
-#: Tensor-core tilings of the prefill GEMM (sm_80+) that bench/tools/gemm_tiles.py compares
-#: with the portable 64 x 64 kernel (which runs a 4-stage cp.async pipeline on sm_80+ too).
+#: Tensor-core tilings of the prefill GEMM (sm_80+); bench/tools/gemm_tiles.py compares
+#: them with the portable 64 x 64 kernel (a 4-stage cp.async pipeline on sm_80+ too, its
+#: fragments read 32 bits at a time) and torch. The decoder uses the first three
+#: (:func:`gemm_tiles_for`); 64 x 128 is measured beside them.
 GEMM_TILINGS = (
-    GemmTiles(128, 128, 2, 4, 2),
-    GemmTiles(128, 64, 2, 2, 3),
-    GemmTiles(64, 128, 2, 4, 3),
+    GemmTiles(64, 64, 2, 2, 4),
+    GemmTiles(128, 64, 2, 2, 4),
+    GemmTiles(128, 128, 2, 2, 3),
+    GemmTiles(64, 128, 2, 2, 4),
 )
-#: The tilings the decoder uses (:func:`gemm_tiles_for`): where 128 x 128 tiles fill the
-#: GPU, and for K >= 8192.
-GEMM_WIDE = GEMM_TILINGS[0]
-GEMM_DEEP = GEMM_TILINGS[2]
+GEMM_SMALL, GEMM_MEDIUM, GEMM_LARGE = GEMM_TILINGS[:3]
 
 
-def gemm_tiles_for(rows: int, k: int, n: int) -> GemmTiles | None:
-    """The tensor-core tiling for a ``rows x k`` by ``k x n`` projection, or None for the
-    portable 64 x 64 kernel. From the H200 measurements of bench/tools/gemm_tiles.py
-    (GPT-2 small and 1.3B projections, chunks of 512 and 1024 rows): 128 x 128 tiles
-    (twice the work per shared-memory byte) win once they make a full wave of blocks
-    (1.2-1.6x the 64 x 64 kernel at 1.3B's N = 6144 and 8192); for K >= 8192 (c_proj of
-    the 1.3B MLP, where a 2-stage pipeline is too shallow) 64 x 128 tiles in 3 stages won
-    at 1024 rows (200 against 237 us) and lost at 512 (134 against 123 us, half the
-    blocks); elsewhere the 64 x 64 kernel's many blocks do better."""
-    if k >= 8192:
-        return GEMM_DEEP if -(-n // GEMM_DEEP.bn) * -(-rows // GEMM_DEEP.bm) >= 256 else None
-    if -(-n // GEMM_WIDE.bn) * -(-rows // GEMM_WIDE.bm) < 128:
-        return None
-    return GEMM_WIDE
+def _blocks(t: GemmTiles, rows: int, n: int) -> int:
+    return -(-n // t.bn) * -(-rows // t.bm)
+
+
+def gemm_tiles_for(rows: int, k: int, n: int) -> GemmTiles:
+    """The tensor-core tiling for a ``rows x k`` by ``k x n`` projection: the largest
+    whose grid still fills the GPU. From bench/tools/gemm_tiles.py on the H200 (GPT-2
+    small and 1.3B projections, chunks of 128, 512 and 1024 rows; every choice within 7%
+    of the fastest tiling measured): 128 x 128 tiles (the least shared-memory traffic per
+    product, but 234 registers a thread: two blocks an SM) from 512 blocks (1.3B c_fc at
+    1024 rows: 96 us, 128 x 64: 105 us); 128 x 64 from 256 blocks, or 384 where K < 1024
+    (its longer prologue then weighs more: GPT-2 small c_attn at 1024 rows, 288 blocks,
+    ran 21.7 us against 19.0 with 64 x 64); elsewhere 64 x 64 (every 128-row chunk)."""
+    if _blocks(GEMM_LARGE, rows, n) >= 512:
+        return GEMM_LARGE
+    if _blocks(GEMM_MEDIUM, rows, n) >= (256 if k >= 1024 else 384):
+        return GEMM_MEDIUM
+    return GEMM_SMALL
 
 
 KV_ROWS_CUDA = _PRELUDE + _ROWS_CUDA + r"""
@@ -570,7 +639,7 @@ def attention_mma_warps(heads: int, chunk: int) -> int:
 
 
 def _attention_mma_cuda(hd: int) -> str:
-    return (_PRELUDE + _ROWS_CUDA + f"""
+    return (_PRELUDE + _ROWS_CUDA + _MMA_CUDA + f"""
 #define HRX_HD {hd}u
 #define HRX_BC {ATTENTION_MMA_KEYS}u
 #define HRX_KV_LD ({hd}u + 8u)  // BF16 a staged K/V row: 16 bytes of padding keep fragment reads conflict-free
@@ -590,18 +659,7 @@ __device__ __forceinline__ void hrx_ldmatrix_x4_trans(unsigned int (&r)[4], cons
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 #else
-    __builtin_trap();  // the decoder chooses this kernel on CUDA sm_80+ only
-#endif
-}
-
-__device__ __forceinline__ void hrx_mma_bf16(float (&c)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
-#if !defined(__AMDGCN__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    __builtin_trap();  // the decoder chooses this kernel on CUDA sm_80+ only
+    hrx_sm80_only();  // the decoder chooses this kernel on CUDA sm_80+ only
 #endif
 }
 
@@ -837,6 +895,14 @@ def _gemm_host(a, w, state, y, k, n, c) -> None:
     np.matmul(af, wf.T, out=y[: 4 * m * n].view(np.float32).reshape(m, n))
 
 
+def _gemm_gelu_host(a, w, state, bias, out, k, n, c) -> None:
+    _, m = prefill_rows(state, int(c))
+    if m:  # the GEMM then bias_gelu_rows (F32 in between, as on the device)
+        y = np.empty(4 * m * int(n), np.uint8)
+        _gemm_host(a, w, state, y, k, n, c)
+        _bias_gelu_rows_host(y, bias, state, out, n, c)
+
+
 def _kv_rows_host(qkv, bias, state, kc, vc, d, p, c) -> None:
     d, p = int(d), int(p)
     pos, m = prefill_rows(state, int(c))
@@ -930,6 +996,13 @@ ATTENTION_ROWS_MMA = {
 GEMM_TILED = {
     v: Kernel(v.name, buffers=("read", "read", "read", "write"), scalars=(np.uint32, np.uint32, np.uint32),
               host=_gemm_host, cuda=_gemm_tiles_cuda(v))
+    for v in GEMM_TILINGS
+}
+#: The same tilings with bias_gelu_rows as their epilogue: buffers (a, w, state, bias,
+#: out) with ``out`` BF16 ``gelu_new(a @ w.T + bias)``, scalars (K, N, C) as the GEMM's.
+GEMM_GELU_TILED = {
+    v: Kernel(v.name + "_gelu", buffers=("read", "read", "read", "read", "write"),
+              scalars=(np.uint32, np.uint32, np.uint32), host=_gemm_gelu_host, cuda=_gemm_tiles_cuda(v, gelu=True))
     for v in GEMM_TILINGS
 }
 RESIDUAL_LN_ROWS = Kernel(
