@@ -116,6 +116,41 @@ def test_max_submissions_blocks_or_raises(dev):
     rt.close()
 
 
+def test_room_comes_from_finished_work_on_any_lane(dev):
+    """A full runtime makes room from whatever finished: the oldest submission first (a
+    lane finishes in order), and a later one on another lane while the oldest runs."""
+    rt = _rt(dev, max_submissions=2)
+    a, b = rt.allocate(8), rt.allocate(8)
+    slow = rt.graph("slow")
+    slow.compute("sleep", lambda r: r.dispatch(SLEEPY, 1, [a.slice(0, 4)], scalars=(600_000_000,)))
+    quick = rt.graph("quick")
+    quick.upload(b, np.ones(8, np.uint8))
+    head = rt.submit(slow)
+    rt.submit(quick)
+    rt.lane("upload").stream.synchronize()  # done, but not settled, and not the oldest
+    assert len(rt._pending) == 2
+    t0 = time.perf_counter()
+    rt.submit(quick).wait(timeout=5)  # room from the finished upload, not from the sleeper
+    assert time.perf_counter() - t0 < 0.4 and not head.is_complete
+    head.wait()
+    # one lane, many resubmissions of one graph: at most max_submissions in flight, each
+    # place freed by settling the oldest
+    x = rt.allocate(4)
+    init = rt.graph("init")
+    init.fill(x, 0)
+    rt.submit(init).wait()
+    inc = rt.graph("inc")
+    inc.compute("add", lambda r: r.dispatch(ADD_U32, 1, [x], block=32, scalars=(1, 1)))
+    for _ in range(40):
+        rt.submit(inc)
+        assert len(rt._pending) <= 2
+    out = rt.graph("out")
+    d = out.download(x)
+    rt.submit(out).wait()
+    assert d.read(np.uint32)[0] == 40
+    rt.close()
+
+
 @pytest.mark.parametrize("copy_engine", ["copy", "compute"])
 def test_copy_engine_option_places_copy_only_regions(dev, copy_engine):
     rt = _rt(dev, copy_engine=copy_engine)

@@ -3,7 +3,7 @@
     python bench/tools/gemv_variants.py [--shapes 2048x8192,4096x4096] [--reps 200]
 
 For each K x N shape (BF16 weights [N, K], one input row) and each launch variant --
-warps per block (4 or 8) times warps per output row (ks: 1, 2, 4), times the 16-byte
+warps per block (4 or 8) times warps per output row (ks: 1, 2, 4, 8; at most the warps), times the 16-byte
 loads a lane keeps in flight (``--unroll``, HRX_GEMV_UNROLL; 4 is the shipped kernel) -- the GPU time per
 kernel from CUDA events around ``--reps`` back-to-back prepared launches over weights
 rotated through 768 MiB (none served from L2), and torch's F.linear the same way. The
@@ -85,7 +85,7 @@ def main() -> int:
         t = min(timed(torch_run, cur) for _ in range(3))
         planned = linear_launch(k, n)
         rows = []
-        for (u, kern), warps, ks in ((kv, w, ks) for kv in kernels.items() for w in (4, 8) for ks in (1, 2, 4)):
+        for (u, kern), warps, ks in ((kv, w, ks) for kv in kernels.items() for w in (4, 8) for ks in (1, 2, 4, 8) if ks <= w):
             grid, block = -(-n // (warps // ks)), warps * 32
             scalars = (np.uint32(k), np.uint32(n), np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(ks))
             launches = [s.prepare(kern, grid, [x, w, w, w, out], block=block, scalars=scalars) for w in ws]

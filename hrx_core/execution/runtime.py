@@ -211,6 +211,9 @@ class _Inflight:
         """(events to wait for, events whose output the region reads)."""
         waits: dict[int, Event] = {}
         sources: dict[int, Event] = {}
+        # whether an event finished, read once per call: the entries of one region's
+        # accesses (often dozens of allocations) share its event
+        finished: dict[int, bool] = {}
         for alloc, start, end, writes in accesses:
             entries = self._entries.get(id(alloc))
             if not entries:
@@ -219,7 +222,9 @@ class _Inflight:
             keep = []
             for entry in entries:
                 s, e, w, ev = entry
-                done = ev.completion.done_now()
+                done = finished.get(id(ev))
+                if done is None:
+                    done = finished[id(ev)] = ev.completion.done_now()
                 if done and not (w and pending_failure(ev) is not None):
                     continue  # finished cleanly (or its failure was delivered): forget it
                 keep.append(entry)
@@ -469,10 +474,24 @@ class Runtime:
                 if len(self._pending) + self._room_taken < limit:
                     self._room_taken += 1
                     return
-                pending = list(self._pending)
-            for s in pending:  # settle whatever finished (it releases or quarantines owners)
-                if s.is_complete:
-                    s.refresh()
+                head = self._pending[0] if self._pending else None
+            # settle what finished (it releases or quarantines owners), oldest first: a
+            # lane finishes in submission order, so with one queue the finished ones are
+            # a prefix and the first unfinished one ends the search (one timeline read);
+            # with several queues a later submission may be done before the head
+            while head is not None and head.is_complete:
+                head.refresh()
+                with self._space_lock:
+                    if len(self._pending) + self._room_taken < limit:
+                        self._room_taken += 1
+                        return
+                    head = self._pending[0] if self._pending else None
+            if self._queues > 1:
+                with self._space_lock:
+                    pending = list(self._pending)
+                for s in pending:
+                    if s.is_complete:
+                        s.refresh()
             with self._space:
                 if len(self._pending) + self._room_taken < limit:
                     self._room_taken += 1
