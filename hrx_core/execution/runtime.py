@@ -470,22 +470,19 @@ class Runtime:
         concurrent submitters never overshoot the limit)."""
         limit = self.options.max_submissions
         while True:
-            with self._space_lock:
-                if len(self._pending) + self._room_taken < limit:
-                    self._room_taken += 1
-                    return
-                head = self._pending[0] if self._pending else None
             # settle what finished (it releases or quarantines owners), oldest first: a
             # lane finishes in submission order, so with one queue the finished ones are
             # a prefix and the first unfinished one ends the search (one timeline read);
             # with several queues a later submission may be done before the head
-            while head is not None and head.is_complete:
-                head.refresh()
+            while True:
                 with self._space_lock:
                     if len(self._pending) + self._room_taken < limit:
                         self._room_taken += 1
                         return
                     head = self._pending[0] if self._pending else None
+                if head is None or not head.is_complete:
+                    break
+                head.refresh()
             if self._queues > 1:
                 with self._space_lock:
                     pending = list(self._pending)
