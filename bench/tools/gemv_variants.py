@@ -24,6 +24,36 @@ from hrx_tensor.kernels import LINEAR, linear_launch
 import hrx_core as hrx
 from hrx_core.kernel import Kernel
 
+# A candidate: a persistent grid whose blocks loop over rows (block-uniform steps of
+# gridDim.x * rows per block), the next row's first loads issued before the current
+# row's partials are combined -- no block ramp/tail per row, no wave quantization.
+ROWS_CUDA = r"""
+extern "C" __global__ void __launch_bounds__(256)
+hrx_gemv_rows(const uint4* __restrict__ x, const unsigned short* __restrict__ w, unsigned char* __restrict__ y,
+              unsigned int K, unsigned int N, unsigned int ksplit) {
+    __shared__ float partial[32];
+    HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
+    const unsigned int per_block = (blockDim.x >> 5) / r.ks, step = gridDim.x * per_block;
+    const unsigned int nvec = K >> 3, sub = r.warp / r.ks;
+    unsigned int base = blockIdx.x * per_block;
+    const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)(base + sub < N ? base + sub : 0u) * K);
+    HrxGemvLoads first = hrx_gemv_first(wr, nvec, r);
+    for (; base < N; base += step) {
+        const unsigned int row = base + sub;
+        r.active = sub < per_block && row < N;
+        float s = r.active ? hrx_gemv_dot<false>(x, wr, nvec, r, first) : 0.f;
+        const unsigned int next = base + step + sub;
+        if (next < N) {  // the next row's first step in flight during the combine
+            wr = reinterpret_cast<const uint4*>(w + (size_t)next * K);
+            first = hrx_gemv_first(wr, nvec, r);
+        }
+        s = hrx_gemv_combine(s, r, partial);
+        if (r.active && r.piece == 0u && r.lane == 0) reinterpret_cast<float*>(y)[row] = s;
+        if (r.ks > 1u) __syncthreads();  // partial is reused by the next row
+    }
+}
+"""
+
 DEFAULT_SHAPES = "2048x8192,1536x16384,4096x4096,8192x4096,2048x2048,8192x8192,16384x8192"
 
 
@@ -32,6 +62,7 @@ def main() -> int:
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="K x N pairs, comma-separated (default: %(default)s)")
     ap.add_argument("--reps", type=int, default=200, help="launches per timing (default: %(default)s)")
     ap.add_argument("--unroll", default="4", help="HRX_GEMV_UNROLL values, comma-separated (default: %(default)s)")
+    ap.add_argument("--rows", default="", help="also the row-looping candidate with these blocks per SM, comma-separated")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -44,6 +75,8 @@ def main() -> int:
         kernels[u] = ops._kernels[LINEAR.name] if u == 4 else Kernel(
             LINEAR.name, buffers=LINEAR.buffer_access, scalars=LINEAR.scalar_types,
             cuda=f"#define HRX_GEMV_UNROLL {u}\n" + LINEAR.sources["cuda"], programmatic=LINEAR.programmatic)
+    rows_kernel = Kernel("hrx_gemv_rows", buffers=("read", "read", "write"), scalars=(np.uint32,) * 3,
+                         cuda=LINEAR.sources["cuda"] + ROWS_CUDA)
     ext = torch.cuda.ExternalStream(s.native_queue().native_handle())
     cur = torch.cuda.current_stream()
 
@@ -98,6 +131,20 @@ def main() -> int:
             mark = " <- plan" if (grid, block, ks) == planned and u == 4 else ""
             rows.append(f"  unroll {u:2d} warps {warps} ks {ks}: {h:7.2f} us {wbytes / h / 1e6:5.2f} TB/s  "
                         f"{t / h:5.2f}x torch{mark}")
+            for p in launches:
+                p.close()
+        sms = dev.info.properties.get("multiprocessors", 132)
+        for per_sm, ks in ((int(v), ks) for v in args.rows.split(",") if v for ks in (1, 2, 4)):
+            grid = min(-(-n // (8 // ks)), sms * per_sm)
+            launches = [s.prepare(rows_kernel, grid, [x, w, out], block=256,
+                                  scalars=(np.uint32(k), np.uint32(n), np.uint32(ks))) for w in ws]
+
+            def rows_run(reps: int, launches=launches, count=count) -> None:
+                for i in range(reps):
+                    launches[i % count].launch()
+
+            h = min(timed(rows_run, ext) for _ in range(3))
+            rows.append(f"  rows {per_sm:2d}/SM ks {ks}:        {h:7.2f} us {wbytes / h / 1e6:5.2f} TB/s  {t / h:5.2f}x torch")
             for p in launches:
                 p.close()
         print(f"{k}x{n} ({wbytes >> 20} MiB): torch {t:.2f} us ({wbytes / t / 1e6:.2f} TB/s)")

@@ -50,6 +50,14 @@ LINEAR_MIN_VECTORS_PER_WARP = 64
 #: 3.14 / 3.62 TB/s with one warp and 3.50 / 3.78 with four (torch 3.67 / 3.90).
 LINEAR_LONG_ROW = 4096
 LINEAR_LONG_ROW_SPLIT = 4
+#: Rows of 8192 or more, at least 2048 of them, use all LINEAR_WARPS warps a row:
+#: measured on the H200 (bench/tools/gemv_variants.py) against four warps a row,
+#: 8192x2048 12.6 / 13.9 us, 8192x8192 35.8 / 36.8, 16384x2048 21.3 / 23.3, 16384x4096
+#: 36.3 / 37.5, 12288x12288 74.8 / 75.8, 16384x16384 129.7 / 130.2 (K x N). Fewer rows
+#: lose (12288x1536 14.1 / 13.5, 16384x1024 13.8 / 13.1), as do shorter rows (4096x16384
+#: 42.4 / 35.5). A persistent grid looping over rows (the tool's ``--rows``) lost everywhere.
+LINEAR_LONGER_ROW = 8192
+LINEAR_LONGER_ROW_MIN_N = 2048
 #: Threads per block of the CUDA gather (at most; fewer when all rows need fewer).
 GATHER_THREADS = 256
 #: Threads per gathered row: about one per GATHER_UNITS_PER_THREAD units of the row, a
@@ -341,11 +349,14 @@ def linear_split(k: int, n: int) -> int:
     """Warps per output row of the CUDA GEMV for K = ``k`` and ``n`` output rows: split K
     (1, 2, 4, 8) while the grid is short of LINEAR_TARGET_BLOCKS and every warp keeps at
     least LINEAR_MIN_VECTORS_PER_WARP vectors of its row; rows of LINEAR_LONG_ROW or more
-    are split at least LINEAR_LONG_ROW_SPLIT ways."""
+    are split at least LINEAR_LONG_ROW_SPLIT ways, and LINEAR_WARPS ways from
+    LINEAR_LONGER_ROW with at least LINEAR_LONGER_ROW_MIN_N rows."""
     ks, nvec = 1, k // 8
     while (ks < LINEAR_WARPS and -(-n * ks // LINEAR_WARPS) < LINEAR_TARGET_BLOCKS
            and nvec >= 2 * ks * LINEAR_MIN_VECTORS_PER_WARP):
         ks *= 2
+    if k >= LINEAR_LONGER_ROW and n >= LINEAR_LONGER_ROW_MIN_N:
+        return LINEAR_WARPS
     if k >= LINEAR_LONG_ROW:
         ks = max(ks, LINEAR_LONG_ROW_SPLIT)
     return ks

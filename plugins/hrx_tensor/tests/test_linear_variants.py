@@ -14,10 +14,12 @@ from test_tensor_ops import check_bf16, check_f32, rand_bf16, reference
 # (K, N, warps a row): GPT-2 small's projections (K = 768: three vectors a lane, no
 # split; K = 3072, N = 768: split 4), square shapes that fill the GPU unsplit, short N
 # with long K split 8, rows of 4096 or more split at least 4 ways (measured faster on the
-# H200 even with the grid full), and the limit of two vectors a lane a warp.
+# H200 even with the grid full), rows of 8192 or more 8 ways once there are 2048 of them,
+# and the limit of two vectors a lane a warp.
 SPLITS = [
-    (768, 2304, 1), (768, 768, 1), (3072, 768, 4), (768, 50257, 1), (16384, 1024, 8), (8192, 8192, 4),
-    (16384, 8192, 4), (6144, 8192, 4), (4096, 16384, 4), (3072, 16384, 1),
+    (768, 2304, 1), (768, 768, 1), (3072, 768, 4), (768, 50257, 1), (16384, 1024, 8), (8192, 8192, 8),
+    (16384, 8192, 8), (6144, 8192, 4), (4096, 16384, 4), (3072, 16384, 1), (8192, 2048, 8), (8192, 1536, 8),
+    (12288, 1536, 8), (8192, 50257, 8),
     (4096, 4096, 4), (2048, 1000, 4), (1024, 64, 2), (1016, 64, 1), (6408, 130, 8), (128, 1, 1),
 ]
 
