@@ -211,22 +211,29 @@ class _Inflight:
         """(events to wait for, events whose output the region reads)."""
         waits: dict[int, Event] = {}
         sources: dict[int, Event] = {}
-        # whether an event finished, read once per call: the entries of one region's
-        # accesses (often dozens of allocations) share its event
-        finished: dict[int, bool] = {}
+        # an event's state, read once per call (the entries of one region's accesses,
+        # often dozens of allocations, share its event): 0 running, 1 finished cleanly
+        # (or its failure was delivered), 2 finished with a failure not delivered yet
+        states: dict[int, int] = {}
+        all_entries = self._entries
         for alloc, start, end, writes in accesses:
-            entries = self._entries.get(id(alloc))
+            entries = all_entries.get(id(alloc))
             if not entries:
                 continue
             mine: list[tuple[int, int]] | None = None  # this region's reads of alloc, when needed
             keep = []
             for entry in entries:
                 s, e, w, ev = entry
-                done = finished.get(id(ev))
-                if done is None:
-                    done = finished[id(ev)] = ev.completion.done_now()
-                if done and not (w and pending_failure(ev) is not None):
-                    continue  # finished cleanly (or its failure was delivered): forget it
+                state = states.get(id(ev))
+                if state is None:
+                    if ev.completion.done_now():
+                        state = 1 if pending_failure(ev) is None else 2
+                    else:
+                        state = 0
+                    states[id(ev)] = state
+                if state == 1 or (state == 2 and not w):
+                    continue  # finished cleanly, or read only: forget it (a failed write poisons its bytes)
+                done = state != 0
                 keep.append(entry)
                 if not (s < end and start < e):
                     continue
@@ -239,9 +246,9 @@ class _Inflight:
                         sources[id(ev)] = ev
             if len(keep) != len(entries):
                 if keep:
-                    self._entries[id(alloc)] = keep
+                    all_entries[id(alloc)] = keep
                 else:
-                    del self._entries[id(alloc)]
+                    del all_entries[id(alloc)]
         return list(waits.values()), list(sources.values())
 
     def record(self, accesses: Sequence[tuple[Allocation, int, int, bool]], event: Event) -> None:
