@@ -93,6 +93,10 @@ class Region:
         self.last: Event | None = None  # event of the latest submission
         #: bytes this region moves (uploads, downloads, copies) for the runtime's stats
         self.transfer_bytes = 0
+        #: the runtime's note that the next submission may skip the hazard scan
+        self.resubmit: Any = None
+        #: whether the region reads bytes it also writes (set when added to its graph)
+        self.reads_own_writes = True
 
     def encode(self, lane: Lane) -> None:
         """Encode this region's work on ``lane`` (the runtime holds the lane)."""
@@ -301,6 +305,7 @@ class TrackedGraph:
         inferred = self._hazards.add(region.index, [(id(a), s, e, w) for a, s, e, w in region.accesses])
         region.deps = tuple(sorted(inferred | set(explicit)))
         region.data_deps = tuple(d for d in region.deps if overlaps(self.regions[d].accesses, region.reads))
+        region.reads_own_writes = overlaps(region.accesses, region.reads)
         self.regions.append(region)
         self._totals = None
         self._submit_plan = None

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
 
@@ -205,10 +205,13 @@ class _Inflight:
 
     def __init__(self) -> None:
         self._entries: dict[int, list[tuple[int, int, bool, Event]]] = {}
+        #: bumped by every change of the entries but :meth:`replace` (see :class:`_Resubmit`)
+        self.generation = 0
 
     def conflicts(self, accesses: Sequence[tuple[Allocation, int, int, bool]],
                   reads: Sequence[ReadRange]) -> tuple[list[Event], list[Event]]:
         """(events to wait for, events whose output the region reads)."""
+        self.generation += 1
         waits: dict[int, Event] = {}
         sources: dict[int, Event] = {}
         # an event's state, read once per call (the entries of one region's accesses,
@@ -251,8 +254,13 @@ class _Inflight:
                     del all_entries[id(alloc)]
         return list(waits.values()), list(sources.values())
 
-    def record(self, accesses: Sequence[tuple[Allocation, int, int, bool]], event: Event) -> None:
+    def record(self, accesses: Sequence[tuple[Allocation, int, int, bool]], event: Event,
+               places: bool = False) -> list[tuple[list[Any], int]] | None:
+        """Enter a region's accesses; with ``places``, returns where its entries stand
+        (list, index), in the order of ``accesses``."""
+        self.generation += 1
         slot = event.completion.slot
+        added = []
         for alloc, start, end, writes in accesses:
             entries = self._entries.setdefault(id(alloc), [])
             if writes:
@@ -264,11 +272,46 @@ class _Inflight:
                 # (keeps the list bounded when many submissions read one input)
                 entries[:] = [x for x in entries
                               if x[2] or x[0] != start or x[1] != end or x[3].completion.slot is not slot]
-            entries.append((start, end, writes, event))
+            entry = (start, end, writes, event)
+            entries.append(entry)
+            if places:
+                added.append((entries, entry))
+        if not places:
+            return None
+        # a later access of the region may have moved an earlier one's entry
+        return [(entries, next(i for i, x in enumerate(entries) if x is entry)) for entries, entry in added]
+
+    def replace(self, places: Sequence[tuple[list[Any], int]], event: Event) -> None:
+        """A resubmitted region's entries name ``event`` in place of its previous one's."""
+        for entries, i in places:
+            s, e, w, _ = entries[i]
+            entries[i] = (s, e, w, event)
+
+
+class _Resubmit(NamedTuple):
+    """What lets a region's next submission skip the hazard scan (:meth:`Runtime._encode`).
+
+    Recorded when a region without dependencies, that reads none of the bytes it
+    writes, was submitted and inherited no failure (it read no output of unfinished or
+    failed work). While nothing else changes the runtime's access entries
+    (``generation``) and its lane's queue is the same (``slot``), the scan it would
+    make finds only what the previous submission found: that submission's own entries
+    (same queue: ordered behind it), and other work it already waited for (ordered
+    behind it too, through the same queue) -- nothing to wait for and no failure to
+    inherit. Entering its accesses would replace its previous entries one for one, so
+    the entries are rewritten in place (``places``)."""
+
+    generation: int
+    slot: Any
+    places: list[tuple[list[Any], int]]
 
 
 class Runtime:
     """Lanes, hazard-ordered submission, budgets, quarantine, statistics and traces."""
+
+    #: Let a region resubmitted with nothing else submitted in between skip the hazard
+    #: scan (see :class:`_Resubmit`); tests switch it off to compare with the full path.
+    fast_resubmit = True
 
     def __init__(self, device: Device, options: RuntimeOptions | None = None, *, npu: Device | None = None) -> None:
         from ..device import Device as DeviceType
@@ -569,7 +612,19 @@ class Runtime:
 
     def _encode(self, region: Region, events: list[Event]) -> Event:
         lane = self.lanes[region.lane]
-        live, read_from = self._inflight.conflicts(region.accesses, region.reads)
+        inflight = self._inflight
+        again = region.resubmit
+        if again is not None and again.generation == inflight.generation and again.slot is lane.stream.slot:
+            stream = lane.stream
+            with lane.lock:
+                region.encode(lane)
+                event = stream.record_event()
+                stream._forget_failures()
+            region.last = event
+            inflight.replace(again.places, event)
+            return event
+        region.resubmit = None
+        live, read_from = inflight.conflicts(region.accesses, region.reads)
         waits = [events[d] for d in region.deps] + live if region.deps else live
         stream = lane.stream
         with lane.lock:
@@ -588,7 +643,12 @@ class Runtime:
         if region.data_deps or read_from:
             event.upstream = tuple([events[d] for d in region.data_deps] + read_from)
         region.last = event
-        self._inflight.record(region.accesses, event)
+        if self.fast_resubmit and not region.deps and not read_from and not region.reads_own_writes:
+            places = inflight.record(region.accesses, event, True)
+            assert places is not None
+            region.resubmit = _Resubmit(inflight.generation, own, places)
+        else:
+            inflight.record(region.accesses, event)
         return event
 
     def _observe(self, regions: Sequence[RegionInfo], events: Sequence[Event], submitted: float) -> None:
