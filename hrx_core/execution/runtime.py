@@ -214,10 +214,11 @@ class _Inflight:
         self.generation += 1
         waits: dict[int, Event] = {}
         sources: dict[int, Event] = {}
-        # an event's state, read once per call (the entries of one region's accesses,
-        # often dozens of allocations, share its event): 0 running, 1 finished cleanly
-        # (or its failure was delivered), 2 finished with a failure not delivered yet
-        states: dict[int, int] = {}
+        # whether an event finished, and whether it carries a failure not delivered yet
+        # (asked of finished writes only), each read once per call: the entries of one
+        # region's accesses (often dozens of allocations) share its event
+        finished: dict[int, bool] = {}
+        poisoned: dict[int, bool] = {}
         all_entries = self._entries
         for alloc, start, end, writes in accesses:
             entries = all_entries.get(id(alloc))
@@ -227,16 +228,17 @@ class _Inflight:
             keep = []
             for entry in entries:
                 s, e, w, ev = entry
-                state = states.get(id(ev))
-                if state is None:
-                    if ev.completion.done_now():
-                        state = 1 if pending_failure(ev) is None else 2
-                    else:
-                        state = 0
-                    states[id(ev)] = state
-                if state == 1 or (state == 2 and not w):
-                    continue  # finished cleanly, or read only: forget it (a failed write poisons its bytes)
-                done = state != 0
+                done = finished.get(id(ev))
+                if done is None:
+                    done = finished[id(ev)] = ev.completion.done_now()
+                if done:
+                    if not w:
+                        continue  # a finished read: forget it
+                    bad = poisoned.get(id(ev))
+                    if bad is None:
+                        bad = poisoned[id(ev)] = pending_failure(ev) is not None
+                    if not bad:
+                        continue  # finished cleanly (or its failure was delivered): forget it
                 keep.append(entry)
                 if not (s < end and start < e):
                     continue
@@ -278,8 +280,15 @@ class _Inflight:
                 added.append((entries, entry))
         if not places:
             return None
-        # a later access of the region may have moved an earlier one's entry
-        return [(entries, next(i for i, x in enumerate(entries) if x is entry)) for entries, entry in added]
+        # a later access of the region may have moved an earlier one's entry, or removed
+        # it (a write covering a read of the same region)
+        out = []
+        for entries, entry in added:
+            for i, x in enumerate(entries):
+                if x is entry:
+                    out.append((entries, i))
+                    break
+        return out
 
     def replace(self, places: Sequence[tuple[list[Any], int]], event: Event) -> None:
         """A resubmitted region's entries name ``event`` in place of its previous one's."""
@@ -291,14 +300,15 @@ class _Inflight:
 class _Resubmit(NamedTuple):
     """What lets a region's next submission skip the hazard scan (:meth:`Runtime._encode`).
 
-    Recorded when a region without dependencies, that reads none of the bytes it
-    writes, was submitted and inherited no failure (it read no output of unfinished or
-    failed work). While nothing else changes the runtime's access entries
-    (``generation``) and its lane's queue is the same (``slot``), the scan it would
-    make finds only what the previous submission found: that submission's own entries
-    (same queue: ordered behind it), and other work it already waited for (ordered
-    behind it too, through the same queue) -- nothing to wait for and no failure to
-    inherit. Entering its accesses would replace its previous entries one for one, so
+    Recorded when a region without dependencies was submitted and read no output of
+    other unfinished or failed work (the output of its own previous submission may
+    be). While nothing else changes the runtime's access entries (``generation``) and
+    its lane's queue is the same (``slot``), the scan it would make finds only what the
+    previous submission found: that submission's own entries (same queue: ordered
+    behind it), and other work it already waited for (ordered behind it too, through
+    the same queue) -- nothing to wait for, and no failure to inherit but its own
+    previous submission's, where it reads what it writes and that one did not finish
+    cleanly. Entering its accesses would replace its previous entries one for one, so
     the entries are rewritten in place (``places``)."""
 
     generation: int
@@ -614,12 +624,17 @@ class Runtime:
         lane = self.lanes[region.lane]
         inflight = self._inflight
         again = region.resubmit
-        if again is not None and again.generation == inflight.generation and again.slot is lane.stream.slot:
+        previous = region.last
+        if (again is not None and again.generation == inflight.generation and again.slot is lane.stream.slot
+                and self.fast_resubmit):
             stream = lane.stream
             with lane.lock:
                 region.encode(lane)
                 event = stream.record_event()
                 stream._forget_failures()
+            if (region.reads_own_writes and previous is not None
+                    and not (previous.completion.done_now() and pending_failure(previous) is None)):
+                event.upstream = (previous,)  # what the scan finds: the output it reads
             region.last = event
             inflight.replace(again.places, event)
             return event
@@ -643,7 +658,7 @@ class Runtime:
         if region.data_deps or read_from:
             event.upstream = tuple([events[d] for d in region.data_deps] + read_from)
         region.last = event
-        if self.fast_resubmit and not region.deps and not read_from and not region.reads_own_writes:
+        if self.fast_resubmit and not region.deps and all(ev is previous for ev in read_from):
             places = inflight.record(region.accesses, event, True)
             assert places is not None
             region.resubmit = _Resubmit(inflight.generation, own, places)

@@ -228,3 +228,46 @@ def test_a_timeline_remembers_every_failure():
     assert first.failed is not None
     with pytest.raises(hrx.DeviceError, match="injected"):
         first.wait(10)
+
+
+def _inc_or_fail(x):
+    if FAIL["on"]:
+        raise RuntimeError("injected kernel failure")
+    x[:4] += np.uint8(1)
+
+
+INC_OR_FAIL = hrx.Kernel("inc_or_fail", buffers=("read_write",), host=_inc_or_fail)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-resubmit", "full-scan"])
+def test_a_resubmission_reading_its_own_failed_output_inherits_the_failure(fast, monkeypatch):
+    """A region that reads what it writes, resubmitted back to back after a submission
+    of it failed: the next one carries that failure (whether or not it skipped the
+    hazard scan), and once both are reported the region runs cleanly again."""
+    from hrx_core.execution import runtime as runtime_mod
+
+    skipped = []
+    replace = runtime_mod._Inflight.replace
+    monkeypatch.setattr(runtime_mod._Inflight, "replace", lambda self, places, ev: (skipped.append(1), replace(self, places, ev)))
+    rt = Runtime(hrx.open_device("host"), RuntimeOptions(observe=False))
+    rt.fast_resubmit = fast
+    x = rt.allocate(64)
+    init = rt.graph("init")
+    init.upload(x, np.zeros(64, np.uint8))
+    rt.submit(init).wait(10)
+    g = rt.graph("inc")
+    g.compute("inc", lambda r: r.dispatch(INC_OR_FAIL, 1, [x]))
+    FAIL["on"] = True
+    first = rt.submit(g)
+    for e in first.events:
+        e.completion.wait_quiet(10)  # failed, not reported
+    FAIL["on"] = False
+    second = rt.submit(g)
+    tried("faults", "Submission.wait")
+    with pytest.raises(hrx.DeviceError, match="reads bytes written by failed work"):
+        second.wait(10)
+    assert bool(skipped) == fast
+    with pytest.raises(hrx.DeviceError, match="injected"):
+        first.wait(10)
+    rt.submit(g).wait(10)  # both reported: the bytes are the application's again
+    rt.close()
