@@ -1,5 +1,5 @@
 """GPU time of the GPT-2 prefill GEMM's tilings at the projection shapes of GPT-2 small
-and the 1.3B shape, for chunks of 512 and 1024 rows, against torch's BF16 matmul.
+and the 1.3B shape, for chunks of 128, 512 and 1024 rows, against torch's BF16 matmul.
 
     python bench/tools/gemm_tiles.py [--reps 30]
 
