@@ -7,8 +7,10 @@ warps per block (4 or 8) times warps per output row (ks: 1, 2, 4, 8; at most the
 loads a lane keeps in flight (``--unroll``, HRX_GEMV_UNROLL; 4 is the shipped kernel) -- the GPU time per
 kernel from CUDA events around ``--reps`` back-to-back prepared launches over weights
 rotated through 768 MiB (none served from L2), and torch's F.linear the same way. The
-variant the plan picks (``linear_launch``) is marked; the D2D copy bandwidth of the
-same run (torch, 512 MiB) is printed first. A diagnostic for issue 18's
+variant the plan picks (``linear_launch``, or on Hopper ``linear_bulk_launch``) is marked;
+the D2D copy bandwidth of the same run (torch, 512 MiB) is printed first. ``--bulk``
+adds the bulk-copy kernel (``hrx_tensor_linear_bulk``) in stages:chunk:threads:blocks-per-SM
+configurations, each checked against the warp kernel's output on random data. A diagnostic for issue 18's
 profile: it writes no results file.
 """
 
@@ -19,7 +21,18 @@ import sys
 
 import numpy as np
 from hrx_tensor import TensorOps
-from hrx_tensor.kernels import LINEAR, linear_launch
+from hrx_tensor.kernels import (
+    LINEAR,
+    LINEAR_BULK,
+    LINEAR_BULK_CHUNK,
+    LINEAR_BULK_STAGES,
+    LINEAR_BULK_THREADS,
+    linear_bulk_chunk,
+    linear_bulk_launch,
+    linear_bulk_source,
+    linear_launch,
+)
+from ml_dtypes import bfloat16
 
 import hrx_core as hrx
 from hrx_core.kernel import Kernel
@@ -63,11 +76,14 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=200, help="launches per timing (default: %(default)s)")
     ap.add_argument("--unroll", default="4", help="HRX_GEMV_UNROLL values, comma-separated (default: %(default)s)")
     ap.add_argument("--rows", default="", help="also the row-looping candidate with these blocks per SM, comma-separated")
+    ap.add_argument("--bulk", default="", help="also the bulk-copy candidate: stages:chunk:threads:blocks_per_sm "
+                    "configurations of hrx_tensor_linear_bulk, comma-separated (shipped: 2:8192:128:8)")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
 
     dev = hrx.device("cuda")
+    TensorOps.use_bulk_linear = False  # ops.linear is the warp kernel: the bulk rows' reference
     ops = TensorOps(dev)
     s = ops.stream
     kernels = {}
@@ -77,6 +93,13 @@ def main() -> int:
             cuda=f"#define HRX_GEMV_UNROLL {u}\n" + LINEAR.sources["cuda"], programmatic=LINEAR.programmatic)
     rows_kernel = Kernel("hrx_gemv_rows", buffers=("read", "read", "write"), scalars=(np.uint32,) * 3,
                          cuda=LINEAR.sources["cuda"] + ROWS_CUDA)
+    bulk_kernels = {}
+    for cfg in (c for c in args.bulk.split(",") if c):
+        stages, chunk, threads, per_sm = (int(v) for v in cfg.split(":"))
+        kern = LINEAR_BULK if (threads, stages, chunk) == (LINEAR_BULK_THREADS, LINEAR_BULK_STAGES, LINEAR_BULK_CHUNK) \
+            else Kernel(LINEAR_BULK.name, buffers=LINEAR_BULK.buffer_access, scalars=LINEAR_BULK.scalar_types,
+                        cuda=linear_bulk_source(threads, stages, chunk), programmatic=True)
+        bulk_kernels[cfg] = (kern, chunk, threads, per_sm)
     ext = torch.cuda.ExternalStream(s.native_queue().native_handle())
     cur = torch.cuda.current_stream()
 
@@ -116,7 +139,8 @@ def main() -> int:
                 F.linear(tx, tw[i % count])
 
         t = min(timed(torch_run, cur) for _ in range(3))
-        planned = linear_launch(k, n)
+        planned = linear_launch(k, n) if linear_bulk_launch(k, n, dev.info.properties.get("multiprocessors", 132)) is None \
+            else None
         rows = []
         for (u, kern), warps, ks in ((kv, w, ks) for kv in kernels.items() for w in (4, 8) for ks in (1, 2, 4, 8) if ks <= w):
             grid, block = -(-n // (warps // ks)), warps * 32
@@ -147,6 +171,35 @@ def main() -> int:
             rows.append(f"  rows {per_sm:2d}/SM ks {ks}:        {h:7.2f} us {wbytes / h / 1e6:5.2f} TB/s  {t / h:5.2f}x torch")
             for p in launches:
                 p.close()
+        if bulk_kernels:
+            rng = np.random.default_rng(0)
+            xr = ops.upload(rng.standard_normal((1, k), np.float32).astype(bfloat16))
+            wr = ops.upload(rng.standard_normal((n, k), np.float32).astype(bfloat16))
+            want = ops.linear(xr, wr, out_dtype="f32")
+            want_np = s.download(want.buffer).view(np.float32)
+            want.close()
+        sms = dev.info.properties.get("multiprocessors", 132)
+        bulk_plan = linear_bulk_launch(k, n, sms)
+        for cfg, (kern, limit, threads, per_sm) in bulk_kernels.items():
+            chunk, grid = linear_bulk_chunk(k, limit), min(n, sms * per_sm)
+            scalars = (np.uint32(k), np.uint32(n), np.uint32(0), np.uint32(0), np.uint32(1), np.uint32(chunk))
+            s.dispatch(kern, grid, [xr.buffer, wr.buffer, wr.buffer, wr.buffer, out], block=threads, scalars=scalars)
+            got = s.download(out).view(np.float32)[:n]
+            err = float(np.max(np.abs(got - want_np)) / (np.max(np.abs(want_np)) + 1e-9))
+            launches = [s.prepare(kern, grid, [x, w, w, w, out], block=threads, scalars=scalars) for w in ws]
+            mark = " <- plan" if kern is LINEAR_BULK and bulk_plan == (grid, threads, chunk) else ""
+            def bulk_run(reps: int, launches=launches, count=count) -> None:
+                for i in range(reps):
+                    launches[i % count].launch()
+
+            h = min(timed(bulk_run, ext) for _ in range(3))
+            rows.append(f"  bulk {cfg}: {h:7.2f} us {wbytes / h / 1e6:5.2f} TB/s  {t / h:5.2f}x torch"
+                        f"  (chunk {chunk}; max rel. error vs the warp kernel {err:.1e}){mark}")
+            for p in launches:
+                p.close()
+        if bulk_kernels:
+            xr.close()
+            wr.close()
         print(f"{k}x{n} ({wbytes >> 20} MiB): torch {t:.2f} us ({wbytes / t / 1e6:.2f} TB/s)")
         print("\n".join(rows))
         for b in (*ws, x, out):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import math
 import pstats
 import sys
 import time
@@ -23,9 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
+from graph_timeline import close_operands, sweep_operands  # bench/tools/graph_timeline.py
 from hrx_tensor import TensorOps
-from ml_dtypes import bfloat16
-from tensor import SWEEP_ROTATE_BYTES, torch_linears_graph  # bench/tensor.py
 
 import hrx_core as hrx
 from hrx_core.execution import Runtime, RuntimeOptions
@@ -60,17 +58,8 @@ def main() -> None:
         rt = Runtime(dev, RuntimeOptions(observe=observe))
         for shape in args.shapes.split(","):
             k, n = map(int, shape.split("x"))
-            wbytes = 2 * k * n
-            count = max(2, math.ceil(SWEEP_ROTATE_BYTES / wbytes))
-            tw = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(count)]
-            tx = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
-            ws = [ops.upload(t.view(torch.int16).cpu().numpy().view(bfloat16)) for t in tw]
-            x = ops.upload(tx.view(torch.int16).cpu().numpy().view(bfloat16))
-            g = rt.graph(f"probe {shape}")
-            outs: list = []
-            g.compute("linears", lambda rg, x=x, ws=ws, outs=outs: outs.extend(ops.record_linear(rg, x, w) for w in ws))
-            rt.submit(g).wait(timeout=60)
-            cg, rate = torch_linears_graph(tx, tw)
+            tw, tx, ws, x, g, outs, cg, rate = sweep_operands(ops, rt, k, n, f"probe {shape}")
+            count = len(ws)
             for _ in range(2):
                 rt.submit(g).wait(timeout=60)
                 rate(4)
@@ -101,14 +90,8 @@ def main() -> None:
             tk = kernel_us(cg.replay, 8)
             print(f"observe={observe} {shape} x{count}: hrx wall {wall:7.1f} us/submit (in submit {inside / args.loops * 1e6:6.1f}),"
                   f" kernels {hk:7.1f} us | torch graph wall {twall:7.1f}, kernels {tk:7.1f} us", flush=True)
-            g.close()
-            for o in outs:
-                o.close()
-            for t in (*ws, x):
-                t.close()
-            ops.stream.synchronize()
+            close_operands(ops, ws, x, g, outs)
             del cg, rate, tw, tx
-            torch.cuda.empty_cache()
         rt.close()
 
 

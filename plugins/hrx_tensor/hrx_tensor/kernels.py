@@ -58,6 +58,21 @@ LINEAR_LONG_ROW_SPLIT = 4
 #: 42.4 / 35.5). A persistent grid looping over rows (the tool's ``--rows``) lost everywhere.
 LINEAR_LONGER_ROW = 8192
 LINEAR_LONGER_ROW_MIN_N = 2048
+#: Hopper (sm_90+) streams long rows with bulk copies (``hrx_tensor_linear_bulk``): a
+#: persistent grid of LINEAR_BULK_BLOCKS_PER_SM blocks of LINEAR_BULK_THREADS threads on
+#: each SM, each block a ring of LINEAR_BULK_STAGES shared-memory stages that the copy
+#: engine fills with chunks of at most LINEAR_BULK_CHUNK bytes of a weight row (an
+#: mbarrier completes each). Measured on the H200 (bench/tools/gemv_variants.py
+#: ``--bulk``) against the plan's warp-per-row kernel: 16384x16384 122.6 / 130.1 us,
+#: 16384x4096 34.6 / 36.5, 12288x6144 38.4 / 40.1 (torch 125.2 / 36.6 / 43.7); even at
+#: 8192x8192 (35.6 / 35.8) and slower at 4096x16384 (36.1 / 35.6) (K x N). Chosen for
+#: rows of LINEAR_BULK_MIN_K or more with at least LINEAR_BULK_MIN_N of them.
+LINEAR_BULK_MIN_K = 12288
+LINEAR_BULK_MIN_N = 4096
+LINEAR_BULK_BLOCKS_PER_SM = 8
+LINEAR_BULK_THREADS = 128
+LINEAR_BULK_STAGES = 2
+LINEAR_BULK_CHUNK = 8192
 #: Threads per block of the CUDA gather (at most; fewer when all rows need fewer).
 GATHER_THREADS = 256
 #: Threads per gathered row: about one per GATHER_UNITS_PER_THREAD units of the row, a
@@ -248,6 +263,129 @@ hrx_tensor_linear(const uint4* __restrict__ x, const unsigned short* __restrict_
 }
 """
 
+_LINEAR_BULK_BODY = r"""
+#define HRX_BULK_THREADS %(threads)d
+#define HRX_BULK_STAGES %(stages)d
+#define HRX_BULK_CHUNK %(chunk)d
+
+__device__ __forceinline__ unsigned short hrx_bulk_bf16_rn(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);  // quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned int hrx_shared_u32(const void* p) {
+    unsigned int a;
+    asm volatile("{ .reg .u64 p; cvta.to.shared.u64 p, %%1; cvt.u32.u64 %%0, p; }\n" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// Thread 0: chunk ``c`` of this block's rows (block b owns rows b, b + gridDim.x, ...,
+// ``cpr`` chunks of ``chunk`` bytes each) into stage ``dst``, completing barrier ``bar``.
+__device__ __forceinline__ void hrx_bulk_issue(unsigned int dst, unsigned int bar, unsigned int c, unsigned int cpr,
+                                               unsigned int chunk, unsigned int row_bytes,
+                                               const unsigned char* w0, const unsigned char* w1,
+                                               const unsigned char* w2, unsigned int n0, unsigned int n1) {
+    unsigned int row = blockIdx.x + (c / cpr) * gridDim.x;
+    const unsigned int part = c %% cpr;
+    const unsigned char* w = w0;
+    if (row >= n0 + n1) {
+        w = w2; row -= n0 + n1;
+    } else if (row >= n0) {
+        w = w1; row -= n0;
+    }
+    const unsigned char* src = w + (size_t)row * row_bytes + (size_t)part * chunk;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%%0], %%1;\n" :: "r"(bar), "r"(chunk) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%%0], [%%1], %%2, [%%3];\n"
+                 :: "r"(dst), "l"(src), "r"(chunk), "r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void hrx_bulk_wait(unsigned int bar, unsigned int phase) {
+    asm volatile(
+        "{\n .reg .pred done;\n"
+        "WAIT_%%=:\n"
+        " mbarrier.try_wait.parity.shared::cta.b64 done, [%%0], %%1;\n"
+        " @!done bra WAIT_%%=;\n}\n" :: "r"(bar), "r"(phase) : "memory");
+}
+#endif
+
+// The same arguments as hrx_tensor_linear, but ``chunk`` (bytes: a divisor of K * 2, a
+// multiple of 16, at most HRX_BULK_CHUNK) in place of ksplit; any grid (a persistent
+// one: the plan launches LINEAR_BULK_BLOCKS_PER_SM blocks an SM). Each chunk lands in a
+// stage through the copy engine; every thread reads 16-byte vectors of it (conflict-free)
+// against x through the read-only cache, one F32 sum a thread; a row's sum is reduced
+// across the block in warp order (deterministic) once its last chunk is read, and thread
+// 0 refills the stage once every thread is done with it.
+extern "C" __global__ void __launch_bounds__(HRX_BULK_THREADS)
+hrx_tensor_linear_bulk(const uint4* __restrict__ x, const unsigned char* __restrict__ w0,
+                       const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
+                       unsigned char* __restrict__ y, unsigned int K, unsigned int N0, unsigned int N1,
+                       unsigned int N2, unsigned int out_f32, unsigned int chunk) {
+    hrx_grid_dependencies();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __shared__ __align__(128) uint4 ring[HRX_BULK_STAGES][HRX_BULK_CHUNK / 16];
+    __shared__ __align__(8) unsigned long long bars[HRX_BULK_STAGES];
+    __shared__ float red[2][HRX_BULK_THREADS / 32];  // by row parity: thread 0 reads one while the next row writes the other
+    const unsigned int t = threadIdx.x, lane = t & 31u, warp = t >> 5;
+    const unsigned int n = N0 + N1 + N2, row_bytes = K * 2u, cpr = row_bytes / chunk, nv = chunk >> 4;
+    const unsigned int rows = blockIdx.x < n ? (n - blockIdx.x + gridDim.x - 1u) / gridDim.x : 0u;
+    const unsigned int total = rows * cpr;  // this block's chunks
+    if (t == 0) {
+        for (unsigned int s = 0; s < HRX_BULK_STAGES; ++s)
+            asm volatile("mbarrier.init.shared::cta.b64 [%%0], 1;\n" :: "r"(hrx_shared_u32(&bars[s])) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (t == 0)
+        for (unsigned int c = 0; c < HRX_BULK_STAGES && c < total; ++c)
+            hrx_bulk_issue(hrx_shared_u32(ring[c]), hrx_shared_u32(&bars[c]), c, cpr, chunk, row_bytes, w0, w1, w2, N0, N1);
+    float acc = 0.f;
+    for (unsigned int c = 0; c < total; ++c) {
+        const unsigned int s = c %% HRX_BULK_STAGES, lr = c / cpr, part = c - lr * cpr;
+        hrx_bulk_wait(hrx_shared_u32(&bars[s]), (c / HRX_BULK_STAGES) & 1u);
+        const uint4* xs = x + part * nv;
+        for (unsigned int v = t; v < nv; v += HRX_BULK_THREADS) acc = hrx_dot8(ring[s][v], __ldg(xs + v), acc);
+        const bool row_end = part == cpr - 1u;
+        if (row_end) {
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+            if (lane == 0) red[lr & 1u][warp] = acc;
+            acc = 0.f;
+        }
+        __syncthreads();  // stage s is read (and red written) by every thread
+        if (t == 0) {
+            if (row_end) {
+                float sum = 0.f;
+                #pragma unroll
+                for (unsigned int i = 0; i < HRX_BULK_THREADS / 32; ++i) sum += red[lr & 1u][i];
+                const unsigned int row = blockIdx.x + lr * gridDim.x;
+                if (out_f32) reinterpret_cast<float*>(y)[row] = sum;
+                else reinterpret_cast<unsigned short*>(y)[row] = hrx_bulk_bf16_rn(sum);
+            }
+            if (c + HRX_BULK_STAGES < total)
+                hrx_bulk_issue(hrx_shared_u32(ring[s]), hrx_shared_u32(&bars[s]), c + HRX_BULK_STAGES, cpr, chunk,
+                               row_bytes, w0, w1, w2, N0, N1);
+        }
+    }
+#else
+    asm volatile("trap;");  // sm_90+ only: the plan never launches it elsewhere
+#endif
+}
+"""
+
+
+def linear_bulk_source(threads: int = LINEAR_BULK_THREADS, stages: int = LINEAR_BULK_STAGES,
+                       chunk: int = LINEAR_BULK_CHUNK) -> str:
+    """CUDA source of ``hrx_tensor_linear_bulk`` with ``threads`` a block, ``stages``
+    ring stages of ``chunk`` bytes (the shipped kernel: the LINEAR_BULK_* constants;
+    bench/tools/gemv_variants.py measures others)."""
+    return GEMV_CUDA + _LINEAR_BULK_BODY % {"threads": threads, "stages": stages, "chunk": chunk}
+
+
+LINEAR_BULK_CUDA = linear_bulk_source()
+
 GATHER_CUDA = GRID_DEPENDENCIES_CUDA + r"""
 // Row ``row`` of the output is row idx[row] of the table, copied in units of T (the
 // widest of 16/8/4/2/1 bytes dividing the row size and both offsets) by a group of
@@ -368,6 +506,27 @@ def linear_launch(k: int, n: int) -> tuple[int, int, int]:
     return -(-n // (LINEAR_WARPS // ks)), LINEAR_WARPS * 32, ks
 
 
+def linear_bulk_chunk(k: int, limit: int = LINEAR_BULK_CHUNK) -> int:
+    """Bytes a bulk copy of the Hopper GEMV moves: the largest divisor of a row (K * 2
+    bytes) that is a multiple of 16 and at most ``limit``, a ring stage (K is a multiple of 8)."""
+    if k <= 0 or k % 8:
+        raise ValueError(f"K = {k} is not a positive multiple of 8")
+    row = 2 * k
+    parts = -(-row // limit)
+    while row % parts or (row // parts) % 16:
+        parts += 1
+    return row // parts
+
+
+def linear_bulk_launch(k: int, n: int, sms: int) -> tuple[int, int, int] | None:
+    """(grid, block, chunk bytes) of the Hopper bulk-copy GEMV for K = ``k`` and ``n``
+    output rows on ``sms`` multiprocessors, or None where the warp-per-row kernel is
+    the plan's choice (shorter or fewer rows)."""
+    if k < LINEAR_BULK_MIN_K or n < LINEAR_BULK_MIN_N:
+        return None
+    return min(n, sms * LINEAR_BULK_BLOCKS_PER_SM), LINEAR_BULK_THREADS, linear_bulk_chunk(k)
+
+
 def _linear_host(x: np.ndarray, w0: np.ndarray, w1: np.ndarray, w2: np.ndarray, y: np.ndarray,
                  k: np.uint32 | int, n0: np.uint32, n1: np.uint32, n2: np.uint32, out_f32: np.uint32,
                  ksplit: np.uint32) -> None:
@@ -424,6 +583,17 @@ LINEAR = Kernel(
     programmatic=True,
 )
 
+#: Hopper only (cuda, compute capability 9.0+): the plan picks it (linear_bulk_launch);
+#: same buffers and scalars as LINEAR, the last one the chunk size in place of ksplit.
+LINEAR_BULK = Kernel(
+    "hrx_tensor_linear_bulk",
+    buffers=("read", "read", "read", "read", "write"),
+    scalars=(np.uint32, np.uint32, np.uint32, np.uint32, np.uint32, np.uint32),
+    host=_linear_host,
+    cuda=LINEAR_BULK_CUDA,
+    programmatic=True,
+)
+
 GATHER = Kernel(
     "hrx_tensor_gather",
     buffers=("read", "read", "write"),
@@ -441,4 +611,6 @@ def kernels_for(engine: str) -> dict[str, Kernel]:
     """The tensor kernels for ``engine`` by name (empty where there are none)."""
     if engine not in ENGINES:
         return {}
+    if engine == "cuda":
+        return {LINEAR.name: LINEAR, GATHER.name: GATHER, LINEAR_BULK.name: LINEAR_BULK}
     return {LINEAR.name: LINEAR, GATHER.name: GATHER}

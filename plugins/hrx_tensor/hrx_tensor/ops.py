@@ -34,6 +34,7 @@ from hrx_core.errors import InvalidArgument, OutOfBounds, Unsupported
 from hrx_core.execution.graph import ComputeRegion, TrackedGraph
 from hrx_core.execution.plan_cache import PlanCache
 from hrx_core.graph import Graph
+from hrx_core.kernel import Kernel
 from hrx_core.stream import Stream
 
 from . import kernels as _kernels
@@ -132,6 +133,13 @@ def _key_part(value: Any) -> Any:
     return (type(value), value)
 
 
+def _check_aligned(name: str, t: DeviceTensor) -> None:
+    """The GEMV reads x and weight rows in 16-byte vectors (bulk copies on Hopper)."""
+    if t.view.start & 15:
+        raise InvalidArgument(f"{name}: starts at byte {t.view.start} of its allocation; linear needs "
+                              f"16-byte aligned tensors")
+
+
 class TensorOps(OpFamily):
     """Tensor operations on ``device``: linear, linear_many, linear_fragment, gather_rows.
 
@@ -143,11 +151,24 @@ class TensorOps(OpFamily):
     engines = _kernels.ENGINES
     kernel_names = (_kernels.LINEAR.name, _kernels.GATHER.name)
     own_kernels = staticmethod(_kernels.kernels_for)
+    #: Let the plan choose the bulk-copy GEMV on Hopper (tests compare both kernels by
+    #: setting it False before creating a TensorOps).
+    use_bulk_linear = True
 
     def __init__(self, device: Any, *, plan_cache: PlanCache | None = None, stream: Stream | None = None) -> None:
         super().__init__(device, plan_cache=plan_cache, stream=stream)
         self._linear = self._kernels[_kernels.LINEAR.name]
         self._gather = self._kernels[_kernels.GATHER.name]
+        # Hopper's bulk-copy GEMV for long rows (the plan's choice, linear_bulk_launch):
+        # only beside this distribution's own linear kernel, on compute capability 9.0+
+        self._linear_bulk: Kernel | None = None
+        self._sms = 0
+        if self.use_bulk_linear and self.engine == "cuda" and self._linear is _kernels.LINEAR:
+            props = getattr(device.info, "properties", {})
+            major = str(props.get("compute_capability", "0")).split(".")[0]
+            if major.isdigit() and int(major) >= 9 and int(props.get("multiprocessors", 0) or 0) > 0:
+                self._linear_bulk = _kernels.LINEAR_BULK
+                self._sms = int(props["multiprocessors"])
         # per-call spec dicts: call shapes -> what the checks and the plan derive from them
         self._linear_specs: dict[Any, tuple[Any, ...]] = {}
         self._gather_specs: dict[Any, tuple[Any, ...]] = {}
@@ -204,6 +225,7 @@ class TensorOps(OpFamily):
         k = x.shape[1]
         if k == 0 or k % K_MULTIPLE:
             raise InvalidArgument(f"x: K = {k} is not a positive multiple of {K_MULTIPLE}")
+        _check_aligned("x", x)
         return k
 
     def _check_w(self, name: str, w: Any, k: int) -> int:
@@ -216,6 +238,7 @@ class TensorOps(OpFamily):
             raise InvalidArgument(f"{name}: K = {w.shape[1]} does not match x's K = {k}")
         if w.shape[0] >= 2**31:
             raise InvalidArgument(f"{name}: N = {w.shape[0]} exceeds {2**31 - 1}")
+        _check_aligned(name, w)
         return w.shape[0]
 
     @staticmethod
@@ -234,11 +257,18 @@ class TensorOps(OpFamily):
 
     # -- linear -------------------------------------------------------------------
 
-    def _linear_geometry(self, k: int, ns: Sequence[int], out_dtype: np.dtype) -> tuple[int, int, tuple[Any, ...]]:
+    def _linear_geometry(self, k: int, ns: Sequence[int],
+                         out_dtype: np.dtype) -> tuple[Kernel, int, int, tuple[Any, ...]]:
+        """(kernel, grid, block, scalars) of a linear: the plan's choice from the shape."""
         n3 = list(ns) + [0] * (MAX_PROJECTIONS - len(ns))
-        grid, block, ksplit = _kernels.linear_launch(k, sum(ns))
-        scalars = (np.uint32(k), *(np.uint32(n) for n in n3), np.uint32(_OUT_DTYPES[out_dtype]), np.uint32(ksplit))
-        return grid, block, scalars
+        kernel = self._linear
+        bulk = _kernels.linear_bulk_launch(k, sum(ns), self._sms) if self._linear_bulk is not None else None
+        if bulk is not None:
+            kernel, (grid, block, last) = self._linear_bulk, bulk  # last: chunk bytes
+        else:
+            grid, block, last = _kernels.linear_launch(k, sum(ns))  # last: warps a row
+        scalars = (np.uint32(k), *(np.uint32(n) for n in n3), np.uint32(_OUT_DTYPES[out_dtype]), np.uint32(last))
+        return kernel, grid, block, scalars
 
     def linear(self, x: DeviceTensor, w: DeviceTensor, out_dtype: Any = "bf16") -> DeviceTensor:
         """y = x @ w.T for BF16 x [1, K] and w [N, K]; FP32 accumulation; BF16 or F32 [1, N]."""
@@ -246,7 +276,7 @@ class TensorOps(OpFamily):
             spec = self._linear_specs.get((x.shape, w.shape, x.dtype, w.dtype, _key_part(out_dtype)))
         except (AttributeError, TypeError):
             spec = None
-        if spec is None or not (self._usable(x) and self._usable(w)):
+        if spec is None or not (self._usable(x) and self._usable(w)) or (x.view.start | w.view.start) & 15:
             k = self._check_x(x)
             n = self._check_w("w", w, k)
             dt = self._check_out_dtype(out_dtype)
@@ -263,7 +293,8 @@ class TensorOps(OpFamily):
             spec = self._linear_specs.get(memo) if 1 <= len(ws) <= MAX_PROJECTIONS else None
         except (AttributeError, TypeError):
             memo, spec = None, None
-        if spec is None or not (self._usable(x) and all(self._usable(w) for w in ws)):
+        if spec is None or not (self._usable(x) and all(self._usable(w) and not w.view.start & 15 for w in ws)) \
+                or x.view.start & 15:
             k = self._check_x(x)
             ns = self._check_weights(ws, k)
             dt = self._check_out_dtype(out_dtype)
@@ -284,10 +315,10 @@ class TensorOps(OpFamily):
         device = self.device
 
         def prepare() -> Plan:
-            grid, block, scalars = self._linear_geometry(k, ns, dt)
-            scalars = self._linear.check_scalars(scalars)
+            kernel, grid, block, scalars = self._linear_geometry(k, ns, dt)
+            scalars = kernel.check_scalars(scalars)
             nbytes = sum(ns) * dt.itemsize
-            return Plan(key, grid, block, scalars, lambda: Slot([device.allocate(nbytes)]))
+            return Plan(key, grid, block, scalars, lambda: Slot([device.allocate(nbytes)]), kernel)
 
         return key, prepare, [(1, n) for n in ns], dt
 
@@ -299,7 +330,7 @@ class TensorOps(OpFamily):
             # weights a plan does not use (N = 0, never read) are bound to the slot's own
             # output: it never changes, so a call rebinds only the inputs that did
             views = [x.view, ws[0].view, ws[1].view if len(ws) > 1 else out, ws[2].view if len(ws) > 2 else out, out]
-            done = slot.launch(self.stream, self._linear, plan.grid, plan.block, plan.scalars, views)
+            done = slot.launch(self.stream, plan.kernel, plan.grid, plan.block, plan.scalars, views)
             outputs = slot.outputs
             if outputs is None:
                 outputs = slot.outputs = _slices(out, shapes, dt)
@@ -367,13 +398,16 @@ class TensorOps(OpFamily):
                 raise InvalidArgument(f"out: dtype {out.dtype} does not match out_dtype {out_dtype!r}")
             if out.shape != (1, n):
                 raise InvalidArgument(f"out: shape {list(out.shape)} is not [1, {n}]")
-        grid, block, scalars = self._linear_geometry(k, [n], dt)
+            if out.view.start % dt.itemsize:
+                raise InvalidArgument(f"out: starts at byte {out.view.start} of its allocation, not a multiple "
+                                      f"of its {dt.itemsize}-byte elements")
+        kernel, grid, block, scalars = self._linear_geometry(k, [n], dt)
         owned = out is None
         if out is None:
             buf = self.device.allocate(n * dt.itemsize)
             out = DeviceTensor(buf, (1, n), dt, stream=stream, hold=SharedHold(buf.close))
         bindings = [x.view.read(), w.view.read(), w.view.read(), w.view.read(), out.view.write()]
-        return ((self._linear, grid, bindings), {"block": block, "scalars": scalars}), out, owned
+        return ((kernel, grid, bindings), {"block": block, "scalars": scalars}), out, owned
 
     # -- gather -------------------------------------------------------------------
 

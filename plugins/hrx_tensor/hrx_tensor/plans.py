@@ -205,11 +205,13 @@ class Plan:
     """Launch geometry (grid, block, scalars) and output slots for one key."""
 
     def __init__(self, key: Any, grid: Any, block: Any, scalars: tuple[Any, ...],
-                 make_slot: Callable[[], Slot]) -> None:
+                 make_slot: Callable[[], Slot], kernel: Any = None) -> None:
         self.key = key
         self.grid = grid
         self.block = block
         self.scalars = scalars
+        #: the kernel it launches, where an op has variants (None: the op's one kernel)
+        self.kernel = kernel
         self._make_slot = make_slot
         self._idle: list[Slot] = []
         self._lock = threading.Lock()

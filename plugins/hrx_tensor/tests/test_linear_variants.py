@@ -36,8 +36,92 @@ def test_split_is_chosen_by_shape_class(k, n, ks):
 def test_the_plan_carries_the_split(dev):
     ops = TensorOps(dev)
     for k, n, ks in SPLITS[:6]:
-        grid, block, scalars = ops._linear_geometry(k, [n], np.dtype(np.float32))
+        kernel, grid, block, scalars = ops._linear_geometry(k, [n], np.dtype(np.float32))
+        assert kernel is ops._linear
         assert int(scalars[-1]) == ks and (grid, block) == tk.linear_launch(k, n)[:2]
+
+
+@pytest.mark.parametrize("k", [8, 16, 512, 1016, 1536, 2560, 4096, 4104, 6144, 8192, 8200, 12288, 16384, 16392, 24576])
+def test_bulk_chunk_is_the_largest_divisor_of_the_row_up_to_the_ring_slot(k):
+    chunk, row = tk.linear_bulk_chunk(k), 2 * k
+    assert row % chunk == 0 and chunk % 16 == 0 and chunk <= tk.LINEAR_BULK_CHUNK
+    assert not any(row % c == 0 and c % 16 == 0 for c in range(chunk + 16, min(row, tk.LINEAR_BULK_CHUNK) + 1, 16))
+
+
+@pytest.mark.parametrize("k", [0, 4, 4100])
+def test_bulk_chunk_refuses_rows_of_partial_vectors(k):
+    with pytest.raises(ValueError):
+        tk.linear_bulk_chunk(k)
+
+
+# (K, N, bulk?): rows of 12288 or more, at least 4096 of them, stream through bulk copies
+BULK = [(16384, 16384, True), (16384, 4096, True), (12288, 6144, True), (12288, 4096, True), (16384, 4095, False),
+        (8192, 8192, False), (4096, 16384, False), (16384, 2048, False), (12280, 8192, False)]
+
+
+@pytest.mark.parametrize("k,n,bulk", BULK, ids=[f"K{k}xN{n}" for k, n, _ in BULK])
+def test_bulk_is_chosen_by_shape_class(k, n, bulk):
+    got = tk.linear_bulk_launch(k, n, 132)
+    assert (got is not None) == bulk
+    if bulk:
+        assert got == (min(n, 132 * tk.LINEAR_BULK_BLOCKS_PER_SM), tk.LINEAR_BULK_THREADS, tk.linear_bulk_chunk(k))
+
+
+def test_the_bulk_kernel_is_planned_only_on_hopper_cuda(dev):
+    ops = TensorOps(dev)
+    props = dev.info.properties
+    hopper = dev.info.engine == "cuda" and int(str(props.get("compute_capability", "0")).split(".")[0]) >= 9
+    assert (ops._linear_bulk is tk.LINEAR_BULK) == hopper
+    kernel, grid, block, scalars = ops._linear_geometry(16384, [8192, 8192], np.dtype(np.float32))
+    if hopper:
+        sms = int(props["multiprocessors"])
+        assert kernel is tk.LINEAR_BULK and (grid, block) == (min(16384, 8 * sms), tk.LINEAR_BULK_THREADS)
+        assert int(scalars[-1]) == tk.linear_bulk_chunk(16384)
+    else:
+        assert kernel is ops._linear and (grid, block) == tk.linear_launch(16384, 16384)[:2]
+    TensorOps.use_bulk_linear = False
+    try:
+        assert TensorOps(dev)._linear_bulk is None
+    finally:
+        TensorOps.use_bulk_linear = True
+
+
+@pytest.mark.parametrize("offset", [2, 8])
+def test_unaligned_tensors_are_refused_before_anything_runs(ops, offset):
+    """The GEMV reads 16-byte vectors: a tensor starting off a 16-byte boundary is an
+    InvalidArgument (a misaligned load would poison a CUDA context), also after a call
+    of the same shapes vouched for them."""
+    from hrx_core.errors import InvalidArgument
+
+    rng = np.random.default_rng(offset)
+    x, w = rand_bf16(rng, (1, 64)), rand_bf16(rng, (16, 64))
+    with ops.upload(x) as xt, ops.upload(w) as wt:
+        ops.linear(xt, wt).close()  # the shapes are known now
+        buf = ops.device.allocate(4096)
+        try:
+            ops.stream.upload(buf.slice(offset, 128), x.view(np.uint8))
+            ops.stream.upload(buf.slice(1024 + offset, 64 * 32), w.view(np.uint8))
+            bad_x = ops.tensor(buf.slice(offset, 128), (1, 64), bfloat16)
+            bad_w = ops.tensor(buf.slice(1024 + offset, 64 * 32), (16, 64), bfloat16)
+            with pytest.raises(InvalidArgument, match="x: starts at byte"):
+                ops.linear(bad_x, wt)
+            with pytest.raises(InvalidArgument, match="w: starts at byte"):
+                ops.linear(xt, bad_w)
+            with pytest.raises(InvalidArgument, match=r"ws\[1\]: starts at byte"):
+                ops.linear_many(xt, [wt, bad_w])
+            with pytest.raises(InvalidArgument, match="x: starts at byte"):
+                ops.linear_many(bad_x, [wt])
+            g = ops.stream.access_graph()
+            with pytest.raises(InvalidArgument, match="x: starts at byte"):
+                ops.record_linear(g, bad_x, wt)
+            out = ops.tensor(buf.slice(3001, 32), (1, 16), bfloat16)
+            with pytest.raises(InvalidArgument, match="out: starts at byte"):
+                ops.record_linear(g, xt, wt, out=out)
+            assert not g.nodes
+            g.close()
+        finally:
+            ops.stream.synchronize()
+            buf.close()
 
 
 # shapes whose split is 1, 2, 4 and 8, with K not a multiple of the 4 x 32 x split
@@ -81,3 +165,70 @@ def cuda_ops():
     from hrx_core.testing import open_device
 
     return TensorOps(open_device("cuda"))
+
+
+# (K, [N0, N1, N2], grid): chunks of 3280 bytes (5 a row: a partial last pass of the
+# block's threads), 16 bytes (K = 8: one vector a row), whole 8192-byte slots, with
+# empty projections, blocks owning several rows (grid < N) and blocks owning none.
+BULK_DIRECT = [(8200, [5, 0, 7], 3), (8, [9, 4, 0], 2), (4096, [33, 1, 2], 40), (12288, [70], 16), (1024, [3], 8)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out_dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("k,ns,grid", BULK_DIRECT, ids=[f"K{k}xN{'+'.join(map(str, ns))}-grid{g}" for k, ns, g in BULK_DIRECT])
+def test_the_bulk_kernel_matches_the_reference(cuda_ops, k, ns, grid, out_dtype):
+    if cuda_ops._linear_bulk is None:
+        pytest.skip("the bulk-copy GEMV needs compute capability 9.0+")
+    rng = np.random.default_rng(k + sum(ns))
+    x = rand_bf16(rng, (1, k))
+    ws = [rand_bf16(rng, (max(n, 1), k), 0.05) for n in ns]
+    dt = np.dtype(np.float32) if out_dtype == "f32" else np.dtype(bfloat16)
+    s = cuda_ops.stream
+    tensors = [cuda_ops.upload(a) for a in (x, *ws)]
+    y = cuda_ops.device.allocate(sum(ns) * dt.itemsize + 64)
+    try:
+        s.fill(y, 0xFF)  # NaN in every slot the kernel misses
+        n3 = list(ns) + [0] * (3 - len(ns))
+        views = [t.view for t in tensors] + [tensors[1].view] * (4 - len(tensors))
+        scalars = tuple(np.uint32(v) for v in (k, *n3, dt == np.float32, tk.linear_bulk_chunk(k)))
+        s.dispatch(tk.LINEAR_BULK, grid, [*views[:4], y], block=tk.LINEAR_BULK_THREADS, scalars=scalars)
+        got = s.download(y).view(dt)[: sum(ns)]
+    finally:
+        for t in tensors:
+            t.close()
+        y.close()
+    start = 0
+    for w, n in zip(ws, ns):
+        ref, mag = reference(x, w[:n])
+        part = got[start : start + n]
+        (check_f32 if out_dtype == "f32" else check_bf16)(part, ref, *(() if out_dtype == "bf16" else (mag,)))
+        start += n
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k,n", [(16384, 4096), (12288, 6144)], ids=["K16384xN4096", "K12288xN6144"])
+def test_bulk_and_warp_kernels_agree_through_the_op(cuda_ops, k, n):
+    """The same call through the plan's bulk kernel and, with it switched off, the
+    warp-per-row kernel: both within the F32 bound of the float64 reference."""
+    if cuda_ops._linear_bulk is None:
+        pytest.skip("the bulk-copy GEMV needs compute capability 9.0+")
+    assert cuda_ops._linear_geometry(k, [n], np.dtype(np.float32))[0] is tk.LINEAR_BULK
+    TensorOps.use_bulk_linear = False
+    try:
+        warp_ops = TensorOps(cuda_ops.device)
+    finally:
+        TensorOps.use_bulk_linear = True
+    rng = np.random.default_rng(k * n)
+    x = rand_bf16(rng, (1, k))
+    w = (rng.standard_normal((n, k), dtype=np.float32) * 0.02).astype(bfloat16)
+    ref, mag = reference(x, w)
+    with cuda_ops.upload(x) as xt, cuda_ops.upload(w) as wt:
+        for o in (cuda_ops, warp_ops):
+            with o.linear(xt, wt, out_dtype="f32") as y:
+                check_f32(y.numpy()[0], ref, mag)
+        g = cuda_ops.stream.access_graph()  # recorded: the same plan
+        out = cuda_ops.record_linear(g, xt, wt, out_dtype="f32")
+        g.launch()
+        check_f32(out.numpy()[0], ref, mag)
+        out.close()
+        g.close()
