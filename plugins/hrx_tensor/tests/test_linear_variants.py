@@ -232,3 +232,36 @@ def test_bulk_and_warp_kernels_agree_through_the_op(cuda_ops, k, n):
         check_f32(out.numpy()[0], ref, mag)
         out.close()
         g.close()
+
+
+def test_recorded_bulk_linears_run_one_after_another(dev, monkeypatch):
+    """Persistent bulk GEMVs recorded into one graph are chained (each fills the GPU);
+    other linears stay independent branches. The plan's choice is forced here on any
+    engine (the host runs the same numerics for either kernel)."""
+    monkeypatch.setattr(tk, "LINEAR_BULK_MIN_K", 64)
+    monkeypatch.setattr(tk, "LINEAR_BULK_MIN_N", 8)
+    if dev.info.engine == "amdgpu":
+        pytest.skip("the bulk-copy GEMV is Hopper PTX: gfx1151 has no build of it")
+    ops = TensorOps(dev)
+    if ops._linear_bulk is None:
+        if dev.info.engine == "cuda":
+            pytest.skip("the bulk-copy GEMV needs compute capability 9.0+")
+        ops._linear_bulk, ops._sms = tk.LINEAR_BULK, 2
+    rng = np.random.default_rng(5)
+    x = rand_bf16(rng, (1, 64))
+    ws = [rand_bf16(rng, (n, 64), 0.05) for n in (16, 24, 4, 8)]  # N = 4: the warp kernel
+    with ops.upload(x) as xt:
+        wts = [ops.upload(w) for w in ws]
+        g = ops.stream.access_graph()
+        outs = [ops.record_linear(g, xt, wt, out_dtype="f32") for wt in wts]
+        bulk_exe = tk.LINEAR_BULK.executable(dev)
+        kinds = [n.params["executable"] is bulk_exe for n in g.nodes]
+        assert kinds == [True, True, False, True]
+        assert [n.deps for n in g.nodes] == [(), (0,), (), (1,)]
+        g.launch()
+        for w, o in zip(ws, outs):
+            check_f32(o.numpy()[0], *reference(x, w))
+            o.close()
+        g.close()
+        for wt in wts:
+            wt.close()
