@@ -47,6 +47,10 @@ def event_failure(event: Event) -> BaseException | None:
         return None if resolved is CLEAN else resolved
     if not event.completion.done_now():
         return None  # unknown yet; everything upstream of a complete event is complete
+    if not event.upstream:  # the usual case: only its own work can have failed
+        failure = own_failure(event)
+        event.resolved = CLEAN if failure is None else failure
+        return failure
     # post-order over unresolved upstream events (iterative: chains may be long)
     order: list[Event] = []
     stack: list[tuple[Event, bool]] = [(event, False)]

@@ -471,7 +471,8 @@ class Runtime:
             raise InvalidArgument(f"graph: expected a TrackedGraph of this runtime, got {show(graph)}")
         if not isinstance(block, bool):
             raise InvalidArgument(f"block: expected a bool, got {show(block)}")
-        timeout = check_timeout("timeout", timeout)
+        if timeout is not None:
+            timeout = check_timeout("timeout", timeout)
         if graph._closed:
             raise InvalidArgument("graph: is closed")
         if self.closed:
@@ -481,7 +482,7 @@ class Runtime:
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._unstamped:
             self._notice()
-        plan = graph.submit_plan()
+        plan = graph._submit_plan or graph.submit_plan()
         lanes = plan.lanes
         while True:
             self._make_room(block, deadline, timeout)
@@ -630,7 +631,7 @@ class Runtime:
             stream = lane.stream
             with lane.lock:
                 region.encode(lane)
-                event = stream.record_event()
+                event = stream._event()
                 stream._forget_failures()
             if (region.reads_own_writes and previous is not None
                     and not (previous.completion.done_now() and pending_failure(previous) is None)):
@@ -653,7 +654,7 @@ class Runtime:
                 else:
                     ev.completion.wait_quiet()  # another engine: a host completion check
             region.encode(lane)
-            event = stream.record_event()
+            event = stream._event()
             stream._forget_failures()  # a region's failures are reported by its Submission
         if region.data_deps or read_from:
             event.upstream = tuple([events[d] for d in region.data_deps] + read_from)

@@ -65,8 +65,11 @@ LINEAR_LONGER_ROW_MIN_N = 2048
 #: mbarrier completes each). Measured on the H200 (bench/tools/gemv_variants.py
 #: ``--bulk``) against the plan's warp-per-row kernel: 16384x16384 122.6 / 130.1 us,
 #: 16384x4096 34.6 / 36.5, 12288x6144 38.4 / 40.1 (torch 125.2 / 36.6 / 43.7); even at
-#: 8192x8192 (35.6 / 35.8) and slower at 4096x16384 (36.1 / 35.6) (K x N). Chosen for
-#: rows of LINEAR_BULK_MIN_K or more with at least LINEAR_BULK_MIN_N of them.
+#: 8192x8192 (35.6 / 35.8) and slower at 4096x16384 (36.1 / 35.6) (K x N). A second run:
+#: 12288x4096 28.1 / 28.6, 12288x8192 50.1 / 51.9, 12288x16384 95.0 / 98.4, 16384x6144
+#: 51.2 / 52.2, 16384x12288 96.4 / 99.0, 16384x4096 36.5 / 36.4; slower for fewer rows
+#: (16384x2048 21.5 / 21.1, 8192x4096 22.1 / 20.0). Chosen for rows of
+#: LINEAR_BULK_MIN_K or more with at least LINEAR_BULK_MIN_N of them.
 LINEAR_BULK_MIN_K = 12288
 LINEAR_BULK_MIN_N = 4096
 LINEAR_BULK_BLOCKS_PER_SM = 8
@@ -275,7 +278,7 @@ __device__ __forceinline__ unsigned short hrx_bulk_bf16_rn(float f) {
     return (unsigned short)(u >> 16);
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if !defined(__AMDGCN__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ unsigned int hrx_shared_u32(const void* p) {
     unsigned int a;
     asm volatile("{ .reg .u64 p; cvta.to.shared.u64 p, %%1; cvt.u32.u64 %%0, p; }\n" : "=r"(a) : "l"(p));
@@ -318,13 +321,13 @@ __device__ __forceinline__ void hrx_bulk_wait(unsigned int bar, unsigned int pha
 // against x through the read-only cache, one F32 sum a thread; a row's sum is reduced
 // across the block in warp order (deterministic) once its last chunk is read, and thread
 // 0 refills the stage once every thread is done with it.
-extern "C" __global__ void __launch_bounds__(HRX_BULK_THREADS)
+extern "C" __global__ void __launch_bounds__(%(threads)d)
 hrx_tensor_linear_bulk(const uint4* __restrict__ x, const unsigned char* __restrict__ w0,
                        const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
                        unsigned char* __restrict__ y, unsigned int K, unsigned int N0, unsigned int N1,
                        unsigned int N2, unsigned int out_f32, unsigned int chunk) {
     hrx_grid_dependencies();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if !defined(__AMDGCN__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     __shared__ __align__(128) uint4 ring[HRX_BULK_STAGES][HRX_BULK_CHUNK / 16];
     __shared__ __align__(8) unsigned long long bars[HRX_BULK_STAGES];
     __shared__ float red[2][HRX_BULK_THREADS / 32];  // by row parity: thread 0 reads one while the next row writes the other
@@ -369,8 +372,10 @@ hrx_tensor_linear_bulk(const uint4* __restrict__ x, const unsigned char* __restr
                                row_bytes, w0, w1, w2, N0, N1);
         }
     }
+#elif defined(__AMDGCN__)
+    __builtin_trap();  // CUDA sm_90+ only: the plan never launches it elsewhere
 #else
-    asm volatile("trap;");  // sm_90+ only: the plan never launches it elsewhere
+    asm volatile("trap;");  // (NVRTC has no __builtin_trap)
 #endif
 }
 """

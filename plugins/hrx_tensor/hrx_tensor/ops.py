@@ -393,8 +393,9 @@ class TensorOps(OpFamily):
         declared access gives)."""
         (kernel, *rest), kw = launch
         deps = None
-        if kernel is self._linear_bulk:
-            exe = kernel.executable(self.device)
+        bulk = self._linear_bulk
+        if bulk is not None and kernel is bulk:
+            exe = bulk.executable(self.device)
             for node in reversed(g.nodes):
                 if node.kind == "dispatch" and node.params["executable"] is exe:
                     deps = [node]
