@@ -228,13 +228,17 @@ __device__ __forceinline__ float hrx_gemv_combine(float s, const HrxGemvWarp& r,
 }
 """
 
-LINEAR_CUDA = GEMV_CUDA + r"""
+# Round to nearest even (bit-exact __float2bfloat16_rn without cuda_bf16.h).
+BF16_RN_CUDA = r"""
 __device__ __forceinline__ unsigned short hrx_f32_to_bf16_rn(float f) {
     unsigned int u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);  // quiet NaN
     u += 0x7fffu + ((u >> 16) & 1u);
     return (unsigned short)(u >> 16);
 }
+"""
+
+LINEAR_CUDA = GEMV_CUDA + BF16_RN_CUDA + r"""
 
 extern "C" __global__ void __launch_bounds__(256)
 hrx_tensor_linear(const uint4* __restrict__ x, const unsigned short* __restrict__ w0,
@@ -270,13 +274,6 @@ _LINEAR_BULK_BODY = r"""
 #define HRX_BULK_THREADS %(threads)d
 #define HRX_BULK_STAGES %(stages)d
 #define HRX_BULK_CHUNK %(chunk)d
-
-__device__ __forceinline__ unsigned short hrx_bulk_bf16_rn(float f) {
-    unsigned int u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);  // quiet NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (unsigned short)(u >> 16);
-}
 
 #if !defined(__AMDGCN__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ unsigned int hrx_shared_u32(const void* p) {
@@ -365,7 +362,7 @@ hrx_tensor_linear_bulk(const uint4* __restrict__ x, const unsigned char* __restr
                 for (unsigned int i = 0; i < HRX_BULK_THREADS / 32; ++i) sum += red[lr & 1u][i];
                 const unsigned int row = blockIdx.x + lr * gridDim.x;
                 if (out_f32) reinterpret_cast<float*>(y)[row] = sum;
-                else reinterpret_cast<unsigned short*>(y)[row] = hrx_bulk_bf16_rn(sum);
+                else reinterpret_cast<unsigned short*>(y)[row] = hrx_f32_to_bf16_rn(sum);
             }
             if (c + HRX_BULK_STAGES < total)
                 hrx_bulk_issue(hrx_shared_u32(ring[s]), hrx_shared_u32(&bars[s]), c + HRX_BULK_STAGES, cpr, chunk,
@@ -386,7 +383,7 @@ def linear_bulk_source(threads: int = LINEAR_BULK_THREADS, stages: int = LINEAR_
     """CUDA source of ``hrx_tensor_linear_bulk`` with ``threads`` a block, ``stages``
     ring stages of ``chunk`` bytes (the shipped kernel: the LINEAR_BULK_* constants;
     bench/tools/gemv_variants.py measures others)."""
-    return GEMV_CUDA + _LINEAR_BULK_BODY % {"threads": threads, "stages": stages, "chunk": chunk}
+    return GEMV_CUDA + BF16_RN_CUDA + _LINEAR_BULK_BODY % {"threads": threads, "stages": stages, "chunk": chunk}
 
 
 LINEAR_BULK_CUDA = linear_bulk_source()
