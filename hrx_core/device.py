@@ -153,6 +153,12 @@ class QueueSlot:
         timeline = self._timeline or self.timeline
         native.signal(timeline, value)
         native.submit()
+        return self._signaled_locked(timeline, value)
+
+    def _signaled_locked(self, timeline: Timeline, value: int) -> list[Any]:
+        """After a signal of ``value`` (the pending value) was encoded and submitted
+        under ``lock``: advance the values; return owners of finished work, to release
+        after the lock."""
         self.signaled = value
         self.pending_value = value + 1
         self.unsignaled_ops = 0

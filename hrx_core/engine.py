@@ -295,6 +295,18 @@ class NativeGraph(abc.ABC):
         """
         return False
 
+    def launch_signaled(self, queue: NativeQueue, timeline: Timeline, value: int) -> bool:
+        """:meth:`launch` on ``queue``, then a signal of ``timeline`` to ``value`` on it:
+        one runtime resubmission. An engine may do both in one native call.
+
+        Returns True once both are encoded. Raises (having encoded nothing) where the
+        launch fails. Returns False where the launch went through but the signal was not
+        encoded: the core then emits it through :meth:`NativeQueue.signal`, which
+        reports that failure itself. The default makes the two calls."""
+        self.launch(queue)
+        queue.signal(timeline, value)
+        return True
+
     def close(self) -> None:  # noqa: B027
         """Destroy."""
 

@@ -34,6 +34,7 @@ from .record import LaunchRecord, merge_uses
 from .stream import Stream, _dims, _narrower
 
 if TYPE_CHECKING:
+    from .device import QueueSlot
     from .model.tensor import DeviceTensor
 
 
@@ -418,13 +419,7 @@ class Graph:
         slot = stream.slot
         extra: list[tuple[Allocation, int, int, bool]] = []
         with slot.lock:
-            if record.epoch != EPOCH.value:
-                record.validate("graph")
-            for exe in self._executables:
-                if exe.unloaded:
-                    raise InvalidArgument(f"graph: kernel {exe.name!r} was unloaded (a closed program); nothing was launched")
-            if slot.closed:
-                raise InvalidArgument(f"{slot.name}: device is closed")
+            self._check_launchable(record, slot)
             if chosen or (self._default_keys and self._rebound):  # graphs without inputs skip the check
                 extra = self._apply_inputs(chosen or {})
             held: list[Any] = []
@@ -450,6 +445,70 @@ class Graph:
             slot.release_retired(done)
         for a, start, end, writes in extra:
             a.note_use(completion, start, end, writes)
+        self.launches += 1
+        self.device.stats.graph_launches += 1
+        return completion
+
+    def _check_launchable(self, record: LaunchRecord, slot: QueueSlot) -> None:
+        """What a replay checks under the queue's lock: the launch record is current
+        (one epoch read while nothing changed), no kernel was unloaded, the queue is open."""
+        if record.epoch != EPOCH.value:
+            record.validate("graph")
+        for exe in self._executables:
+            if exe.unloaded:
+                raise InvalidArgument(f"graph: kernel {exe.name!r} was unloaded (a closed program); nothing was launched")
+        if slot.closed:
+            raise InvalidArgument(f"{slot.name}: device is closed")
+
+    def _launch_signaled(self, stream: Stream) -> Completion:
+        """``launch(stream)`` with its default bindings, then the signal covering it,
+        under one hold of the queue's lock: the runtime's resubmission path (a region
+        replays its graph and records an event right after). Returns the completion of
+        the signalled value. Same checks, results and failures as the two calls; the
+        caller (the runtime) validated ``stream`` when the region was made."""
+        slot = stream.slot
+        record = self._record
+        if self._plan is None or record is None or self._closed or (self._default_keys and self._rebound) \
+                or stream.device is not self.device or not self.nodes:
+            self.launch(stream)
+            stream.slot.flush()
+            last = stream._last
+            return last if last is not None else Completion(slot, 0)
+        encode = self._plan[2]
+        native_graph = self._native if self.device.info.native_graphs else None
+        held: _GraphHold | None = None
+        with slot.lock:
+            self._check_launchable(record, slot)
+            if self.owned:
+                with self._hold_lock:
+                    self._holds += 1
+                held = _GraphHold(self)
+            native = slot._native or slot.native
+            value = slot.pending_value
+            signaled = False
+            try:
+                if native_graph is not None:
+                    signaled = native_graph.launch_signaled(native, slot._timeline or slot.timeline, value)
+                else:
+                    encode(native)
+                if native.needs_submit:
+                    native.submit()  # a refused submission drops what it would have run
+            except BaseException:
+                if held is not None:
+                    held.release()
+                raise
+            # what commit_locked and the flush after it do, with one signal
+            if held is not None:
+                slot.retained.append((value, held))
+            if signaled:
+                done = slot._signaled_locked(slot._timeline or slot.timeline, value)
+            else:
+                slot.unsignaled_ops += 1
+                done = slot._flush_locked()
+            completion = stream._done(value)
+            record.last[slot] = completion
+        if done:
+            slot.release_retired(done)
         self.launches += 1
         self.device.stats.graph_launches += 1
         return completion

@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hrx_core.conformance import adder_graph
 from hrx_core.execution import Runtime, RuntimeOptions
 
 from .conftest import count_calls
-from .kernels import INC_BYTES, SLEEPY
+from .kernels import ADD_U32, INC_BYTES, SLEEPY
 
 
 def test_the_submission_plan_is_computed_once_per_graph(dev):
@@ -218,3 +219,92 @@ def test_trace_rows_are_built_when_the_trace_is_read(dev, monkeypatch):
     assert held == 40 and dropped == 400 - 40
     assert kinds.count("X") == 20 and kinds.count("C") == 10  # and 10 flows (an "s" and an "f" each)
     assert slices[-2:] == [("a", []), ("b", [0])]
+
+
+def test_a_resubmission_launches_and_signals_under_one_hold_of_the_queue(dev, monkeypatch):
+    from hrx_core.device import QueueSlot
+
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    x, g = adder_graph(rt)
+    rt.submit(g).wait(60)
+    slot = rt.lane("compute").stream.slot
+    bookkeeping = count_calls(monkeypatch, QueueSlot, "_signaled_locked")
+    flushes = count_calls(monkeypatch, QueueSlot, "_flush_locked")
+    native = g.regions[0].device_graph._native
+    fused = count_calls(monkeypatch, type(native), "launch_signaled") if native is not None else None
+    signaled = slot.signaled
+    subs = [rt.submit(g) for _ in range(10)]
+    assert bookkeeping[0] == 10  # one signal a submission, recorded once
+    assert slot.signaled == signaled + 10
+    if fused is not None:  # native graphs: the engine launches and signals in one call
+        assert fused[0] == 10 and flushes[0] == 0
+    assert [s.events[0].completion.value for s in subs] == list(range(signaled + 1, signaled + 11))
+    subs[-1].wait(60)
+    assert (rt.lane("compute").stream.download(x).view(np.uint32)[:64] == 11).all()
+    rt.close()
+
+
+def test_a_resubmission_the_engine_fails_to_launch_changes_nothing(dev, monkeypatch):
+    import hrx_core as hrx
+
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    x, g = adder_graph(rt)
+    rt.submit(g).wait(60)
+    device_graph = g.regions[0].device_graph
+    native = device_graph._native
+    if native is None:
+        pytest.skip(f"{dev.name}: no native graphs")
+    slot = rt.lane("compute").stream.slot
+    before = (slot.pending_value, slot.signaled, len(slot.retained), device_graph._holds, device_graph.launches)
+
+    def refuse(self, queue, timeline, value):
+        raise hrx.DeviceError("injected launch failure")
+
+    monkeypatch.setattr(type(native), "launch_signaled", refuse)
+    with pytest.raises(hrx.DeviceError, match="injected"):
+        rt.submit(g)
+    assert (slot.pending_value, slot.signaled, len(slot.retained), device_graph._holds, device_graph.launches) == before
+    monkeypatch.undo()
+    rt.submit(g).wait(60)
+    assert (rt.lane("compute").stream.download(x).view(np.uint32)[:64] == 2).all()
+    rt.close()
+
+
+def test_a_signal_the_engine_leaves_to_the_queue_is_emitted(dev, monkeypatch):
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    x, g = adder_graph(rt)
+    native = g.regions[0].device_graph._native
+    if native is None:
+        pytest.skip(f"{dev.name}: no native graphs")
+
+    def launch_only(self, queue, timeline, value):
+        self.launch(queue)
+        return False  # launched; the signal was not encoded
+
+    monkeypatch.setattr(type(native), "launch_signaled", launch_only)
+    slot = rt.lane("compute").stream.slot
+    signaled = slot.signaled
+    subs = [rt.submit(g) for _ in range(3)]
+    assert slot.signaled == signaled + 3
+    for s in subs:
+        s.wait(60)
+    assert (rt.lane("compute").stream.download(x).view(np.uint32)[:64] == 3).all()
+    rt.close()
+
+
+def test_a_stale_graph_refuses_the_launch_and_signal_path(dev):
+    import hrx_core as hrx
+
+    s = dev.stream()
+    buf = s.allocate_from(np.zeros(64, np.uint32))
+    g = s.access_graph()
+    g.dispatch(ADD_U32, 1, [buf], block=64, scalars=(1, 64))
+    done = g._launch_signaled(s)
+    assert done.value == s.slot.signaled
+    done.wait(60)
+    before = (s.slot.pending_value, s.slot.signaled, g.launches)
+    buf.close()
+    with pytest.raises(hrx.InvalidArgument, match="closed"):
+        g._launch_signaled(s)
+    assert (s.slot.pending_value, s.slot.signaled, g.launches) == before
+    g.close()

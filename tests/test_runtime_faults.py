@@ -63,8 +63,8 @@ def test_failed_submission_quarantines_accepted_regions():
     g.compute("sleep", lambda r: r.dispatch(SLEEPY, 1, [x.slice(0, 4)], scalars=(300_000_000,)))
     g.fill(x.slice(8, 8), pattern=1)
     g.download(x)
-    # 1: the sleep region, 2: its event; 3: the fill region fails
-    dev.native.faults.fail_submit(after=2)
+    # 1: the sleep region and its event (one submission); 2: the fill region fails
+    dev.native.faults.fail_submit(after=1)
     with pytest.raises(hrx.DeviceError, match="injected"):
         rt.submit(g)
     assert rt.quarantined and "failed submission" in rt.quarantined[0][1]

@@ -29,7 +29,7 @@ from ..hazards import HazardTracker
 from ..placement import backing_of
 
 if TYPE_CHECKING:
-    from ..completion import Event
+    from ..completion import Completion, Event
     from ..model.tensor import DeviceTensor
     from .lanes import Lane
     from .runtime import Runtime
@@ -102,6 +102,13 @@ class Region:
         """Encode this region's work on ``lane`` (the runtime holds the lane)."""
         raise NotImplementedError
 
+    def encode_signaled(self, lane: Lane) -> Completion:
+        """:meth:`encode`, then a signal covering it; returns its completion (the
+        runtime holds the lane). Regions that replay a recorded graph do both under
+        one hold of the queue's lock."""
+        self.encode(lane)
+        return lane.stream._event().completion
+
     def close(self) -> None:
         """Release what the region owns."""
 
@@ -131,6 +138,9 @@ class _RecordedRegion(Region):
 
     def encode(self, lane: Lane) -> None:
         self.device_graph.launch(lane.stream)
+
+    def encode_signaled(self, lane: Lane) -> Completion:
+        return self.device_graph._launch_signaled(lane.stream)
 
     def close(self) -> None:
         self.device_graph.close()

@@ -30,6 +30,7 @@ import attrs
 
 from ..budget import MemoryBudget
 from ..buffer import Allocation, Buffer, check_int
+from ..completion import Event
 from ..errors import HRXError, InvalidArgument, QueueFull, Timeout, Unsupported, show, strict_init
 from ..timeouts import check_timeout, remaining
 from .failures import event_failure, own_failure, pending_failure, raise_event_failure
@@ -39,7 +40,6 @@ from .lanes import LANES, Lane
 log = logging.getLogger("hrx.runtime")
 
 if TYPE_CHECKING:
-    from ..completion import Event
     from ..device import Device
 
 
@@ -630,8 +630,7 @@ class Runtime:
                 and self.fast_resubmit):
             stream = lane.stream
             with lane.lock:
-                region.encode(lane)
-                event = stream._event()
+                event = Event(region.encode_signaled(lane))
                 stream._forget_failures()
             if (region.reads_own_writes and previous is not None
                     and not (previous.completion.done_now() and pending_failure(previous) is None)):
@@ -653,8 +652,7 @@ class Runtime:
                     stream.wait_event(ev)
                 else:
                     ev.completion.wait_quiet()  # another engine: a host completion check
-            region.encode(lane)
-            event = stream._event()
+            event = Event(region.encode_signaled(lane))
             stream._forget_failures()  # a region's failures are reported by its Submission
         if region.data_deps or read_from:
             event.upstream = tuple([events[d] for d in region.data_deps] + read_from)

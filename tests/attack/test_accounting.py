@@ -64,7 +64,7 @@ def test_repeated_failed_submissions_quarantine_an_allocation_once():
     dev = rt.device
     g.fill(x.slice(8, 8), pattern=1)
     for _ in range(40):
-        dev.native.faults.fail_submit(after=2)  # the sleep is accepted, the fill fails
+        dev.native.faults.fail_submit(after=1)  # the sleep is accepted, the fill fails
         with pytest.raises(hrx.DeviceError, match="injected"):
             rt.submit(g)
         assert len(rt.quarantined) <= 1

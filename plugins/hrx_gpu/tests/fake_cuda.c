@@ -17,7 +17,8 @@ enum {
     FAKE_ADD_OTHER_NODE = 5,
     FAKE_INSTANTIATE = 6,
     FAKE_ADD_EDGE = 7,
-    FAKE_KINDS = 8
+    FAKE_WRITE_VALUE = 8,
+    FAKE_KINDS = 9
 };
 
 typedef struct {
@@ -181,6 +182,18 @@ CUresult cuGraphLaunch(void *exec, void *stream)
     fake_call *c = record(FAKE_GRAPH_LAUNCH);
     c->exec = (uintptr_t)exec;
     c->stream = (uintptr_t)stream;
+    return result(c);
+}
+
+/* A signal: node = the address written, values[0] = the value. */
+CUresult cuStreamWriteValue64_v2(void *stream, uint64_t address, uint64_t value, unsigned int flags)
+{
+    fake_call *c = record(FAKE_WRITE_VALUE);
+    c->stream = (uintptr_t)stream;
+    c->node = (uintptr_t)address;
+    c->values[0] = value;
+    c->nvalues = 1;
+    c->shared = flags;
     return result(c);
 }
 

@@ -28,7 +28,7 @@ from hrx_core.engine import Access, Artifact, BufferArg, GraphNode, NativeBuffer
 from hrx_core.errors import HRXError, InvalidArgument
 
 HERE = Path(__file__).resolve().parent
-LAUNCH, SET_PARAMS, GRAPH_LAUNCH, ADD_KERNEL_NODE, ADD_OTHER_NODE, INSTANTIATE, ADD_EDGE = 1, 2, 3, 4, 5, 6, 7
+LAUNCH, SET_PARAMS, GRAPH_LAUNCH, ADD_KERNEL_NODE, ADD_OTHER_NODE, INSTANTIATE, ADD_EDGE, WRITE_VALUE = 1, 2, 3, 4, 5, 6, 7, 8
 MODES = ("compiled", "python")
 
 FAKE_CDEF = """
@@ -682,6 +682,69 @@ def test_graph_sticky_failure_and_launch_failure_are_typed(world: Any, mode: str
     graph.launch(world.queue)
     assert [(c["kind"], c["code"]) for c in fake.calls()] == [(SET_PARAMS, 201), (SET_PARAMS, 0), (GRAPH_LAUNCH, 0)]
     graph.close()
+
+
+def _timeline(world: Any) -> Any:
+    """A CUDA timeline whose counter lives at a fake device address (nothing reads it)."""
+    from hrx_gpu.cuda.timeline import CudaTimeline
+
+    class Counters:
+        def acquire(self) -> tuple[list[int], int]:
+            return [0], 0xC0DE0
+
+    world.device._counters = Counters()
+    return CudaTimeline(world.device)
+
+
+def test_graph_launch_signaled_is_the_replay_then_the_signal(world: Any, mode: str) -> None:
+    """One runtime resubmission: staged patches, the launch, then the timeline write on
+    the same stream -- one compiled call, or the same driver calls from Python."""
+    fake, graph = _start(world)
+    tl = _timeline(world)
+    graph.patch_args([(1, 0, barg(0x66000))])
+    assert graph.launch_signaled(world.queue, tl, 7) is True
+    calls = fake.calls()
+    assert [(c["kind"], c["values"]) for c in calls] == [(SET_PARAMS, (0x66000, 1)), (GRAPH_LAUNCH, ()), (WRITE_VALUE, (7,))]
+    stream = int(fake.driver.ffi.cast("uintptr_t", world.queue.stream))
+    assert calls[1]["stream"] == calls[2]["stream"] == stream and calls[2]["node"] == 0xC0DE0
+    assert tl.max_signaled == 7 and world.queue in tl._signalers.values()
+    fake.reset()
+    assert graph.launch_signaled(world.queue, tl, 8) is True
+    assert [(c["kind"], c["values"]) for c in fake.calls()] == [(GRAPH_LAUNCH, ()), (WRITE_VALUE, (8,))]
+    graph.close()
+
+
+def test_graph_launch_signaled_failures(world: Any, mode: str) -> None:
+    from hrx_gpu.cuda.errors import CudaError
+
+    fake, graph = _start(world)
+    tl = _timeline(world)
+    fake.fail(GRAPH_LAUNCH, 999)
+    with pytest.raises(CudaError) as info:
+        graph.launch_signaled(world.queue, tl, 3)
+    assert info.value.call == "cuGraphLaunch"
+    assert [c["kind"] for c in fake.calls()] == [GRAPH_LAUNCH] and tl.max_signaled == 0  # no signal after a failed launch
+    fake.reset()
+    fake.fail(GRAPH_LAUNCH, 201)  # a foreign context switch: the launch is retried, then signalled
+    assert graph.launch_signaled(world.queue, tl, 3) is True
+    assert [(c["kind"], c["code"]) for c in fake.calls()] == [(GRAPH_LAUNCH, 201), (GRAPH_LAUNCH, 0), (WRITE_VALUE, 0)]
+    assert tl.max_signaled == 3
+    fake.reset()
+    fake.fail(WRITE_VALUE, 999)
+    if mode == "compiled":
+        # launched: the signal is left to the queue, whose own call reports or retries it
+        assert graph.launch_signaled(world.queue, tl, 4) is False
+        assert tl.max_signaled == 3
+        world.queue.signal(tl, 4)
+        assert [(c["kind"], c["code"]) for c in fake.calls()] == [(GRAPH_LAUNCH, 0), (WRITE_VALUE, 999), (WRITE_VALUE, 0)]
+    else:
+        with pytest.raises(CudaError) as info:
+            graph.launch_signaled(world.queue, tl, 4)
+        assert info.value.call == "cuStreamWriteValue64"
+        assert [(c["kind"], c["code"]) for c in fake.calls()] == [(GRAPH_LAUNCH, 0), (WRITE_VALUE, 999)]
+    graph.close()
+    with pytest.raises(InvalidArgument, match="closed"):
+        graph.launch_signaled(world.queue, tl, 5)
 
 
 def test_graph_many_patches_without_launch(world: Any, mode: str) -> None:

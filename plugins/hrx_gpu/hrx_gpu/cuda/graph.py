@@ -36,7 +36,7 @@ import array
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from hrx_core.engine import BufferArg, GraphNode, NativeGraph, NativeQueue
+from hrx_core.engine import BufferArg, GraphNode, NativeGraph, NativeQueue, Timeline
 from hrx_core.errors import InvalidArgument
 
 from ._driver import (
@@ -47,9 +47,10 @@ from ._driver import (
     GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
 )
 from .errors import CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CudaError
-from .hot import STEP_LAUNCH, for_driver, py_graph_replay
+from .hot import STEP_LAUNCH, STEP_SIGNAL, for_driver, py_graph_replay
 from .kernel import CudaExecutable, address_of, pack_args
 from .mapped import BLOCK as MAPPED_BLOCK
+from .queue import _cuda_timeline
 
 if TYPE_CHECKING:
     from .device import CudaDevice
@@ -482,6 +483,32 @@ class CudaGraph(NativeGraph):
             self._replay(q, launch=True)
             return
         q.launch_graph(self._exec)
+
+    def launch_signaled(self, queue: NativeQueue, timeline: Timeline, value: int) -> bool:
+        """:meth:`launch`, then ``cuStreamWriteValue64`` of ``value`` to the timeline's
+        counter: one call of the compiled hot path where it was built and the device
+        has stream memory operations (else the two Python calls)."""
+        q: CudaQueue = queue  # type: ignore[assignment]
+        hot = self._hot
+        if hot is None or self.closed or not hot.write_value or not self.device.stream_memops:
+            self.launch(q)
+            q.signal(timeline, value)
+            return True
+        tl = _cuda_timeline(timeline)
+        if CURRENT.ctx is not self.device.ctx:
+            self.device._activate()
+        ncells, self._ncells = self._ncells, 0  # written by the call, whatever it returns
+        result = self._result
+        code = hot.replay_signal(self._record, ncells, q.stream_address, hot.write_value, tl.dptr, value, result)
+        if code:
+            step = int(result.step)
+            if step != STEP_SIGNAL:
+                self._failed(q, True, int(code), step, int(result.node))  # raises, or launched after all
+                q.signal(timeline, value)
+                return True
+            return False  # launched; the queue's own signal reports (or retries) the write
+        tl.note_signal(q, value)
+        return True
 
     def patch_args(self, patches: Sequence[tuple[int, int, BufferArg]]) -> bool:
         """Point buffer arguments of kernel nodes at new ranges (the core validated them).

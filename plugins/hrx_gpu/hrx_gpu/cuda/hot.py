@@ -14,6 +14,10 @@ Two C entry points take the place of several cffi ABI-mode calls each:
   reports its ``CUresult``, the step (:data:`STEP_SET_PARAMS` or :data:`STEP_LAUNCH`)
   and the node; nodes already updated are no longer dirty, so a retry resumes where
   it stopped.
+* :c:func:`hrx_graph_replay_signal` -- the same replay with its launch, then
+  ``cuStreamWriteValue64`` of a timeline value on the same stream: a runtime
+  resubmission's launch and completion signal in one call. A failing write is
+  reported as :data:`STEP_SIGNAL` after a launch that went through.
 
 The driver's functions reach the C code as addresses taken from the ABI-mode
 ``libcuda`` the engine loaded (``ffi.cast("uintptr_t", lib.cuLaunchKernel)``): the
@@ -34,8 +38,9 @@ from typing import Any
 
 from hrx_core import hotpath
 
-#: ``hrx_replay_result.step``: nothing failed, a node update failed, the launch failed.
-STEP_NONE, STEP_SET_PARAMS, STEP_LAUNCH = 0, 1, 2
+#: ``hrx_replay_result.step``: nothing failed, a node update failed, the launch failed,
+#: the signal after a launch failed.
+STEP_NONE, STEP_SET_PARAMS, STEP_LAUNCH, STEP_SIGNAL = 0, 1, 2, 3
 
 CDEF = r"""
 typedef struct {
@@ -73,12 +78,14 @@ typedef struct {
 
 typedef struct {
     int code;                  /* the first CUresult that failed, else 0 */
-    int step;                  /* 0 none, 1 cuGraphExecKernelNodeSetParams, 2 cuGraphLaunch */
+    int step;                  /* 0 none, 1 cuGraphExecKernelNodeSetParams, 2 cuGraphLaunch, 3 cuStreamWriteValue64 */
     long long node;            /* the node whose update failed, else -1 */
 } hrx_replay_result;
 
 int hrx_launch(const hrx_launch_record *record);
 int hrx_graph_replay(hrx_graph_record *graph, size_t ncells, uintptr_t stream, int launch, hrx_replay_result *result);
+int hrx_graph_replay_signal(hrx_graph_record *graph, size_t ncells, uintptr_t stream, uintptr_t write_value,
+                            uint64_t address, uint64_t value, hrx_replay_result *result);
 """
 
 SOURCE = r"""
@@ -91,6 +98,7 @@ typedef hrx_CUresult (*hrx_launch_fn)(void *f, unsigned int gx, unsigned int gy,
                                       unsigned int shared, void *stream, void **params, void **extra);
 typedef hrx_CUresult (*hrx_set_params_fn)(void *exec, void *node, const void *params);
 typedef hrx_CUresult (*hrx_graph_launch_fn)(void *exec, void *stream);
+typedef hrx_CUresult (*hrx_write_value_fn)(void *stream, uint64_t address, uint64_t value, unsigned int flags);
 
 typedef struct {
     uintptr_t launch;
@@ -178,6 +186,20 @@ int hrx_graph_replay(hrx_graph_record *g, size_t ncells, uintptr_t stream, int l
     }
     return 0;
 }
+
+int hrx_graph_replay_signal(hrx_graph_record *g, size_t ncells, uintptr_t stream, uintptr_t write_value,
+                            uint64_t address, uint64_t value, hrx_replay_result *out)
+{
+    hrx_CUresult code = hrx_graph_replay(g, ncells, stream, 1, out);
+    if (code)
+        return code;
+    code = ((hrx_write_value_fn)write_value)((void *)stream, address, value, 0);
+    if (code) {
+        out->code = code;
+        out->step = 3;
+    }
+    return code;
+}
 """
 
 NAME = "cuda_hot"
@@ -203,10 +225,14 @@ class CudaHot:
         #: ``hrx_launch(record)`` and ``hrx_graph_replay(record, ncells, stream, launch, result)``.
         self.launch = mod.lib.hrx_launch
         self.replay = mod.lib.hrx_graph_replay
+        #: ``hrx_graph_replay_signal(record, ncells, stream, write_value, address, value, result)``.
+        self.replay_signal = mod.lib.hrx_graph_replay_signal
         dffi, dlib = driver.ffi, driver.lib
         self.launch_kernel = int(dffi.cast("uintptr_t", dlib.cuLaunchKernel))
         self.set_params = int(dffi.cast("uintptr_t", dlib.cuGraphExecKernelNodeSetParams_v2))
         self.graph_launch = int(dffi.cast("uintptr_t", dlib.cuGraphLaunch))
+        #: ``cuStreamWriteValue64`` (0 where the driver lacks stream memory operations)
+        self.write_value = 0 if driver.write_value64 is None else int(dffi.cast("uintptr_t", driver.write_value64))
 
     def launch_record(
         self,
