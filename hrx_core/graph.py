@@ -19,6 +19,7 @@ others replay the nodes in recording order on the stream's queue.
 from __future__ import annotations
 
 import threading
+import weakref
 
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -57,6 +58,11 @@ class Node:
 
 
 _Resolved = dict[int, tuple[Allocation, int]]  # id(buffer) -> (allocation, base offset)
+
+
+#: Rebinding memos: validated bindings kept per input, argument-cell patches per graph.
+_INPUT_MEMO = 4
+_PATCH_MEMO = 64
 
 
 class _GraphHold:
@@ -112,6 +118,12 @@ class Graph:
         # per input: (id(allocation), start) of its default, and what the native graph holds
         self._default_keys: dict[str, tuple[int, int]] = {}
         self._bound: dict[str, tuple[int, int]] = {}
+        # rebinding memos, dropped with the launch record and stale once EPOCH moves:
+        # per input, Buffer/View bindings validated before -- id(value) -> (weak
+        # reference, epoch, (allocation, start, end, writes), bound elsewhere); and per
+        # (input, (id(allocation), start)) its argument-cell patches (epoch, patches)
+        self._input_memo: dict[str, dict[int, tuple[Any, int, tuple[Allocation, int, int, bool], bool]]] = {}
+        self._patch_memo: dict[tuple[str, tuple[int, int]], tuple[int, list[tuple[int, int, BufferArg]]]] = {}
         # owned graphs: each node's native commands, prepared when it was recorded
         self._prepared: list[list[tuple[str, dict[str, Any]]]] = []
         self._closed = False
@@ -561,19 +573,39 @@ class Graph:
         chosen: dict[str, tuple[Allocation, int, int, bool]] = {}
         seen: set[int] = set()
         shared = False
-        defaults = self._default_allocs or {id(b._alloc): b._alloc for b in self._buffers.values()}
+        defaults: dict[int, Allocation] | None = None
+        memo = self._input_memo
+        epoch = EPOCH.value  # read first: a change during the checks makes the memo stale
         for name, value in inputs.items():
-            _, view, used = self._input_binding(name, value)
-            alloc = view.buffer.allocation
-            writes = bool(int(used) & 2)
-            if alloc.host_maps or alloc.host_dirty:
-                alloc.check_device_use(view.start, view.end, writes)
-            if id(alloc) in seen:
+            per = memo.get(name) if type(name) is str else None
+            hit = per.get(id(value)) if per is not None else None
+            if hit is not None and hit[1] == epoch and hit[0]() is value:
+                # validated before, and no handle closed, memory freed or host mapping
+                # made since (each moves EPOCH)
+                entry, elsewhere = hit[2], hit[3]
+            else:
+                _, view, used = self._input_binding(name, value)
+                alloc = view.buffer.allocation
+                writes = bool(int(used) & 2)
+                mapped = alloc.host_maps or alloc.host_dirty
+                if mapped:
+                    alloc.check_device_use(view.start, view.end, writes)
+                if defaults is None:
+                    defaults = self._default_allocs or {id(b._alloc): b._alloc for b in self._buffers.values()}
+                entry = (alloc, view.start, view.end, writes)
+                # memory bound elsewhere (binding an input's own default is not)
+                elsewhere = id(alloc) in defaults and (id(alloc), view.start) != self._default_keys.get(name)
+                if not mapped and (type(value) is Buffer or type(value) is View):
+                    if per is None:
+                        per = memo[name] = {}
+                    elif len(per) >= _INPUT_MEMO:
+                        del per[next(iter(per))]
+                    per[id(value)] = (weakref.ref(value), epoch, entry, elsewhere)
+            key = id(entry[0])
+            if key in seen or elsewhere:
                 shared = True
-            elif id(alloc) in defaults and (id(alloc), view.start) != self._default_keys.get(name):
-                shared = True  # memory bound elsewhere (binding an input's own default is not)
-            seen.add(id(alloc))
-            chosen[name] = (alloc, view.start, view.end, writes)
+            seen.add(key)
+            chosen[name] = entry
         if shared:
             self._resolve(inputs)  # the full overlap check (raises Overlap)
         return chosen
@@ -605,8 +637,16 @@ class Graph:
                 continue
             changed[name] = key
             slow.update(self._slow.get(name, ()))
-            for native_index, arg, off, n, acc in self._cells.get(name, ()):
-                patches.append((native_index, arg, BufferArg(alloc.native, start + off, n, acc)))
+            hit = self._patch_memo.get((name, key))
+            if hit is not None and hit[0] == EPOCH.value:
+                patches.extend(hit[1])
+                continue
+            mine = [(native_index, arg, BufferArg(alloc.native, start + off, n, acc))
+                    for native_index, arg, off, n, acc in self._cells.get(name, ())]
+            if len(self._patch_memo) >= _PATCH_MEMO:
+                self._patch_memo.clear()
+            self._patch_memo[(name, key)] = (EPOCH.value, mine)
+            patches.extend(mine)
         if patches and not native.patch_args(patches):
             slow.update(self._node_of_native[i] for i, _, _ in patches)
         if slow:
@@ -658,6 +698,8 @@ class Graph:
 
     def _drop_record(self) -> None:
         self._plan = None
+        self._input_memo = {}
+        self._patch_memo = {}
         record, self._record = self._record, None
         if record is not None:
             record.close()

@@ -13,6 +13,7 @@ import hrx_core as hrx
 from hrx_core.buffer import EPOCH
 from hrx_core.record import LaunchRecord
 
+from .conftest import count_calls
 from .kernels import ADD_U32, SLEEPY, launch_1d
 
 N = 1024
@@ -195,6 +196,54 @@ def test_refused_rebinding_changes_nothing(dev):
         g.launch(inputs={"x": closed})
     g.launch().wait()
     assert (_u32(s, x) == 202).all() and (_u32(s, y) == 20).all()
+
+
+def test_remembered_bindings_honour_every_invalidation(dev, monkeypatch):
+    """A graph remembers the Buffer and View bindings it validated (a few per input);
+    a remembered one is used only while EPOCH stands still, so closing, freeing and
+    host-mapping memory re-validate it, and other objects are always validated."""
+    from hrx_core.graph import _INPUT_MEMO
+
+    s = dev.stream()
+    x, y = (s.allocate_from(np.zeros(N, np.uint32)) for _ in range(2))
+    a, b = (s.allocate_from(np.zeros(N, np.uint32)) for _ in range(2))
+    g = _graph_with_inputs(s, x, y)
+    g.launch().wait()
+    checks = count_calls(monkeypatch, type(g), "_input_binding")
+    view = b.slice(0, N * 4)
+    for _ in range(3):  # alternating bindings: validated once each
+        g.launch(inputs={"x": a, "y": view}).wait()
+        g.launch(inputs={"x": b.slice(0, N * 4)}).wait()  # a new View object each time
+    assert checks[0] == 2 + 3
+    assert (_u32(s, a) == 3 * 101).all() and (_u32(s, b) == 3 * 10 + 3 * 101).all()
+    # a host mapping moves EPOCH: validated again, and refused while it is open
+    shared = dev.allocate_shared(N * 4) if dev.info.coherent_shared_memory else None
+    if shared is not None:
+        s.fill(shared, 0).wait()
+        g.launch(inputs={"x": shared}).wait()
+        with shared.map("read"):
+            with pytest.raises(hrx.AccessConflict):
+                g.launch(inputs={"x": shared})
+        g.launch(inputs={"x": shared}).wait()
+        assert (_u32(s, shared) == 2 * 101).all()
+    # closing moves EPOCH: a remembered binding of a closed buffer is refused
+    g.launch(inputs={"x": a}).wait()
+    a.close()
+    with pytest.raises(hrx.InvalidArgument, match="closed"):
+        g.launch(inputs={"x": a})
+    # memory freed behind a remembered binding: the next object is validated afresh
+    c = s.allocate_from(np.zeros(N, np.uint32))
+    g.launch(inputs={"x": c}).wait()
+    del c
+    gc.collect()
+    small = dev.allocate(16)
+    with pytest.raises(hrx.InvalidArgument, match="bytes"):
+        g.launch(inputs={"x": small})
+    for _ in range(2 * _INPUT_MEMO):  # bounded: a few bindings an input
+        g.launch(inputs={"y": s.allocate_from(np.zeros(N, np.uint32))}).wait()
+    assert len(g._input_memo["y"]) <= _INPUT_MEMO
+    g.launch().wait()
+    assert (_u32(s, x) == (2 + 2 * _INPUT_MEMO) * 101).all()  # the launches that kept x's default
 
 
 def test_binding_an_inputs_own_default_needs_no_overlap_pass(dev, monkeypatch):
