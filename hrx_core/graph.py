@@ -118,6 +118,8 @@ class Graph:
         # per input: (id(allocation), start) of its default, and what the native graph holds
         self._default_keys: dict[str, tuple[int, int]] = {}
         self._bound: dict[str, tuple[int, int]] = {}
+        #: whether the native graph holds other memory than the defaults for an input
+        self._rebound = False
         # rebinding memos, dropped with the launch record and stale once EPOCH moves:
         # per input, Buffer/View bindings validated before -- id(value) -> (weak
         # reference, epoch, (allocation, start, end, writes), bound elsewhere); and per
@@ -432,7 +434,7 @@ class Graph:
         extra: list[tuple[Allocation, int, int, bool]] = []
         with slot.lock:
             self._check_launchable(record, slot)
-            if chosen or (self._default_keys and self._rebound):  # graphs without inputs skip the check
+            if chosen or self._rebound:  # graphs without inputs skip the check
                 extra = self._apply_inputs(chosen or {})
             held: list[Any] = []
             if self.owned:
@@ -480,7 +482,7 @@ class Graph:
         caller (the runtime) validated ``stream`` when the region was made."""
         slot = stream.slot
         record = self._record
-        if self._plan is None or record is None or self._closed or (self._default_keys and self._rebound) \
+        if self._plan is None or record is None or self._closed or self._rebound \
                 or stream.device is not self.device or not self.nodes:
             self.launch(stream)
             stream.slot.flush()
@@ -610,10 +612,9 @@ class Graph:
             self._resolve(inputs)  # the full overlap check (raises Overlap)
         return chosen
 
-    @property
-    def _rebound(self) -> bool:
-        """Whether the native graph holds other memory than the defaults for an input."""
-        return any(self._bound.get(n) != k for n, k in self._default_keys.items())
+    def _note_bound(self) -> None:
+        """Recompute :attr:`_rebound` after ``_bound`` changed."""
+        self._rebound = any(self._bound.get(n) != k for n, k in self._default_keys.items())
 
     def _apply_inputs(self, chosen: Mapping[str, tuple[Allocation, int, int, bool]]) -> list[tuple[Allocation, int, int, bool]]:
         """Make the native graph hold ``chosen`` (defaults for inputs not named);
@@ -662,6 +663,7 @@ class Graph:
                 for i, (kind, params) in zip(self._native_map[index], self._expand(node, resolved, limit)):
                     native.update(i, GraphNode(kind, deps, params))
         self._bound.update(changed)
+        self._note_bound()
         return extra
 
     def _make_plan(self, resolved: _Resolved, *, cache: bool) -> tuple[list[Allocation], list[tuple[Allocation, int, int, bool]], Any]:
@@ -715,6 +717,7 @@ class Graph:
             self._node_of_native = {i: index for index, mine in enumerate(mapping) for i in mine}
             self._default_keys = {name: (id(b._alloc), b._base) for name, b in self._inputs.items()}
             self._bound = dict(self._default_keys)
+            self._rebound = False
             self._cells, self._slow = {}, {}
             for name, declared in self._inputs.items():
                 cells: list[tuple[int, int, int, int, Access]] = []
