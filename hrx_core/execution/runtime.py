@@ -110,7 +110,6 @@ class Submission:
         #: order of submission within the runtime (hazards follow it)
         self.sequence = 0
         self._settled = False
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         state = "complete" if self.is_complete else "pending"
@@ -166,8 +165,9 @@ class Submission:
         self.wait(0)
 
     def _settle(self) -> None:
-        self.runtime._notice()
-        with self._lock:
+        runtime = self.runtime
+        runtime._notice()
+        with runtime._settle_lock:  # one lock for every submission: settling is brief
             if self._settled:
                 return
             self._settled = True
@@ -178,7 +178,7 @@ class Submission:
             if failure is not None:
                 self.runtime._quarantine(self.owners, f"failed: {failure!r}")
                 break
-        self.runtime._retired(self)
+        runtime._retired(self)
 
 
 async def _await_quietly(event: Event) -> None:
@@ -374,6 +374,7 @@ class Runtime:
         # room (max_submissions): the hot paths take the lock itself, waits and
         # notifications go through the condition over it
         self._space_lock = threading.Lock()
+        self._settle_lock = threading.Lock()  # Submission._settle: settled exactly once
         self._space = threading.Condition(self._space_lock)
         self._quarantine_lock = threading.Lock()
         # held while quarantined owners are released (by any thread), so a caller that

@@ -187,7 +187,7 @@ def test_the_bulk_kernel_matches_the_reference(cuda_ops, k, ns, grid, out_dtype)
     tensors = [cuda_ops.upload(a) for a in (x, *ws)]
     y = cuda_ops.device.allocate(sum(ns) * dt.itemsize + 64)
     try:
-        s.fill(y, 0xFF)  # NaN in every slot the kernel misses
+        s.fill(y, pattern=0xFF)  # NaN in every slot the kernel misses
         n3 = list(ns) + [0] * (3 - len(ns))
         views = [t.view for t in tensors] + [tensors[1].view] * (4 - len(tensors))
         scalars = tuple(np.uint32(v) for v in (k, *n3, dt == np.float32, tk.linear_bulk_chunk(k)))
