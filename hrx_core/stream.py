@@ -21,6 +21,7 @@ import numpy as np
 from . import transfer
 from .buffer import EPOCH, Allocation, Binding, Buffer, View, as_binding, backing_of, check_bool, check_int
 from .completion import Completion, Event
+from .device import AUTO_FLUSH_OPS
 from .engine import Access, BufferArg, CacheOp, KernelArg, NativeQueue, NativeTimestamp
 from .errors import ArtifactError, DeviceError, InvalidArgument, OutOfBounds, Overlap, Unsupported, show
 from .kernel import Kernel
@@ -139,8 +140,16 @@ class PreparedLaunch:
             self._launch()
             if self._needs_submit:
                 slot._native.submit()  # type: ignore[union-attr]
-            value, done = slot.commit_locked(())
-            completion = self._stream._done(value)
+            # slot.commit_locked(()) and stream._done(value), inlined for this hot path:
+            # count the operation, signal every AUTO_FLUSH_OPS; launches between two
+            # signals share the stream's latest completion
+            value = slot.pending_value
+            slot.unsignaled_ops += 1
+            done = slot._flush_locked() if slot.unsignaled_ops >= AUTO_FLUSH_OPS else ()
+            stream = self._stream
+            completion = stream._last
+            if completion is None or completion.value != value or not stream._values or stream._values[-1] != value:
+                completion = stream._done(value)
             record.last[slot] = completion
         if done:
             slot.release_retired(done)

@@ -322,3 +322,26 @@ def test_rebinding_per_launch_updates_the_record_in_place_and_signals_nothing(de
         assert b.is_idle()
     p.close()
     assert record not in bufs[3].allocation.records
+
+
+def test_prepared_launches_between_signals_share_one_completion(dev):
+    """A prepared launch counts its operation and signals every AUTO_FLUSH_OPS
+    launches (inlined on its hot path): launches between two signals return the same
+    completion, each completion covers its launch, and the results are every launch's."""
+    from hrx_core.device import AUTO_FLUSH_OPS
+
+    s = dev.stream()
+    x = s.allocate_from(np.zeros(N, np.uint32))
+    grid, block = launch_1d(N)
+    p = s.prepare(ADD_U32, grid, [x], block=block, scalars=(np.uint32(1), np.uint32(N)))
+    s.synchronize()
+    slot = s.slot
+    signaled = slot.signaled
+    done = [p.launch() for _ in range(AUTO_FLUSH_OPS + 3)]
+    assert slot.signaled == signaled + 1  # one signal for the first AUTO_FLUSH_OPS launches
+    first = done[: AUTO_FLUSH_OPS]
+    assert all(c is first[0] for c in first) and first[0].value == signaled + 1
+    assert all(c is done[-1] for c in done[AUTO_FLUSH_OPS:]) and done[-1].value == signaled + 2
+    first[0].wait(60)
+    done[-1].wait(60)
+    assert (_u32(s, x) == AUTO_FLUSH_OPS + 3).all()
