@@ -65,6 +65,12 @@ _INPUT_MEMO = 4
 _PATCH_MEMO = 64
 
 
+def _reached(slot: QueueSlot, value: int) -> bool:
+    """Whether the work of ``slot`` up to ``value`` is known finished (signalled and
+    reached by the timeline)."""
+    return value <= slot.signaled and (slot._timeline or slot.timeline).completed() >= value
+
+
 class _GraphHold:
     """Keeps an owned graph's retained memory alive until one launch retires."""
 
@@ -101,7 +107,10 @@ class Graph:
         self._spans: dict[int, list[Any]] = {}
         self._nodes_of: dict[int, list[int]] = {}
         self._access: dict[int, Access] = {}
-        # launches not yet retired; an owned graph frees its buffers only after them
+        # an owned graph's latest launch value per queue (its launches take no hold:
+        # close() defers the release behind the ones still in flight), and the holds
+        # close() took; the graph frees its buffers only after them
+        self._last_launch: dict[QueueSlot, int] = {}
         self._holds = 0
         self._hold_lock = threading.Lock()
         # (allocations, uses, encode) for the default bindings, rebuilt when stale
@@ -437,10 +446,6 @@ class Graph:
             if chosen or self._rebound:  # graphs without inputs skip the check
                 extra = self._apply_inputs(chosen or {})
             held: list[Any] = []
-            if self.owned:
-                with self._hold_lock:
-                    self._holds += 1
-                held.append(_GraphHold(self))
             try:
                 for a, *_ in extra:  # memory bound for this replay only
                     held.append(a.retain())
@@ -452,6 +457,8 @@ class Graph:
                 for obj in held:
                     obj.release()
                 raise
+            if self.owned:
+                self._last_launch[slot] = slot.pending_value  # what close() defers behind
             value, done = slot.commit_locked(held)
             completion = stream._done(value)
             record.last[slot] = completion
@@ -490,30 +497,20 @@ class Graph:
             return last if last is not None else Completion(slot, 0)
         encode = self._plan[2]
         native_graph = self._native if self.device.info.native_graphs else None
-        held: _GraphHold | None = None
         with slot.lock:
             self._check_launchable(record, slot)
-            if self.owned:
-                with self._hold_lock:
-                    self._holds += 1
-                held = _GraphHold(self)
             native = slot._native or slot.native
             value = slot.pending_value
             signaled = False
-            try:
-                if native_graph is not None:
-                    signaled = native_graph.launch_signaled(native, slot._timeline or slot.timeline, value)
-                else:
-                    encode(native)
-                if native.needs_submit:
-                    native.submit()  # a refused submission drops what it would have run
-            except BaseException:
-                if held is not None:
-                    held.release()
-                raise
+            if native_graph is not None:
+                signaled = native_graph.launch_signaled(native, slot._timeline or slot.timeline, value)
+            else:
+                encode(native)
+            if native.needs_submit:
+                native.submit()  # a refused submission drops what it would have run
+            if self.owned:
+                self._last_launch[slot] = value  # what close() defers behind
             # what commit_locked and the flush after it do, with one signal
-            if held is not None:
-                slot.retained.append((value, held))
             if signaled:
                 done = slot._signaled_locked(slot._timeline or slot.timeline, value)
             else:
@@ -742,9 +739,17 @@ class Graph:
             if self._closed:
                 return
             self._closed = True
-            if self._holds:
-                return  # the last launch to retire finishes the job
-        self._release()
+            # an owned graph's launches still in flight (the latest on each queue covers
+            # the earlier ones) keep what it retains: the last of them to retire
+            # releases it; launches take no hold of their own
+            pending = [(slot, value) for slot, value in self._last_launch.items() if not _reached(slot, value)]
+            self._last_launch = {}
+            self._holds += len(pending)
+            deferred = self._holds > 0
+        for slot, value in pending:
+            slot.retain_until(value, _GraphHold(self))
+        if not deferred:
+            self._release()
 
     def _unhold(self) -> None:
         with self._hold_lock:

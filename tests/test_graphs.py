@@ -248,3 +248,42 @@ def test_closing_an_owned_graph_keeps_memory_for_pending_launches(dev):
     assert (s.download(dst) == 3).all()
     s.synchronize()
     assert live_bytes(dev) == live - 64 + (s.staging_bytes - staging_before)
+
+
+def test_an_owned_graph_closed_with_launches_on_two_queues_waits_for_both(dev):
+    """An owned graph's launches take no hold of their own: close() defers its release
+    behind the latest launch on every queue still running, and releases at once when
+    none is."""
+    s1, s2 = dev.stream(), dev.stream()
+    if s1.slot is s2.slot:
+        pytest.skip(f"{dev.name}: one compute queue")
+    flag1, flag2 = dev.allocate(8), dev.allocate(8)
+    src = s1.allocate_from(np.full(64, 5, np.uint8))
+    dst1, dst2 = dev.allocate(64), dev.allocate(64)
+    g = s1.owned_graph()
+    g.copyto(dst1, src)
+    src.close()
+    live = live_bytes(dev)
+    s1.dispatch(SLEEPY, 1, [flag1.slice(0, 4)], scalars=(50_000_000,))
+    s2.dispatch(SLEEPY, 1, [flag2.slice(0, 4)], scalars=(150_000_000,))
+    first = g.launch(s1)
+    second = g.launch(s2)
+    assert g._holds == 0  # launching took none
+    g.close()
+    assert g._holds == 2 and live_bytes(dev) == live  # both queues still run it: src stays
+    first.wait()
+    s1.synchronize()
+    assert live_bytes(dev) == live  # the second queue's launch still reads src
+    second.wait()
+    s2.synchronize()
+    s1.synchronize()
+    assert g._holds == 0 and live_bytes(dev) < live
+    assert (s1.download(dst1) == 5).all()
+    done = s1.owned_graph()
+    buf = dev.allocate(64)
+    done.fill(buf, pattern=1)
+    buf.close()
+    done.launch().wait()
+    before = live_bytes(dev)
+    done.close()  # nothing in flight: released at once
+    assert done._holds == 0 and live_bytes(dev) == before - 64
