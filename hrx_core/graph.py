@@ -72,7 +72,8 @@ def _reached(slot: QueueSlot, value: int) -> bool:
 
 
 class _GraphHold:
-    """Keeps an owned graph's retained memory alive until one launch retires."""
+    """Keeps a closed owned graph's retained memory alive until its latest launch on
+    one queue retires (:meth:`Graph.close` takes one per queue still running it)."""
 
     __slots__ = ("graph",)
 
