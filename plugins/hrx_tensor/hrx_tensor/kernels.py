@@ -28,6 +28,8 @@ portable streaming load there).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from ml_dtypes import bfloat16
 
@@ -576,25 +578,20 @@ def _gather_host(table: np.ndarray, idx: np.ndarray, out: np.ndarray,
     np.take(src, idx[: n * 8].view(np.int64), axis=0, out=out[: n * row_bytes].reshape(n, row_bytes), mode="clip")
 
 
-LINEAR = Kernel(
-    "hrx_tensor_linear",
-    buffers=("read", "read", "read", "read", "write"),
-    scalars=(np.uint32, np.uint32, np.uint32, np.uint32, np.uint32, np.uint32),
-    host=_linear_host,
-    cuda=LINEAR_CUDA,
-    programmatic=True,
-)
+#: What the two GEMV kernels declare alike: x, three weight views, out; K, three Ns,
+#: the output dtype flag and ksplit (LINEAR) or the chunk bytes (LINEAR_BULK).
+_LINEAR_DECLARATION: dict[str, Any] = {
+    "buffers": ("read", "read", "read", "read", "write"),
+    "scalars": (np.uint32,) * 6,
+    "host": _linear_host,
+    "programmatic": True,
+}
+
+LINEAR = Kernel("hrx_tensor_linear", cuda=LINEAR_CUDA, **_LINEAR_DECLARATION)
 
 #: Hopper only (cuda, compute capability 9.0+): the plan picks it (linear_bulk_launch);
 #: same buffers and scalars as LINEAR, the last one the chunk size in place of ksplit.
-LINEAR_BULK = Kernel(
-    "hrx_tensor_linear_bulk",
-    buffers=("read", "read", "read", "read", "write"),
-    scalars=(np.uint32, np.uint32, np.uint32, np.uint32, np.uint32, np.uint32),
-    host=_linear_host,
-    cuda=LINEAR_BULK_CUDA,
-    programmatic=True,
-)
+LINEAR_BULK = Kernel("hrx_tensor_linear_bulk", cuda=LINEAR_BULK_CUDA, **_LINEAR_DECLARATION)
 
 GATHER = Kernel(
     "hrx_tensor_gather",
