@@ -62,14 +62,19 @@ def test_timeout_keeps_work_and_storage_alive(dev):
     s = dev.stream()
     flag = dev.allocate(8)
     s.fill(flag, 0)
-    done = s.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(300_000_000,))
+    done = s.dispatch(SLEEPY, 1, [flag.slice(0, 4)], scalars=(1_000_000_000,))
     live = live_bytes(dev)
     flag.close()  # only the pending work holds it now
     with pytest.raises(hrx.Timeout) as info:
         done.wait(timeout=0.01)
     assert "stay alive" in str(info.value)
     assert isinstance(info.value, TimeoutError)
-    assert live_bytes(dev) == live  # still allocated while the kernel runs
+    now = live_bytes(dev)
+    # still allocated while the kernel runs. On a loaded machine the 1 s kernel can end
+    # between the timeout and the count (a garbage collection can take that long); the
+    # count is only a claim about running work if the work is still running after it.
+    if not done.is_complete:
+        assert now == live
     done.wait(timeout=30)
     assert live_bytes(dev) == live - 8
 
