@@ -128,7 +128,7 @@ def slot_layout(config: Gpt2Config, context: int, chunk: int = 0) -> Layout:
         ("state", (STATE_WORDS,), np.uint32), ("attn_sync", (config.n_head,), np.uint32),
         ("emb_idx", (2,), np.int64), ("seq", (context,), np.int32),
         ("te", (d,), BF16), ("pe", (d,), BF16),
-        ("x", (d,), np.float32), ("x2", (d,), np.float32), ("xn", (d,), BF16), ("qkv", (3 * d,), np.float32), ("attn", (d,), BF16),
+        ("x", (d,), np.float32), ("xn", (d,), BF16), ("qkv", (3 * d,), np.float32), ("attn", (d,), BF16),
         ("proj", (d,), np.float32), ("fc", (4 * d,), np.float32), ("act", (4 * d,), BF16),
         ("logits", (config.vocab_size,), np.float32),
         ("attn_part", (config.n_head * splits * (config.head_dim + 2),), np.float32),
@@ -160,7 +160,6 @@ class StepKernels:
     embed: Any = FK.EMBED
     ln_linear: Any = FK.LN_LINEAR
     linear_residual: Any = FK.LINEAR_RESIDUAL
-    ln_mlp: Any = FK.LN_MLP
     embed_rows: Any = PK.EMBED_ROWS
     gemm: Any = PK.GEMM
     kv_rows: Any = PK.KV_ROWS
@@ -168,13 +167,6 @@ class StepKernels:
     residual_ln_rows: Any = PK.RESIDUAL_LN_ROWS
     bias_gelu_rows: Any = PK.BIAS_GELU_ROWS
     advance_rows: Any = PK.ADVANCE_ROWS
-    #: the fused step runs each layer's MLP as one kernel (FK.LN_MLP), else as ln_linear
-    #: fc + GELU and linear_residual proj (a diagnostic switch: bench/tools/mlp_ab.py)
-    fused_mlp: bool = True
-    #: hidden units a warp of the fused MLP takes (0: FK.mlp_rows) and whether it
-    #: prefetches its second projection into L2 (None: FK.mlp_prefetch); diagnostics
-    mlp_rows: int = 0
-    mlp_prefetch: bool | None = None
     #: BF16 tensor cores (CUDA compute capability 8.0 or newer): the prefill attention of
     #: PK.ATTENTION_ROWS_MMA (for the head dimensions it has) and the tiled GEMMs of
     #: PK.GEMM_TILED, chosen per projection shape
@@ -210,7 +202,7 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
 
     ``w(name)`` gives the view of a parameter (HF name, device layout); ``s`` the slot's
     views by :func:`slot_layout` name. ``logits=False`` records the prefill variant.
-    ``fused`` records the fused step (:mod:`.fused_kernels`: 4 kernels a layer, not 8).
+    ``fused`` records the fused step (:mod:`.fused_kernels`: 5 kernels a layer, not 8).
     """
     d, p, v = cfg.n_embd, context, cfg.vocab_size
     eps = np.float32(cfg.layer_norm_epsilon)
@@ -276,8 +268,7 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
 def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[str], Any], s: Mapping[str, Any],
                          attention: Callable[[int], None], *, logits: bool) -> None:
     """The fused step up to the logits: embeddings, then per layer ln_1 + QKV, attention,
-    proj + residual, the MLP (ln_2 + fc + GELU + proj + residual: one kernel, or two
-    without ``k.fused_mlp``); ln_f + the tied logits."""
+    proj + residual, ln_2 + fc + GELU, proj + residual; ln_f + the tied logits."""
     d = cfg.n_embd
     eps = np.float32(cfg.layer_norm_epsilon)
 
@@ -287,22 +278,10 @@ def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[s
         g.dispatch(k.ln_linear, grid, [s["x"], w(ln + ".weight"), w(ln + ".bias"), w(weight), w(bias), out, out],
                    block=block, scalars=(np.uint32(d), np.uint32(n), eps, np.uint32(ksplit), np.uint32(gelu)))
 
-    def linear_residual(a: Any, weight: str, bias: str, kdim: int, copy: bool = False) -> None:
+    def linear_residual(a: Any, weight: str, bias: str, kdim: int) -> None:
         grid, block, ksplit = linear_launch(kdim, d)
-        g.dispatch(k.linear_residual, grid, [a, w(weight), w(bias), s["x"], s["x2"] if copy else s["x"]], block=block,
-                   scalars=(np.uint32(kdim), np.uint32(d), np.uint32(ksplit), np.uint32(copy)))
-
-    hidden = 4 * d
-    rows = k.mlp_rows or FK.mlp_rows(hidden)
-    prefetch = FK.mlp_prefetch(d, hidden) if k.mlp_prefetch is None else k.mlp_prefetch
-
-    def ln_mlp(h: str) -> None:
-        # reads the snapshot x2 (written by the proj before it), adds into x
-        g.dispatch(k.ln_mlp, hidden // (8 * rows),
-                   [s["x2"], w(h + "ln_2.weight"), w(h + "ln_2.bias"), w(h + "mlp.c_fc.weight"), w(h + "mlp.c_fc.bias"),
-                    w(h + "mlp.c_proj.weight"), w(h + "mlp.c_proj.bias"), s["x"]],
-                   block=FK.MLP_THREADS,
-                   scalars=(np.uint32(d), np.uint32(hidden), eps, np.uint32(rows), np.uint32(prefetch)))
+        g.dispatch(k.linear_residual, grid, [a, w(weight), w(bias), s["x"]], block=block,
+                   scalars=(np.uint32(kdim), np.uint32(d), np.uint32(ksplit)))
 
     g.dispatch(k.embed, -(-d // FK.EMBED_THREADS), [w("wte.weight"), w("wpe.weight"), s["emb_idx"], s["x"]],
                block=FK.EMBED_THREADS, scalars=(np.uint32(d),))
@@ -310,13 +289,9 @@ def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[s
         h = f"h.{i}."
         ln_linear(h + "ln_1", h + "attn.c_attn.weight", h + "attn.c_attn.bias", s["qkv"], 3 * d, 0)
         attention(i)
-        if k.fused_mlp:
-            linear_residual(s["attn"], h + "attn.c_proj.weight", h + "attn.c_proj.bias", d, copy=True)
-            ln_mlp(h)
-        else:
-            linear_residual(s["attn"], h + "attn.c_proj.weight", h + "attn.c_proj.bias", d)
-            ln_linear(h + "ln_2", h + "mlp.c_fc.weight", h + "mlp.c_fc.bias", s["act"], 4 * d, 1)
-            linear_residual(s["act"], h + "mlp.c_proj.weight", h + "mlp.c_proj.bias", 4 * d)
+        linear_residual(s["attn"], h + "attn.c_proj.weight", h + "attn.c_proj.bias", d)
+        ln_linear(h + "ln_2", h + "mlp.c_fc.weight", h + "mlp.c_fc.bias", s["act"], 4 * d, 1)
+        linear_residual(s["act"], h + "mlp.c_proj.weight", h + "mlp.c_proj.bias", 4 * d)
     if logits:
         ln_linear("ln_f", "wte.weight", "ln_f.bias", s["logits"], cfg.vocab_size, 0)
 
