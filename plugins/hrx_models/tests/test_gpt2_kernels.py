@@ -86,7 +86,8 @@ def test_residual_ln(dev, d):
 
 
 @pytest.mark.parametrize("d,heads,p,pos", [(256, 4, 64, 0), (256, 4, 64, 17), (384, 3, 512, 300), (768, 12, 1024, 1023),
-                                            (512, 2, 40, 39), (64, 8, 32, 20), (2048, 16, 300, 257)])
+                                            (512, 2, 40, 39), (64, 8, 32, 20), (2048, 16, 300, 257),
+                                            (256, 16, 64, 40), (512, 16, 700, 650)])
 @pytest.mark.parametrize("splits", [1, 3, 16])
 def test_attention(dev, d, heads, p, pos, splits):
     """The decode attention with ``splits`` blocks a head: one block attends alone up to
