@@ -224,14 +224,11 @@ template <> struct HrxBf16s<8> {
     }
 };
 
-// Rows of a step a warp attends at once: a row is L = hd / DPL lanes of DPL dimensions.
-#define HRX_ATTN_UNROLL 4
-
 // The attention of one head (columns from ``base``) over rows [t0, t1) of the cache,
 // by every warp of the block at once: a row is L = hd / DPL lanes (DPL dimensions a lane,
 // hd = head_dim, a power of two in 8..256), a warp takes 32 / L rows a step and the
 // block's warps interleave, so K and V are read once, in 4..16-byte pieces of whole
-// rows, HRX_ATTN_UNROLL steps of loads in flight. Each lane keeps an online softmax (the
+// rows, 32 / DPL steps of loads in flight. Each lane keeps an online softmax (the
 // running maximum score m, the sum of exp(s - m), and sum exp(s - m) V over its dims);
 // lanes of a warp, then the warps, combine theirs. Row ``pos`` (the step's own key and
 // value) comes from qkv + bias, rounded to BF16 as the cache holds it; the other rows
@@ -254,34 +251,52 @@ __device__ __forceinline__ void hrx_attend_rows(const float* __restrict__ qkv, c
         acc[j] = 0.f;
     }
     float m = -3.402823466e38f, l = 0.f;
-    // warp-uniform loop: every lane shuffles on every step, lanes past t1 add nothing
-    for (unsigned int r0 = t0 + warp * (32u / L); r0 < t1; r0 += HRX_ATTN_UNROLL * step) {
-        HrxBf16s<DPL> k[HRX_ATTN_UNROLL], v[HRX_ATTN_UNROLL];
+    // warp-uniform loop: every lane shuffles on every step, lanes past t1 add nothing. A
+    // chunk is U steps: its loads are all issued first, its scores reduced together, then
+    // one rescale of the running sums by the chunk's maximum.
+    constexpr unsigned int U = 32u / DPL;  // 16, 8 or 4: 64..256 bytes of K and V a lane in flight
+    for (unsigned int r0 = t0 + warp * (32u / L); r0 < t1; r0 += U * step) {
+        HrxBf16s<DPL> k[U], v[U];
         #pragma unroll
-        for (unsigned int u = 0; u < HRX_ATTN_UNROLL; ++u) {
+        for (unsigned int u = 0; u < U; ++u) {
             const unsigned int t = r0 + u * step + sub;
             if (t < t1 && t != pos) {
                 k[u].load(kc + (size_t)t * D + base + d0);
                 v[u].load(vc + (size_t)t * D + base + d0);
             }
         }
+        float s[U];
         #pragma unroll
-        for (unsigned int u = 0; u < HRX_ATTN_UNROLL; ++u) {
-            if (r0 + u * step >= t1) break;  // warp-uniform
+        for (unsigned int u = 0; u < U; ++u) {
             const unsigned int t = r0 + u * step + sub;
             const bool live = t < t1, own = t == pos;
-            float s = 0.f;
+            s[u] = 0.f;
             #pragma unroll
-            for (unsigned int j = 0; j < DPL; ++j) s += q[j] * (own ? kn[j] : live ? k[u].get(j) : 0.f);
-            for (unsigned int o = L >> 1; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (live) {
-                const float mn = fmaxf(m, s), c = expf(m - mn), e = expf(s - mn);
-                l = l * c + e;
+            for (unsigned int j = 0; j < DPL; ++j) s[u] += q[j] * (own ? kn[j] : live ? k[u].get(j) : 0.f);
+        }
+        for (unsigned int o = L >> 1; o > 0; o >>= 1) {
+            #pragma unroll
+            for (unsigned int u = 0; u < U; ++u) s[u] += __shfl_xor_sync(0xffffffffu, s[u], o);
+        }
+        float cm = m;
+        #pragma unroll
+        for (unsigned int u = 0; u < U; ++u)
+            if (r0 + u * step + sub < t1) cm = fmaxf(cm, s[u]);
+        const float c = expf(m - cm);
+        l *= c;
+        #pragma unroll
+        for (unsigned int j = 0; j < DPL; ++j) acc[j] *= c;
+        #pragma unroll
+        for (unsigned int u = 0; u < U; ++u) {
+            const unsigned int t = r0 + u * step + sub;
+            if (t < t1) {
+                const float e = expf(s[u] - cm);
+                l += e;
                 #pragma unroll
-                for (unsigned int j = 0; j < DPL; ++j) acc[j] = acc[j] * c + e * (own ? vn[j] : v[u].get(j));
-                m = mn;
+                for (unsigned int j = 0; j < DPL; ++j) acc[j] += e * (t == pos ? vn[j] : v[u].get(j));
             }
         }
+        m = cm;
     }
     // the warp's rows: combine lanes with the same dimensions (xor over the row bits)
     for (unsigned int o = L; o < 32u; o <<= 1) {
