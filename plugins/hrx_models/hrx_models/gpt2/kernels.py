@@ -33,10 +33,10 @@ serves every step.
 CUDA notes: NVRTC without includes (vector types, ``tanhf``/``expf``/``rsqrtf`` and
 warp shuffles are built in); BF16 is handled as ``unsigned short`` bit patterns
 with the round-to-nearest-even helper of hrx_tensor; block reductions are warp
-shuffles then one value per warp in shared memory; attention streams a head's K and
-V rows through every warp of its block at once (a row is hd / 2..8 lanes of 4-16
-bytes, head_dim a power of two, 8..256), each lane keeping an online softmax that the
-lanes, then the warps, combine -- no scores in shared memory and one barrier; layer norms keep up to 8 values a thread in registers (n_embd <= 8192), argmax reads
+shuffles then one value per warp in shared memory; attention keeps one head's
+scores in 32 KiB of static shared memory (n_positions <= 8192), reads K and V rows
+as 16-byte vectors (head_dim a power of two, 8..256) and sums P.V in row groups;
+layer norms keep up to 8 values a thread in registers (n_embd <= 8192), argmax reads
 the logits as 16-byte vectors.
 """
 
@@ -197,164 +197,148 @@ ATTEND_CUDA = _PRELUDE + f"""
 #define HRX_ATTN_MIN_ROWS {ATTENTION_MIN_ROWS}u
 #define HRX_ATTN_MAX_SPLITS {ATTENTION_MAX_SPLITS}u
 """ + r"""
-// DPL consecutive BF16 (2, 4 or 8: 4, 8 or 16 bytes, aligned) as raw bits, and element j
-// of them as F32.
-template <unsigned int DPL> struct HrxBf16s;
-template <> struct HrxBf16s<2> {
-    unsigned int r;
-    __device__ __forceinline__ void load(const unsigned short* p) { r = *reinterpret_cast<const unsigned int*>(p); }
-    __device__ __forceinline__ float get(unsigned int j) const {
-        return __uint_as_float(j ? r & 0xffff0000u : r << 16);
-    }
-};
-template <> struct HrxBf16s<4> {
-    uint2 r;
-    __device__ __forceinline__ void load(const unsigned short* p) { r = *reinterpret_cast<const uint2*>(p); }
-    __device__ __forceinline__ float get(unsigned int j) const {
-        const unsigned int w = j < 2u ? r.x : r.y;
-        return __uint_as_float(j & 1u ? w & 0xffff0000u : w << 16);
-    }
-};
-template <> struct HrxBf16s<8> {
-    uint4 r;
-    __device__ __forceinline__ void load(const unsigned short* p) { r = *reinterpret_cast<const uint4*>(p); }
-    __device__ __forceinline__ float get(unsigned int j) const {
-        const unsigned int w = j < 2u ? r.x : j < 4u ? r.y : j < 6u ? r.z : r.w;
-        return __uint_as_float(j & 1u ? w & 0xffff0000u : w << 16);
-    }
-};
-
-// The attention of one head (columns from ``base``) over rows [t0, t1) of the cache,
-// by every warp of the block at once: a row is L = hd / DPL lanes (DPL dimensions a lane,
-// hd = head_dim, a power of two in 8..256), a warp takes 32 / L rows a step and the
-// block's warps interleave, so K and V are read once, in 4..16-byte pieces of whole
-// rows, 32 / DPL steps of loads in flight. Each lane keeps an online softmax (the
-// running maximum score m, the sum of exp(s - m), and sum exp(s - m) V over its dims);
-// lanes of a warp, then the warps, combine theirs. Row ``pos`` (the step's own key and
-// value) comes from qkv + bias, rounded to BF16 as the cache holds it; the other rows
-// from the cache (written by earlier launches). Leaves in wm/wl/wacc (shared: one per
-// warp, wacc hd per warp) the block's m, l and unnormalized sum, after a barrier.
-template <unsigned int DPL>
-__device__ __forceinline__ void hrx_attend_rows(const float* __restrict__ qkv, const unsigned short* __restrict__ bias,
-                                                const unsigned short* kc, const unsigned short* vc, unsigned int D,
-                                                unsigned int hd, unsigned int base, unsigned int pos, unsigned int t0,
-                                                unsigned int t1, float scale, float* wm, float* wl, float* wacc) {
-    const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    const unsigned int L = hd / DPL, sub = lane / L, d0 = (lane % L) * DPL, step = nwarps * (32u / L);
-    float q[DPL], kn[DPL], vn[DPL], acc[DPL];
-    #pragma unroll
-    for (unsigned int j = 0; j < DPL; ++j) {
-        const unsigned int c = base + d0 + j;
-        q[j] = (qkv[c] + hrx_bf16_to_f32(bias[c])) * scale;
-        kn[j] = hrx_bf16_to_f32(hrx_f32_to_bf16_rn(qkv[D + c] + hrx_bf16_to_f32(bias[D + c])));
-        vn[j] = hrx_bf16_to_f32(hrx_f32_to_bf16_rn(qkv[2u * D + c] + hrx_bf16_to_f32(bias[2u * D + c])));
-        acc[j] = 0.f;
-    }
-    float m = -3.402823466e38f, l = 0.f;
-    // warp-uniform loop: every lane shuffles on every step, lanes past t1 add nothing. A
-    // chunk is U steps: its loads are all issued first, its scores reduced together, then
-    // one rescale of the running sums by the chunk's maximum.
-    constexpr unsigned int U = 32u / DPL;  // 16, 8 or 4: 64..256 bytes of K and V a lane in flight
-    for (unsigned int r0 = t0 + warp * (32u / L); r0 < t1; r0 += U * step) {
-        HrxBf16s<DPL> k[U], v[U];
-        #pragma unroll
-        for (unsigned int u = 0; u < U; ++u) {
-            const unsigned int t = r0 + u * step + sub;
-            if (t < t1 && t != pos) {
-                k[u].load(kc + (size_t)t * D + base + d0);
-                v[u].load(vc + (size_t)t * D + base + d0);
-            }
-        }
-        float s[U];
-        #pragma unroll
-        for (unsigned int u = 0; u < U; ++u) {
-            const unsigned int t = r0 + u * step + sub;
-            const bool live = t < t1, own = t == pos;
-            s[u] = 0.f;
-            #pragma unroll
-            for (unsigned int j = 0; j < DPL; ++j) s[u] += q[j] * (own ? kn[j] : live ? k[u].get(j) : 0.f);
-        }
-        for (unsigned int o = L >> 1; o > 0; o >>= 1) {
-            #pragma unroll
-            for (unsigned int u = 0; u < U; ++u) s[u] += __shfl_xor_sync(0xffffffffu, s[u], o);
-        }
-        float cm = m;
-        #pragma unroll
-        for (unsigned int u = 0; u < U; ++u)
-            if (r0 + u * step + sub < t1) cm = fmaxf(cm, s[u]);
-        const float c = expf(m - cm);
-        l *= c;
-        #pragma unroll
-        for (unsigned int j = 0; j < DPL; ++j) acc[j] *= c;
-        #pragma unroll
-        for (unsigned int u = 0; u < U; ++u) {
-            const unsigned int t = r0 + u * step + sub;
-            if (t < t1) {
-                const float e = expf(s[u] - cm);
-                l += e;
-                #pragma unroll
-                for (unsigned int j = 0; j < DPL; ++j) acc[j] += e * (t == pos ? vn[j] : v[u].get(j));
-            }
-        }
-        m = cm;
-    }
-    // the warp's rows: combine lanes with the same dimensions (xor over the row bits)
-    for (unsigned int o = L; o < 32u; o <<= 1) {
-        const float mo = __shfl_xor_sync(0xffffffffu, m, o), lo = __shfl_xor_sync(0xffffffffu, l, o);
-        const float mn = fmaxf(m, mo), ca = expf(m - mn), cb = expf(mo - mn);
-        l = l * ca + lo * cb;
-        #pragma unroll
-        for (unsigned int j = 0; j < DPL; ++j) acc[j] = acc[j] * ca + __shfl_xor_sync(0xffffffffu, acc[j], o) * cb;
-        m = mn;
-    }
-    if (sub == 0u) {
-        #pragma unroll
-        for (unsigned int j = 0; j < DPL; ++j) wacc[warp * hd + d0 + j] = acc[j];
-        if (lane == 0) { wm[warp] = m; wl[warp] = l; }
-    }
-    __syncthreads();
+// 8 BF16 (one 16-byte vector) dotted with 8 F32 of shared memory
+__device__ __forceinline__ float hrx_dot8_bf16(uint4 k, const float* q) {
+    float s = q[0] * __uint_as_float(k.x << 16);
+    s += q[1] * __uint_as_float(k.x & 0xffff0000u);
+    s += q[2] * __uint_as_float(k.y << 16);
+    s += q[3] * __uint_as_float(k.y & 0xffff0000u);
+    s += q[4] * __uint_as_float(k.z << 16);
+    s += q[5] * __uint_as_float(k.z & 0xffff0000u);
+    s += q[6] * __uint_as_float(k.w << 16);
+    s += q[7] * __uint_as_float(k.w & 0xffff0000u);
+    return s;
 }
 
-// The block's result from the warps' (hrx_attend_rows): dimension i's unnormalized sum
-// relative to the block's maximum score M; M and the sum of exponentials in *mo, *lo.
-__device__ __forceinline__ float hrx_attend_combine(unsigned int i, unsigned int hd, const float* wm, const float* wl,
-                                                    const float* wacc, float* mo, float* lo) {
-    const unsigned int nwarps = blockDim.x >> 5;
-    float M = wm[0];
-    for (unsigned int w = 1; w < nwarps; ++w) M = fmaxf(M, wm[w]);
-    float l = 0.f, a = 0.f;
-    for (unsigned int w = 0; w < nwarps; ++w) {
-        const float c = expf(wm[w] - M);
-        l += wl[w] * c;
-        a += wacc[w * hd + i] * c;
+__device__ __forceinline__ void hrx_axpy8_bf16(float p, uint4 v, float* acc) {
+    acc[0] += p * __uint_as_float(v.x << 16);
+    acc[1] += p * __uint_as_float(v.x & 0xffff0000u);
+    acc[2] += p * __uint_as_float(v.y << 16);
+    acc[3] += p * __uint_as_float(v.y & 0xffff0000u);
+    acc[4] += p * __uint_as_float(v.z << 16);
+    acc[5] += p * __uint_as_float(v.z & 0xffff0000u);
+    acc[6] += p * __uint_as_float(v.w << 16);
+    acc[7] += p * __uint_as_float(v.w & 0xffff0000u);
+}
+
+// out[0..hd) = softmax(scale * q . K[0..pos]) . V[0..pos] for the head whose columns start
+// at ``base`` (q: hd F32 in shared memory, written before a barrier; K/V rows 0..pos in the
+// cache, visible to the block). One block of HRX_ATTN_THREADS; head_dim hd is a power of
+// two in 8..256 (checked on the host), so rows split into 16-byte vectors and hd / 8
+// divides the block. sc: HRX_MAX_POSITIONS floats, part: 8 * HRX_ATTN_THREADS, red: 32.
+// (kc/vc carry no __restrict__: the decode kernel writes the row it then reads, so
+// these loads must not take the non-coherent read-only path.)
+__device__ __forceinline__ void hrx_attend(const float* q, const unsigned short* kc,
+                                           const unsigned short* vc, unsigned short* out,
+                                           unsigned int D, unsigned int hd, unsigned int base, unsigned int pos,
+                                           float scale, float* sc, float* part, float* red) {
+    const unsigned int tid = threadIdx.x;
+    // scores: one thread per cached row, 16-byte loads along the head dimension
+    const unsigned int nvec = hd >> 3;
+    for (unsigned int t = tid; t <= pos; t += blockDim.x) {
+        const uint4* kr = reinterpret_cast<const uint4*>(kc + (size_t)t * D + base);
+        float s = 0.f;
+        #pragma unroll 8
+        for (unsigned int j = 0; j < nvec; ++j) s += hrx_dot8_bf16(kr[j], q + 8u * j);
+        sc[t] = s * scale;
     }
-    *mo = M;
-    *lo = l;
-    return a;
+    __syncthreads();
+    // softmax over rows 0..pos
+    float m = -3.402823466e38f;
+    for (unsigned int t = tid; t <= pos; t += blockDim.x) m = fmaxf(m, sc[t]);
+    m = hrx_block_max(m, red);
+    float sum = 0.f;
+    for (unsigned int t = tid; t <= pos; t += blockDim.x) {
+        const float e = expf(sc[t] - m);
+        sc[t] = e;
+        sum += e;
+    }
+    const float inv = 1.f / hrx_block_sum(sum, red);  // its barriers also publish sc
+    // out = softmax . V: thread (row group rg, vector dg) sums 8 dims over rows rg, rg + groups, ...
+    const unsigned int groups = blockDim.x / nvec;
+    const unsigned int dg = tid % nvec, rg = tid / nvec;
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    #pragma unroll 4
+    for (unsigned int t = rg; t <= pos; t += groups)
+        hrx_axpy8_bf16(sc[t], reinterpret_cast<const uint4*>(vc + (size_t)t * D + base)[dg], acc);
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) part[rg * hd + dg * 8u + e] = acc[e];  // groups * hd == 8 * blockDim
+    __syncthreads();
+    for (unsigned int i = tid; i < hd; i += blockDim.x) {
+        float a = 0.f;
+        for (unsigned int r = 0; r < groups; ++r) a += part[r * hd + i];
+        out[base + i] = hrx_f32_to_bf16_rn(a * inv);
+    }
 }
 """
 
 ATTENTION_CUDA = ATTEND_CUDA + r"""
+// The partial attention of rows [t0, t1) (t1 - t0 <= HRX_MAX_POSITIONS): dst[0..hd) =
+// sum_t exp(s_t - m) V[t] (unnormalized), dst[hd] = m = max_t s_t, dst[hd + 1] =
+// sum_t exp(s_t - m), for s_t = scale * q . K[t]. Buffers as hrx_attend.
+__device__ __forceinline__ void hrx_attend_part(const float* q, const unsigned short* kc, const unsigned short* vc,
+                                                float* dst, unsigned int D, unsigned int hd, unsigned int base,
+                                                unsigned int t0, unsigned int t1, float scale, float* sc, float* part,
+                                                float* red) {
+    const unsigned int tid = threadIdx.x, nvec = hd >> 3;
+    for (unsigned int t = t0 + tid; t < t1; t += blockDim.x) {
+        const uint4* kr = reinterpret_cast<const uint4*>(kc + (size_t)t * D + base);
+        float s = 0.f;
+        #pragma unroll 8
+        for (unsigned int j = 0; j < nvec; ++j) s += hrx_dot8_bf16(kr[j], q + 8u * j);
+        sc[t - t0] = s * scale;
+    }
+    __syncthreads();
+    float m = -3.402823466e38f;
+    for (unsigned int t = tid; t < t1 - t0; t += blockDim.x) m = fmaxf(m, sc[t]);
+    m = hrx_block_max(m, red);
+    float sum = 0.f;
+    for (unsigned int t = tid; t < t1 - t0; t += blockDim.x) {
+        const float e = expf(sc[t] - m);
+        sc[t] = e;
+        sum += e;
+    }
+    const float l = hrx_block_sum(sum, red);  // its barriers also publish sc
+    const unsigned int groups = blockDim.x / nvec;
+    const unsigned int dg = tid % nvec, rg = tid / nvec;
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    #pragma unroll 4
+    for (unsigned int t = t0 + rg; t < t1; t += groups)
+        hrx_axpy8_bf16(sc[t - t0], reinterpret_cast<const uint4*>(vc + (size_t)t * D + base)[dg], acc);
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) part[rg * hd + dg * 8u + e] = acc[e];
+    __syncthreads();
+    for (unsigned int i = tid; i < hd; i += blockDim.x) {
+        float a = 0.f;
+        for (unsigned int r = 0; r < groups; ++r) a += part[r * hd + i];
+        dst[i] = a;
+    }
+    if (tid == 0) {
+        dst[hd] = m;
+        dst[hd + 1u] = l;
+    }
+}
+
 // ``splits`` blocks per head (block h * splits + j: head h, split j): add the QKV bias,
 // append this position's K/V row to the cache (the split holding row pos), attend. At
 // most HRX_ATTN_MIN_ROWS rows in all: split 0 attends alone and writes out. Otherwise
-// each split writes its partial -- part[(h * splits + j) * (hd + 2)]: [0, hd) the sum of
-// exp(s_t - m) V[t], [hd] m = the maximum score, [hd + 1] the sum of exp(s_t - m) --
-// and the head's last block to finish (sync[h] counts them; it sets it back to 0)
-// combines them in split order: the result does not depend on which block is last.
+// each split writes its partial to part[(h * splits + j) * (hd + 2)], and the head's last
+// block to finish (sync[h] counts them; it sets it back to 0) combines them in split
+// order -- the result does not depend on which block is last.
 extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention(
         const float* __restrict__ qkv, const unsigned short* __restrict__ bias,
         const unsigned int* __restrict__ state, unsigned short* __restrict__ kc,
         unsigned short* __restrict__ vc, unsigned short* __restrict__ out, float* part, unsigned int* sync,
         unsigned int D, unsigned int hd, unsigned int P, float scale, unsigned int splits) {
     hrx_grid_dependencies();
-    __shared__ float wm[HRX_ATTN_THREADS / 32u];
-    __shared__ float wl[HRX_ATTN_THREADS / 32u];
-    __shared__ float wacc[HRX_ATTN_THREADS / 32u * HRX_MAX_HEAD_DIM];
+    __shared__ float red[32];
+    __shared__ float q[HRX_MAX_HEAD_DIM];
+    __shared__ float pv[8u * HRX_ATTN_THREADS];
+    __shared__ float sc[HRX_MAX_POSITIONS];
     __shared__ unsigned int last;
     const unsigned int pos = state[0];
-    if (pos >= P || P > HRX_MAX_POSITIONS || hd > HRX_MAX_HEAD_DIM || hd < 8u || (hd & (hd - 1u))
-        || blockDim.x != HRX_ATTN_THREADS || splits == 0u || splits > HRX_ATTN_MAX_SPLITS) return;
+    if (pos >= P || P > HRX_MAX_POSITIONS || hd > HRX_MAX_HEAD_DIM || (hd & 7u) || blockDim.x != HRX_ATTN_THREADS
+        || splits == 0u || splits > HRX_ATTN_MAX_SPLITS) return;
     const unsigned int head = blockIdx.x / splits, split = blockIdx.x % splits, n = pos + 1u;
     unsigned int rows = (n + splits - 1u) / splits;
     if (rows < HRX_ATTN_MIN_ROWS) rows = HRX_ATTN_MIN_ROWS;
@@ -362,35 +346,22 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention(
     if (split >= active) return;
     const unsigned int t1 = n - t0 < rows ? n : t0 + rows;
     const unsigned int base = head * hd;
-    // the split holding row pos appends the new key/value row (BF16); nothing in this
-    // launch reads it back from the cache (hrx_attend_rows takes it from qkv)
-    if (t1 == n) {
-        for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
-            const unsigned int c = base + i;
+    // this head's query (F32); the split holding row pos appends the new key/value row (BF16)
+    for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
+        const unsigned int c = base + i;
+        q[i] = qkv[c] + hrx_bf16_to_f32(bias[c]);
+        if (t1 == n) {
             kc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(qkv[D + c] + hrx_bf16_to_f32(bias[D + c]));
             vc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(qkv[2u * D + c] + hrx_bf16_to_f32(bias[2u * D + c]));
         }
     }
-    if (hd <= 64u) hrx_attend_rows<2>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
-    else if (hd == 128u) hrx_attend_rows<4>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
-    else hrx_attend_rows<8>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
-    const unsigned int stride = hd + 2u;
-    float M, l;
+    __syncthreads();  // the block's cache writes and q are visible to the whole block
     if (active == 1u) {
-        for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
-            const float a = hrx_attend_combine(i, hd, wm, wl, wacc, &M, &l);
-            out[base + i] = hrx_f32_to_bf16_rn(a / l);
-        }
+        hrx_attend(q, kc, vc, out, D, hd, base, pos, scale, sc, pv, red);
         return;
     }
-    float* dst = part + (size_t)(head * splits + split) * stride;
-    for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
-        dst[i] = hrx_attend_combine(i, hd, wm, wl, wacc, &M, &l);
-        if (i == 0u) {
-            dst[hd] = M;
-            dst[hd + 1u] = l;
-        }
-    }
+    const unsigned int stride = hd + 2u;
+    hrx_attend_part(q, kc, vc, part + (size_t)(head * splits + split) * stride, D, hd, base, t0, t1, scale, sc, pv, red);
     __threadfence();  // this block's partial, before its count
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(sync + head, 1u) == active - 1u;
@@ -400,9 +371,9 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention(
     const volatile float* pp = part + (size_t)head * splits * stride;
     float m = -3.402823466e38f;
     for (unsigned int j = 0; j < active; ++j) m = fmaxf(m, pp[j * stride + hd]);
-    float lsum = 0.f;
-    for (unsigned int j = 0; j < active; ++j) lsum += pp[j * stride + hd + 1u] * expf(pp[j * stride + hd] - m);
-    const float inv = 1.f / lsum;
+    float l = 0.f;
+    for (unsigned int j = 0; j < active; ++j) l += pp[j * stride + hd + 1u] * expf(pp[j * stride + hd] - m);
+    const float inv = 1.f / l;
     for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
         float a = 0.f;
         for (unsigned int j = 0; j < active; ++j) a += pp[j * stride + i] * expf(pp[j * stride + hd] - m);
