@@ -16,7 +16,6 @@ small and 1.3B; the early-weights variant 0.5% faster for small and 9% slower fo
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import attrs
+from ab import interleaved  # bench/tools/ab.py
 from hrx_models.gpt2 import SHAPES, Gpt2Decoder, write_random_checkpoint
 from hrx_models.gpt2 import fused_kernels as FK
 
@@ -89,20 +89,8 @@ def main() -> None:
                     slot = dec.acquire()
                     slot.generate(prompt, 4)
                     decs.append(dec)
-                    slots[(variant, pdl)] = slot
-        rates: dict[tuple[str, bool], list[float]] = {key: [] for key in slots}
-        toks = {}
-        for _ in range(args.rounds):
-            for key, slot in slots.items():
-                r = slot.generate(prompt, args.tokens)
-                rates[key].append(r.tokens_per_s)
-                toks[key] = list(r.tokens)
-        first = next(iter(toks.values()))
-        for (variant, pdl), rs in rates.items():
-            same = sum(a == b for a, b in zip(first, toks[(variant, pdl)]))
-            print(f"{shape} {variant:10s} pdl={int(pdl)}: median {statistics.median(rs):8.1f} tokens/s "
-                  f"({statistics.median([1e6 / r for r in rs]):7.1f} us/token), tokens agree {same}/{args.tokens}; "
-                  "rounds " + " ".join(f"{r:.0f}" for r in rs), flush=True)
+                    slots[f"{variant:10s} pdl={int(pdl)}"] = slot
+        interleaved(slots, prompt, args.tokens, args.rounds, shape)
         for d in decs:
             d.close()
 

@@ -141,3 +141,24 @@ def test_fused_step_equals_separate_kernels(pair, reference, prompt):
 def test_fused_is_validated(dev, tiny_dir):
     with pytest.raises(InvalidArgument, match="fused"):
         Gpt2Decoder.load(tiny_dir, dev, fused=1)
+
+
+def test_streamed_attention_decoder_equals_default(dev, tiny_dir, reference):
+    """The opt-in streamed attention kernel in a whole decoder: the same logits and greedy
+    tokens as the default kernel (hrx_models.gpt2.attention_streamed; not the default)."""
+    import attrs
+    from hrx_models.gpt2.attention_streamed import ATTENTION_STREAMED
+
+    default = Gpt2Decoder.load(tiny_dir, dev)
+    streamed = Gpt2Decoder.load(tiny_dir, dev)
+    streamed.kernels = attrs.evolve(streamed.kernels, attention=ATTENTION_STREAMED)
+    try:
+        prompt = [9, 8, 7, 6, 5]
+        ids = prompt + list(range(20, 50))
+        got, want = step_logits(streamed, ids), step_logits(default, ids)
+        for t in range(len(ids)):
+            check_logits(got[t], want[t], f"position {t}: streamed vs default attention")
+        check_greedy(reference, prompt, streamed.generate(prompt, 24).tokens, default.generate(prompt, 24).tokens)
+    finally:
+        default.close()
+        streamed.close()

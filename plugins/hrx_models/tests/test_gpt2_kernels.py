@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("hrx_models", reason="hrx-models is not installed: pip install -e plugins/hrx_models")
 from hrx_models.gpt2 import kernels as K
+from hrx_models.gpt2.attention_streamed import ATTENTION_STREAMED
 from ml_dtypes import bfloat16
 
 BF16_ULP = 2.0**-8  # one BF16 ulp relative to the value (8 significant bits)
@@ -89,11 +90,12 @@ def test_residual_ln(dev, d):
                                             (512, 2, 40, 39), (64, 8, 32, 20), (2048, 16, 300, 257),
                                             (256, 16, 64, 40), (512, 16, 700, 650)])
 @pytest.mark.parametrize("splits", [1, 3, 16])
-def test_attention(dev, d, heads, p, pos, splits):
+@pytest.mark.parametrize("kernel", [K.ATTENTION, ATTENTION_STREAMED], ids=["default", "streamed"])
+def test_attention(dev, d, heads, p, pos, splits, kernel):
     """The decode attention with ``splits`` blocks a head: one block attends alone up to
     ATTENTION_MIN_ROWS rows; past it the splits' partials are combined (flash-decoding).
     Launched twice: the per-head counters are back at 0 after each launch, so the second
-    launch combines as the first did."""
+    launch combines as the first did. Both kernels: the default and the opt-in streamed one."""
     rng = np.random.default_rng(pos + d)
     hd = d // heads
     qkv = rng.standard_normal(3 * d).astype(np.float32)
@@ -115,7 +117,7 @@ def test_attention(dev, d, heads, p, pos, splits):
     want = np.einsum("ht,thi->hi", probs, vals.reshape(pos + 1, heads, hd)).reshape(d)
     outs = []
     for launch in range(2):
-        r.s.dispatch(K.ATTENTION, heads * splits, bufs, block=K.ATTENTION_THREADS, scalars=(d, hd, p, scale, splits))
+        r.s.dispatch(kernel, heads * splits, bufs, block=K.ATTENTION_THREADS, scalars=(d, hd, p, scale, splits))
         got_k, got_v = r.get(bufs[3], bfloat16, (p, d)), r.get(bufs[4], bfloat16, (p, d))
         np.testing.assert_array_equal(got_k[pos].view(np.uint16), k_new.view(np.uint16), err_msg="attention: K row appended at pos")
         np.testing.assert_array_equal(got_v[pos].view(np.uint16), v_new.view(np.uint16), err_msg="attention: V row appended at pos")

@@ -221,6 +221,55 @@ __device__ __forceinline__ void hrx_axpy8_bf16(float p, uint4 v, float* acc) {
     acc[7] += p * __uint_as_float(v.w & 0xffff0000u);
 }
 
+// The rows block blockIdx.x attends -- head blockIdx.x / splits, split blockIdx.x % splits --
+// of rows 0..pos: [t0, t1), at least HRX_ATTN_MIN_ROWS a split; the first ``active``
+// splits attend, a block of a later split has nothing to do.
+struct HrxAttnSplit {
+    unsigned int head, split, active, t0, t1;
+};
+
+__device__ __forceinline__ HrxAttnSplit hrx_attention_split(unsigned int pos, unsigned int splits) {
+    HrxAttnSplit s;
+    const unsigned int n = pos + 1u;
+    s.head = blockIdx.x / splits;
+    s.split = blockIdx.x % splits;
+    unsigned int rows = (n + splits - 1u) / splits;
+    if (rows < HRX_ATTN_MIN_ROWS) rows = HRX_ATTN_MIN_ROWS;
+    s.active = (n + rows - 1u) / rows;
+    s.t0 = s.split * rows;
+    s.t1 = s.split >= s.active ? s.t0 : (n - s.t0 < rows ? n : s.t0 + rows);
+    return s;
+}
+
+// After a split wrote its partial to part[(head * splits + split) * (hd + 2)] (every thread
+// of the block calls this): count it, and the head's last block to finish combines the
+// ``active`` partials in split order into out[base..base + hd) and sets sync[head] back
+// to 0 -- the result does not depend on which block is last.
+__device__ __forceinline__ void hrx_attention_finish(float* part, unsigned int* sync, unsigned short* out,
+                                                     unsigned int head, unsigned int splits, unsigned int active,
+                                                     unsigned int hd, unsigned int base) {
+    __shared__ unsigned int last;
+    const unsigned int stride = hd + 2u;
+    __threadfence();  // this block's partial, before its count
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(sync + head, 1u) == active - 1u;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // the other blocks' partials (counted before ours), read past L1
+    const volatile float* pp = part + (size_t)head * splits * stride;
+    float m = -3.402823466e38f;
+    for (unsigned int j = 0; j < active; ++j) m = fmaxf(m, pp[j * stride + hd]);
+    float l = 0.f;
+    for (unsigned int j = 0; j < active; ++j) l += pp[j * stride + hd + 1u] * expf(pp[j * stride + hd] - m);
+    const float inv = 1.f / l;
+    for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float a = 0.f;
+        for (unsigned int j = 0; j < active; ++j) a += pp[j * stride + i] * expf(pp[j * stride + hd] - m);
+        out[base + i] = hrx_f32_to_bf16_rn(a * inv);
+    }
+    if (threadIdx.x == 0) sync[head] = 0u;  // for the next launch (stream-ordered after this one)
+}
+
 // out[0..hd) = softmax(scale * q . K[0..pos]) . V[0..pos] for the head whose columns start
 // at ``base`` (q: hd F32 in shared memory, written before a barrier; K/V rows 0..pos in the
 // cache, visible to the block). One block of HRX_ATTN_THREADS; head_dim hd is a power of
@@ -335,16 +384,12 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention(
     __shared__ float q[HRX_MAX_HEAD_DIM];
     __shared__ float pv[8u * HRX_ATTN_THREADS];
     __shared__ float sc[HRX_MAX_POSITIONS];
-    __shared__ unsigned int last;
     const unsigned int pos = state[0];
     if (pos >= P || P > HRX_MAX_POSITIONS || hd > HRX_MAX_HEAD_DIM || (hd & 7u) || blockDim.x != HRX_ATTN_THREADS
         || splits == 0u || splits > HRX_ATTN_MAX_SPLITS) return;
-    const unsigned int head = blockIdx.x / splits, split = blockIdx.x % splits, n = pos + 1u;
-    unsigned int rows = (n + splits - 1u) / splits;
-    if (rows < HRX_ATTN_MIN_ROWS) rows = HRX_ATTN_MIN_ROWS;
-    const unsigned int active = (n + rows - 1u) / rows, t0 = split * rows;
-    if (split >= active) return;
-    const unsigned int t1 = n - t0 < rows ? n : t0 + rows;
+    const HrxAttnSplit sp = hrx_attention_split(pos, splits);
+    if (sp.split >= sp.active) return;
+    const unsigned int head = sp.head, split = sp.split, active = sp.active, t0 = sp.t0, t1 = sp.t1, n = pos + 1u;
     const unsigned int base = head * hd;
     // this head's query (F32); the split holding row pos appends the new key/value row (BF16)
     for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
@@ -362,24 +407,7 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention(
     }
     const unsigned int stride = hd + 2u;
     hrx_attend_part(q, kc, vc, part + (size_t)(head * splits + split) * stride, D, hd, base, t0, t1, scale, sc, pv, red);
-    __threadfence();  // this block's partial, before its count
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(sync + head, 1u) == active - 1u;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();  // the other blocks' partials (counted before ours), read past L1
-    const volatile float* pp = part + (size_t)head * splits * stride;
-    float m = -3.402823466e38f;
-    for (unsigned int j = 0; j < active; ++j) m = fmaxf(m, pp[j * stride + hd]);
-    float l = 0.f;
-    for (unsigned int j = 0; j < active; ++j) l += pp[j * stride + hd + 1u] * expf(pp[j * stride + hd] - m);
-    const float inv = 1.f / l;
-    for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
-        float a = 0.f;
-        for (unsigned int j = 0; j < active; ++j) a += pp[j * stride + i] * expf(pp[j * stride + hd] - m);
-        out[base + i] = hrx_f32_to_bf16_rn(a * inv);
-    }
-    if (threadIdx.x == 0) sync[head] = 0u;  // for the next launch (stream-ordered after this one)
+    hrx_attention_finish(part, sync, out, head, splits, active, hd, base);
 }
 """
 
@@ -611,7 +639,8 @@ def kernels_for(engine: str) -> dict[str, Kernel]:
     (empty where there are none)."""
     if engine not in ENGINES:
         return {}
+    from .attention_streamed import ATTENTION_STREAMED
     from .fused_kernels import FUSED
     from .prefill_kernels import PREFILL
 
-    return {k.name: k for k in (*ALL, *FUSED, *PREFILL)}
+    return {k.name: k for k in (*ALL, *FUSED, *PREFILL, ATTENTION_STREAMED)}

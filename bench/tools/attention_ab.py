@@ -1,0 +1,66 @@
+"""GPT-2 decode with the default and the streamed decode attention, interleaved in one process (cuda).
+
+    python bench/tools/attention_ab.py [--shapes gpt2,1b] [--prompts 16,960] [--tokens 63] [--rounds 7]
+
+Two decoders of the same random checkpoint: one with the default attention kernel
+(``hrx_gpt2_attention``), one with the opt-in ``hrx_gpt2_attention_streamed``
+(:mod:`hrx_models.gpt2.attention_streamed`, swapped in through
+``StepKernels.attention``). For each prompt length, greedy decode of ``--tokens`` tokens
+by each in alternating rounds: tokens/s per round, the median, and how many greedy
+tokens the two agree on (random weights put steps near ties; the kernels add in
+different orders). A diagnostic for the default: it writes no results file. Kernel
+times per layer: ``python bench/tools/profile_model.py --prompt 16`` (and ``--prompt
+1000 --steps 8``) after making the streamed kernel the default locally.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import attrs
+from ab import interleaved  # bench/tools/ab.py
+from hrx_models.gpt2 import SHAPES, Gpt2Decoder, write_random_checkpoint
+from hrx_models.gpt2.attention_streamed import ATTENTION_STREAMED
+
+import hrx_core as hrx
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="gpt2,1b")
+    ap.add_argument("--prompts", default="16,960")
+    ap.add_argument("--tokens", type=int, default=63)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--engine", default="cuda")
+    args = ap.parse_args()
+    dev = hrx.device(args.engine)
+    prompts = [int(p) for p in args.prompts.split(",")]
+    for shape in args.shapes.split(","):
+        config = SHAPES[shape]
+        context = min(config.n_positions, max(prompts) + args.tokens + 1)
+        slots = {}
+        decs = []
+        with tempfile.TemporaryDirectory() as tmp:
+            ckpt = write_random_checkpoint(Path(tmp) / shape, config, seed=0, dtype="bf16")
+            for name in ("default", "streamed"):
+                dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
+                if name == "streamed":
+                    dec.kernels = attrs.evolve(dec.kernels, attention=ATTENTION_STREAMED)
+                slot = dec.acquire()
+                slot.generate([1, 2, 3], 4)  # records and warms the graphs
+                decs.append(dec)
+                slots[f"{name:8s}"] = slot
+        for n in prompts:
+            prompt = [(i * 7919 + 13) % config.vocab_size for i in range(n)]
+            interleaved(slots, prompt, args.tokens, args.rounds, f"{shape} prompt {n:5d} attention")
+        for d in decs:
+            d.close()
+
+
+if __name__ == "__main__":
+    main()
