@@ -3,9 +3,10 @@
 # pycparser carried as wheels in .whl/) and run the GPU tests and the benchmarks that
 # write bench/results/h200.json, each under its own time limit.
 #
-#   bash bench/h200.sh [tests] [hot] [launch] [graph] [runtime] [tensor] [tensor-sweep] [image] [model] [npu] [artifacts] [amdgpu] [gpu-rest] [none]
+#   bash bench/h200.sh [tests] [hot] [launch] [graph] [runtime] [tensor] [tensor-sweep] [image] [model] [npu] [artifacts] [amdgpu] [gpu-rest] [attention] [none]
 #
-# (none: install only, for a diagnostic run after it)
+# (none: install only, for a diagnostic run after it; attention: the GPT-2 kernel tests
+# and bench/tools/attention_ab.py, not part of the default run)
 #
 # With no argument it runs everything. Logs and the results file go to $OUT (or ./h200-out).
 # A copy of the tree whose git metadata is not current (a remote device's) records a
@@ -48,6 +49,9 @@ for step in $steps; do
     artifacts) run artifacts 150 python3 bench/artifacts.py --gpu ;;
     amdgpu) run amdgpu 120 python3 bench/amdgpu.py ;;
     gpu-rest) for only in transfer d2d memops; do run "gpu-$only" 150 python3 bench/gpu.py --only "$only"; done ;;
+    attention) run attention-tests 150 python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 120 \
+                 plugins/hrx_models/tests/test_gpt2_kernels.py plugins/hrx_models/tests/test_gpt2_fused.py ;
+               run attention-ab 240 python3 bench/tools/attention_ab.py ;;  # the opt-in streamed attention
     none) ;;  # install only (for diagnostics run after it)
     *) echo "unknown step $step"; exit 2 ;;
   esac
