@@ -153,6 +153,9 @@ def test_streamed_attention_decoder_equals_default(dev, tiny_dir, reference):
     streamed = Gpt2Decoder.load(tiny_dir, dev)
     streamed.kernels = attrs.evolve(streamed.kernels, attention=ATTENTION_STREAMED)
     try:
+        with streamed.slot() as s:  # the swapped kernel is the one recorded
+            names = {n.params["executable"].name for n in s.step_graph.nodes if n.kind == "dispatch"}
+            assert "hrx_gpt2_attention_streamed" in names and "hrx_gpt2_attention" not in names
         prompt = [9, 8, 7, 6, 5]
         ids = prompt + list(range(20, 50))
         got, want = step_logits(streamed, ids), step_logits(default, ids)
