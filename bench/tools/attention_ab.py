@@ -9,8 +9,8 @@ Two decoders of the same random checkpoint: one with the default attention kerne
 by each in alternating rounds: tokens/s per round, the median, and how many greedy
 tokens the two agree on (random weights put steps near ties; the kernels add in
 different orders). A diagnostic for the default: it writes no results file. Kernel
-times per layer: ``python bench/tools/profile_model.py --prompt 16`` (and ``--prompt
-1000 --steps 8``) after making the streamed kernel the default locally.
+times per layer: ``python bench/tools/profile_model.py --prompt 16 [--attention
+streamed]`` (and ``--prompt 1000 --steps 8``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where the GPU time of GPT-2 prefill and decode goes, HRX against PyTorch, on cuda.
 
-    python bench/tools/profile_model.py [--shape gpt2|1b] [--prompt 1024] [--steps 32]
+    python bench/tools/profile_model.py [--shape gpt2|1b] [--prompt 1024] [--steps 32] [--attention streamed]
 
 Records CUDA kernel activity with torch.profiler (CUPTI sees every kernel of the
 process, HRX's graph nodes included) over three prefills of a ``--prompt``-token
@@ -44,6 +44,8 @@ def main() -> None:
     ap.add_argument("--shape", default="gpt2", choices=sorted(SHAPES))
     ap.add_argument("--prompt", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--attention", choices=["default", "streamed"], default="default",
+                    help="the decode attention kernel (streamed: hrx_models.gpt2.attention_streamed, opt-in)")
     args = ap.parse_args()
     import torch
     from hrx_models.gpt2.torch_reference import TorchGpt2
@@ -56,6 +58,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = write_random_checkpoint(Path(tmp) / args.shape, config, seed=0, dtype="bf16")
         dec = Gpt2Decoder.load(ckpt, dev, context=n + args.steps + 1, max_slots=1)
+        if args.attention == "streamed":
+            import attrs
+            from hrx_models.gpt2.attention_streamed import ATTENTION_STREAMED
+
+            dec.kernels = attrs.evolve(dec.kernels, attention=ATTENTION_STREAMED)
         peer = TorchGpt2(ckpt, dtype=torch.bfloat16, context=n + args.steps + 1)
     with dec.slot() as slot:
         def hrx_prefill():
