@@ -27,9 +27,9 @@ import numpy as np
 
 from hrx_core.kernel import Kernel
 
-from .kernels import ATTEND_CUDA, _attention_host
+from .kernels import ATTENTION_COMMON_CUDA, _attention_host
 
-ATTENTION_STREAMED_CUDA = ATTEND_CUDA + r"""
+ATTENTION_STREAMED_CUDA = ATTENTION_COMMON_CUDA + r"""
 // DPL consecutive BF16 (2, 4 or 8: 4, 8 or 16 bytes, aligned) as raw bits, and element j
 // of them as F32.
 template <unsigned int DPL> struct HrxBf16s;

@@ -190,37 +190,15 @@ extern "C" __global__ void __launch_bounds__(1024) hrx_gpt2_residual_ln(
 }
 """
 
-ATTEND_CUDA = _PRELUDE + f"""
+#: What both decode attention kernels share: limits, the rows a block attends, the last
+#: block's combine of the splits' partials.
+ATTENTION_COMMON_CUDA = _PRELUDE + f"""
 #define HRX_MAX_HEAD_DIM {MAX_HEAD_DIM}u
 #define HRX_MAX_POSITIONS {MAX_POSITIONS}u
 #define HRX_ATTN_THREADS {ATTENTION_THREADS}u
 #define HRX_ATTN_MIN_ROWS {ATTENTION_MIN_ROWS}u
 #define HRX_ATTN_MAX_SPLITS {ATTENTION_MAX_SPLITS}u
 """ + r"""
-// 8 BF16 (one 16-byte vector) dotted with 8 F32 of shared memory
-__device__ __forceinline__ float hrx_dot8_bf16(uint4 k, const float* q) {
-    float s = q[0] * __uint_as_float(k.x << 16);
-    s += q[1] * __uint_as_float(k.x & 0xffff0000u);
-    s += q[2] * __uint_as_float(k.y << 16);
-    s += q[3] * __uint_as_float(k.y & 0xffff0000u);
-    s += q[4] * __uint_as_float(k.z << 16);
-    s += q[5] * __uint_as_float(k.z & 0xffff0000u);
-    s += q[6] * __uint_as_float(k.w << 16);
-    s += q[7] * __uint_as_float(k.w & 0xffff0000u);
-    return s;
-}
-
-__device__ __forceinline__ void hrx_axpy8_bf16(float p, uint4 v, float* acc) {
-    acc[0] += p * __uint_as_float(v.x << 16);
-    acc[1] += p * __uint_as_float(v.x & 0xffff0000u);
-    acc[2] += p * __uint_as_float(v.y << 16);
-    acc[3] += p * __uint_as_float(v.y & 0xffff0000u);
-    acc[4] += p * __uint_as_float(v.z << 16);
-    acc[5] += p * __uint_as_float(v.z & 0xffff0000u);
-    acc[6] += p * __uint_as_float(v.w << 16);
-    acc[7] += p * __uint_as_float(v.w & 0xffff0000u);
-}
-
 // The rows block blockIdx.x attends -- head blockIdx.x / splits, split blockIdx.x % splits --
 // of rows 0..pos: [t0, t1), at least HRX_ATTN_MIN_ROWS a split; the first ``active``
 // splits attend, a block of a later split has nothing to do.
@@ -268,6 +246,34 @@ __device__ __forceinline__ void hrx_attention_finish(float* part, unsigned int* 
         out[base + i] = hrx_f32_to_bf16_rn(a * inv);
     }
     if (threadIdx.x == 0) sync[head] = 0u;  // for the next launch (stream-ordered after this one)
+}
+
+"""
+
+#: The decode attention's own device code (dot products, hrx_attend, after the common part).
+ATTEND_CUDA = ATTENTION_COMMON_CUDA + r"""
+// 8 BF16 (one 16-byte vector) dotted with 8 F32 of shared memory
+__device__ __forceinline__ float hrx_dot8_bf16(uint4 k, const float* q) {
+    float s = q[0] * __uint_as_float(k.x << 16);
+    s += q[1] * __uint_as_float(k.x & 0xffff0000u);
+    s += q[2] * __uint_as_float(k.y << 16);
+    s += q[3] * __uint_as_float(k.y & 0xffff0000u);
+    s += q[4] * __uint_as_float(k.z << 16);
+    s += q[5] * __uint_as_float(k.z & 0xffff0000u);
+    s += q[6] * __uint_as_float(k.w << 16);
+    s += q[7] * __uint_as_float(k.w & 0xffff0000u);
+    return s;
+}
+
+__device__ __forceinline__ void hrx_axpy8_bf16(float p, uint4 v, float* acc) {
+    acc[0] += p * __uint_as_float(v.x << 16);
+    acc[1] += p * __uint_as_float(v.x & 0xffff0000u);
+    acc[2] += p * __uint_as_float(v.y << 16);
+    acc[3] += p * __uint_as_float(v.y & 0xffff0000u);
+    acc[4] += p * __uint_as_float(v.z << 16);
+    acc[5] += p * __uint_as_float(v.z & 0xffff0000u);
+    acc[6] += p * __uint_as_float(v.w << 16);
+    acc[7] += p * __uint_as_float(v.w & 0xffff0000u);
 }
 
 // out[0..hd) = softmax(scale * q . K[0..pos]) . V[0..pos] for the head whose columns start
