@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install HRX on an NVIDIA H200 image (python3 3.12 with numpy, torch, cupy; cffi and
 # pycparser carried as wheels in .whl/) and run the GPU tests and the benchmarks that
-# write bench/results/h200.json, each under its own time limit.
+# write bench/results/h200.json, each under its own time limit. Carry pyelftools and
+# msgpack wheels as well (hrx-amdf's dependencies, installed here without --deps).
 #
 #   bash bench/h200.sh [tests] [hot] [launch] [graph] [runtime] [tensor] [tensor-sweep] [image] [model] [npu] [artifacts] [amdgpu] [gpu-rest] [attention] [none]
 #

@@ -15,12 +15,13 @@ import subprocess
 import numpy as np
 import pytest
 
-from fakekit import Producer, aql_dispatch, hi, lo, memory, pm4, set_sh_reg, wait_failed
-from hrx_amdf.codeobject import CodeObject
-from hrx_amdf.constants import MemoryAccess, StatusDomain
-from hrx_amdf.errors import AmdfInvalidArgument
-from hrx_amdf.fake import SYSTEM_COHERENT, KernelReference
-from hrx_amdf.provider import DeviceAccess, Scratch
+pytest.importorskip("elftools", reason="pyelftools is not installed (pip install -e 'plugins/hrx_amdf[test]')")
+from fakekit import Producer, aql_dispatch, hi, lo, memory, pm4, set_sh_reg, wait_failed  # noqa: E402
+from hrx_amdf.codeobject import CodeObject  # noqa: E402
+from hrx_amdf.constants import MemoryAccess, StatusDomain  # noqa: E402
+from hrx_amdf.errors import AmdfInvalidArgument  # noqa: E402
+from hrx_amdf.fake import SYSTEM_COHERENT, KernelReference  # noqa: E402
+from hrx_amdf.provider import DeviceAccess, Scratch  # noqa: E402
 
 SOURCE = r"""
 #define __global__ __attribute__((global))
