@@ -175,9 +175,30 @@ def main() -> None:
                 sync()
                 torch.cuda.synchronize()
 
+            # the completion signal's own cost, by the raw driver calls it could be made of
+            # (a timeline counter: pinned host memory, which HRX's signal writes with a fence)
+            nd = dev.native
+            lib, ffi = nd.driver.lib, nd.driver.ffi
+            stream = s.native_queue().stream
+            spare = nd.create_timeline()
+            dmem = dev.allocate(64)
+            dptr = dmem.allocation.native.dptr
+            event = ffi.new("CUevent *")
+            lib.cuEventCreate(event, 2)  # CU_EVENT_DISABLE_TIMING
+            write = nd.driver.write_value64
+            ticks = iter(range(1, 1 << 62))
+
+            def raw_write(addr, flags, par=par):
+                par.launch()
+                write(stream, addr, next(ticks), flags)
+
             ways = {
                 "native graph, no signal": par.launch,
                 "native graph + signal": lambda par=par, s=s: (par.launch(), s.record_event()),
+                "+ raw write, host, fence": lambda: raw_write(spare.dptr, 0),
+                "+ raw write, host, no fence": lambda: raw_write(spare.dptr, 1),
+                "+ raw write, device, fence": lambda: raw_write(dptr, 0),
+                "+ raw cuEventRecord": lambda par=par: (par.launch(), lib.cuEventRecord(event[0], stream)),
                 "native chain, no signal": chain.launch,
                 "Runtime.submit": hrx_graph,
                 "torch graph": cg.replay,
@@ -191,6 +212,10 @@ def main() -> None:
             print(f"  wall us per replay, {args.loops} back to back (median of 5):")
             for name, v in res.items():
                 print(f"    {name:26s} {sorted(v)[2]:8.1f}")
+        if args.wall:
+            lib.cuEventDestroy_v2(event[0])
+            spare.close()
+            dmem.close()
         close_operands(ops, ws, x, g, outs, *extra)
         del cg, _rate, tw, tx
     rt.close()
