@@ -1,11 +1,13 @@
 """GPT-2 decode with the default and the streamed decode attention, interleaved in one process (cuda).
 
     python bench/tools/attention_ab.py [--shapes gpt2,1b] [--prompts 16,960] [--tokens 63] [--rounds 7]
+                                      [--row-lanes 16,8]
 
 Two decoders of the same random checkpoint: one with the default attention kernel
 (``hrx_gpt2_attention``), one with the opt-in ``hrx_gpt2_attention_streamed``
 (:mod:`hrx_models.gpt2.attention_streamed`, swapped in through
-``StepKernels.attention``). For each prompt length, greedy decode of ``--tokens`` tokens
+``StepKernels.attention``), and one per ``--row-lanes`` variant of the streamed kernel
+(lanes sharing a K/V row; the kernel's own is 32). For each prompt length, greedy decode of ``--tokens`` tokens
 by each in alternating rounds: tokens/s per round, the median, and how many greedy
 tokens the two agree on (random weights put steps near ties; the kernels add in
 different orders). A diagnostic for the default: it writes no results file. Kernel
@@ -25,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import attrs
 from ab import interleaved  # bench/tools/ab.py
 from hrx_models.gpt2 import SHAPES, Gpt2Decoder, write_random_checkpoint
-from hrx_models.gpt2.attention_streamed import ATTENTION_STREAMED
+from hrx_models.gpt2 import kernels as K
+from hrx_models.gpt2.attention_streamed import ATTENTION_STREAMED, streamed_variant
 
 import hrx_core as hrx
 
@@ -37,6 +40,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=63)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--engine", default="cuda")
+    ap.add_argument("--row-lanes", default="", help="variants of the streamed kernel, e.g. 16,8")
     args = ap.parse_args()
     dev = hrx.device(args.engine)
     prompts = [int(p) for p in args.prompts.split(",")]
@@ -47,10 +51,11 @@ def main() -> None:
         decs = []
         with tempfile.TemporaryDirectory() as tmp:
             ckpt = write_random_checkpoint(Path(tmp) / shape, config, seed=0, dtype="bf16")
-            for name in ("default", "streamed"):
+            kernels = {"default": K.ATTENTION, "streamed": ATTENTION_STREAMED}
+            kernels.update({f"l{n}": streamed_variant(int(n)) for n in filter(None, args.row_lanes.split(","))})
+            for name, kernel in kernels.items():
                 dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
-                if name == "streamed":
-                    dec.kernels = attrs.evolve(dec.kernels, attention=ATTENTION_STREAMED)
+                dec.kernels = attrs.evolve(dec.kernels, attention=kernel)
                 slot = dec.acquire()
                 slot.generate([1, 2, 3], 4)  # records and warms the graphs
                 decs.append(dec)

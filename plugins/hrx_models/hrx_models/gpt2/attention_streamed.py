@@ -30,6 +30,11 @@ from hrx_core.kernel import Kernel
 from .kernels import ATTENTION_COMMON_CUDA, _attention_host
 
 ATTENTION_STREAMED_CUDA = ATTENTION_COMMON_CUDA + r"""
+// Lanes that share a K/V row (32, 16 or 8; a power of two): head_dim / this many BF16 a lane,
+// clamped to 2..8. bench/tools/attention_ab.py --row-lanes compares variants.
+#ifndef HRX_ATTN_ROW_LANES
+#define HRX_ATTN_ROW_LANES 32u
+#endif
 // DPL consecutive BF16 (2, 4 or 8: 4, 8 or 16 bytes, aligned) as raw bits, and element j
 // of them as F32.
 template <unsigned int DPL> struct HrxBf16s;
@@ -67,7 +72,7 @@ template <> struct HrxBf16s<8> {
 // value) comes from qkv + bias, rounded to BF16 as the cache holds it; the other rows
 // from the cache (written by earlier launches). Leaves in wm/wl/wacc (shared: one per
 // warp, wacc hd per warp) the block's m, l and unnormalized sum, after a barrier.
-template <unsigned int DPL>
+template <unsigned int DPL, unsigned int U>
 __device__ __forceinline__ void hrx_attend_rows(const float* __restrict__ qkv, const unsigned short* __restrict__ bias,
                                                 const unsigned short* kc, const unsigned short* vc, unsigned int D,
                                                 unsigned int hd, unsigned int base, unsigned int pos, unsigned int t0,
@@ -87,7 +92,6 @@ __device__ __forceinline__ void hrx_attend_rows(const float* __restrict__ qkv, c
     // warp-uniform loop: every lane shuffles on every step, lanes past t1 add nothing. A
     // chunk is U steps: its loads are all issued first, its scores reduced together, then
     // one rescale of the running sums by the chunk's maximum.
-    constexpr unsigned int U = 32u / DPL;  // 16, 8 or 4: 64..256 bytes of K and V a lane in flight
     for (unsigned int r0 = t0 + warp * (32u / L); r0 < t1; r0 += U * step) {
         HrxBf16s<DPL> k[U], v[U];
         #pragma unroll
@@ -148,6 +152,21 @@ __device__ __forceinline__ void hrx_attend_rows(const float* __restrict__ qkv, c
     __syncthreads();
 }
 
+// hrx_attend_rows with chunks of U = 32 / DPL steps (16, 8 or 4: 64..256 bytes of K and
+// V a lane in flight), or of 2 or 4 where the rows [t0, t1) take a warp no more steps than
+// that: a short context then reduces and exponentiates no empty steps.
+template <unsigned int DPL>
+__device__ __forceinline__ void hrx_attend_chunked(const float* __restrict__ qkv, const unsigned short* __restrict__ bias,
+                                                   const unsigned short* kc, const unsigned short* vc, unsigned int D,
+                                                   unsigned int hd, unsigned int base, unsigned int pos, unsigned int t0,
+                                                   unsigned int t1, float scale, float* wm, float* wl, float* wacc) {
+    const unsigned int step = (blockDim.x >> 5) * (32u / (hd / DPL));
+    const unsigned int steps = (t1 - t0 + step - 1u) / step;
+    if (steps <= 2u) hrx_attend_rows<DPL, 2u>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
+    else if (steps <= 4u) hrx_attend_rows<DPL, 4u>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
+    else hrx_attend_rows<DPL, 32u / DPL>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
+}
+
 // The block's result from the warps' (hrx_attend_rows): dimension i's unnormalized sum
 // relative to the block's maximum score M; M and the sum of exponentials in *mo, *lo.
 __device__ __forceinline__ float hrx_attend_combine(unsigned int i, unsigned int hd, const float* wm, const float* wl,
@@ -197,9 +216,11 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention_streamed(
             vc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(qkv[2u * D + c] + hrx_bf16_to_f32(bias[2u * D + c]));
         }
     }
-    if (hd <= 64u) hrx_attend_rows<2>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
-    else if (hd == 128u) hrx_attend_rows<4>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
-    else hrx_attend_rows<8>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
+    // DPL dimensions a lane: HRX_ATTN_ROW_LANES lanes a row where that gives 2..8
+    const unsigned int dpl = hd / HRX_ATTN_ROW_LANES;
+    if (dpl <= 2u) hrx_attend_chunked<2>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
+    else if (dpl == 4u) hrx_attend_chunked<4>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
+    else hrx_attend_chunked<8>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
     const unsigned int stride = hd + 2u;
     float M, l;
     if (active == 1u) {
@@ -228,3 +249,15 @@ ATTENTION_STREAMED = Kernel(
     scalars=(np.uint32, np.uint32, np.uint32, np.float32, np.uint32),
     host=_attention_host, cuda=ATTENTION_STREAMED_CUDA, programmatic=True,
 )
+
+
+def streamed_variant(row_lanes: int) -> Kernel:
+    """:data:`ATTENTION_STREAMED` with ``row_lanes`` lanes a K/V row (32, 16 or 8; the
+    kernel's own is 32), as ``hrx_gpt2_attention_streamed_l<row_lanes>``: for A/B runs."""
+    if row_lanes not in (8, 16, 32):
+        raise ValueError(f"row_lanes: expected 8, 16 or 32, got {row_lanes!r}")
+    name = f"hrx_gpt2_attention_streamed_l{row_lanes}"
+    src = f"#define HRX_ATTN_ROW_LANES {row_lanes}u\n" + ATTENTION_STREAMED_CUDA.replace(
+        "hrx_gpt2_attention_streamed(", name + "(")
+    return Kernel(name, buffers=ATTENTION_STREAMED.buffer_access, scalars=ATTENTION_STREAMED.scalar_types,
+                  host=_attention_host, cuda=src, programmatic=True)
