@@ -52,8 +52,8 @@ for step in $steps; do
     gpu-rest) for only in transfer d2d memops; do run "gpu-$only" 150 python3 bench/gpu.py --only "$only"; done ;;
     attention) run attention-tests 150 python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 120 \
                  plugins/hrx_models/tests/test_gpt2_kernels.py plugins/hrx_models/tests/test_gpt2_fused.py ;
-               run attention-ab 240 python3 bench/tools/attention_ab.py ;  # the opt-in streamed attention
-               for a in default streamed; do for p in 16 1000; do
+               run attention-ab 240 python3 bench/tools/attention_ab.py ;  # the decoder's attention against the earlier kernel
+               for a in streamed earlier; do for p in 16 1000; do
                  run "attention-profile-$a-$p" 120 python3 bench/tools/profile_model.py --prompt $p --steps 8 --attention $a
                done; done ;;
     none) ;;  # install only (for diagnostics run after it)

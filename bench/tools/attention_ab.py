@@ -1,18 +1,18 @@
-"""GPT-2 decode with the default and the streamed decode attention, interleaved in one process (cuda).
+"""GPT-2 decode with the streamed (the decoder's) and the earlier decode attention, interleaved in one process (cuda).
 
     python bench/tools/attention_ab.py [--shapes gpt2,1b] [--prompts 16,960] [--tokens 63] [--rounds 7]
                                       [--row-lanes 16,8]
 
-Two decoders of the same random checkpoint: one with the default attention kernel
-(``hrx_gpt2_attention``), one with the opt-in ``hrx_gpt2_attention_streamed``
-(:mod:`hrx_models.gpt2.attention_streamed`, swapped in through
-``StepKernels.attention``), and one per ``--row-lanes`` variant of the streamed kernel
-(lanes sharing a K/V row; the kernel's own is 32). For each prompt length, greedy decode of ``--tokens`` tokens
+Decoders of the same random checkpoint: one with the earlier attention kernel
+(``hrx_gpt2_attention``, swapped in through ``StepKernels.attention``), one with the
+decoder's ``hrx_gpt2_attention_streamed`` (:mod:`hrx_models.gpt2.attention_streamed`),
+and one per ``--row-lanes`` variant of the streamed kernel (lanes sharing a K/V row;
+the kernel's own is 16). For each prompt length, greedy decode of ``--tokens`` tokens
 by each in alternating rounds: tokens/s per round, the median, and how many greedy
-tokens the two agree on (random weights put steps near ties; the kernels add in
-different orders). A diagnostic for the default: it writes no results file. Kernel
-times per layer: ``python bench/tools/profile_model.py --prompt 16 [--attention
-streamed]`` (and ``--prompt 1000 --steps 8``).
+tokens each agrees on with the first (random weights put steps near ties; the kernels
+add in different orders). A diagnostic for the decoder's choice: it writes no results
+file. Kernel times per layer: ``python bench/tools/profile_model.py --prompt 16
+[--attention earlier]`` (and ``--prompt 1000 --steps 8``).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def main() -> None:
         decs = []
         with tempfile.TemporaryDirectory() as tmp:
             ckpt = write_random_checkpoint(Path(tmp) / shape, config, seed=0, dtype="bf16")
-            kernels = {"default": K.ATTENTION, "streamed": ATTENTION_STREAMED}
+            kernels = {"earlier": K.ATTENTION, "streamed": ATTENTION_STREAMED}
             kernels.update({f"l{n}": streamed_variant(int(n)) for n in filter(None, args.row_lanes.split(","))})
             for name, kernel in kernels.items():
                 dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)

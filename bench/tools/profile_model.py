@@ -44,8 +44,9 @@ def main() -> None:
     ap.add_argument("--shape", default="gpt2", choices=sorted(SHAPES))
     ap.add_argument("--prompt", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=32)
-    ap.add_argument("--attention", choices=["default", "streamed"], default="default",
-                    help="the decode attention kernel (streamed: hrx_models.gpt2.attention_streamed, opt-in)")
+    ap.add_argument("--attention", choices=["streamed", "earlier"], default="streamed",
+                    help="the decode attention kernel (streamed: the decoder's, hrx_models.gpt2.attention_streamed; "
+                         "earlier: kernels.ATTENTION)")
     args = ap.parse_args()
     import torch
     from hrx_models.gpt2.torch_reference import TorchGpt2
@@ -58,11 +59,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = write_random_checkpoint(Path(tmp) / args.shape, config, seed=0, dtype="bf16")
         dec = Gpt2Decoder.load(ckpt, dev, context=n + args.steps + 1, max_slots=1)
-        if args.attention == "streamed":
+        if args.attention == "earlier":
             import attrs
-            from hrx_models.gpt2.attention_streamed import ATTENTION_STREAMED
+            from hrx_models.gpt2 import kernels as K
 
-            dec.kernels = attrs.evolve(dec.kernels, attention=ATTENTION_STREAMED)
+            dec.kernels = attrs.evolve(dec.kernels, attention=K.ATTENTION)
         peer = TorchGpt2(ckpt, dtype=torch.bfloat16, context=n + args.steps + 1)
     with dec.slot() as slot:
         def hrx_prefill():

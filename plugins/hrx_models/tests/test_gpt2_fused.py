@@ -144,23 +144,26 @@ def test_fused_is_validated(dev, tiny_dir):
 
 
 def test_streamed_attention_decoder_equals_default(dev, tiny_dir, reference):
-    """The opt-in streamed attention kernel in a whole decoder: the same logits and greedy
-    tokens as the default kernel (hrx_models.gpt2.attention_streamed; not the default)."""
+    """The decoder's attention kernel (the streamed one, hrx_models.gpt2.attention_streamed)
+    and the earlier kernels.ATTENTION swapped in: the same logits and greedy tokens, each
+    the kernel recorded in the step graph."""
     import attrs
-    from hrx_models.gpt2.attention_streamed import ATTENTION_STREAMED
+    from hrx_models.gpt2 import kernels as K
 
-    default = Gpt2Decoder.load(tiny_dir, dev)
     streamed = Gpt2Decoder.load(tiny_dir, dev)
-    streamed.kernels = attrs.evolve(streamed.kernels, attention=ATTENTION_STREAMED)
+    default = Gpt2Decoder.load(tiny_dir, dev)
+    default.kernels = attrs.evolve(default.kernels, attention=K.ATTENTION)
     try:
-        with streamed.slot() as s:  # the swapped kernel is the one recorded
-            names = {n.params["executable"].name for n in s.step_graph.nodes if n.kind == "dispatch"}
-            assert "hrx_gpt2_attention_streamed" in names and "hrx_gpt2_attention" not in names
+        for dec, want_name, other in ((streamed, "hrx_gpt2_attention_streamed", "hrx_gpt2_attention"),
+                                      (default, "hrx_gpt2_attention", "hrx_gpt2_attention_streamed")):
+            with dec.slot() as s:
+                names = {n.params["executable"].name for n in s.step_graph.nodes if n.kind == "dispatch"}
+                assert want_name in names and other not in names
         prompt = [9, 8, 7, 6, 5]
         ids = prompt + list(range(20, 50))
         got, want = step_logits(streamed, ids), step_logits(default, ids)
         for t in range(len(ids)):
-            check_logits(got[t], want[t], f"position {t}: streamed vs default attention")
+            check_logits(got[t], want[t], f"position {t}: streamed vs earlier attention")
         check_greedy(reference, prompt, streamed.generate(prompt, 24).tokens, default.generate(prompt, 24).tokens)
     finally:
         default.close()

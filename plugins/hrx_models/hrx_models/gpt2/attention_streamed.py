@@ -1,24 +1,26 @@
-"""An alternative decode attention kernel, ``hrx_gpt2_attention_streamed``: opt-in, not
-the decoder's default, and not yet measured on a GPU.
+"""The GPT-2 decoder's decode attention kernel, ``hrx_gpt2_attention_streamed`` (the
+default of ``StepKernels.attention`` since 2026-12-02).
 
-Same buffers, scalars, host mirror and results (within F32 rounding) as
-:data:`.kernels.ATTENTION`; a different way through a block's rows. There, a block of
-256 threads gives every thread whole K rows to score, keeps the scores in shared
-memory, takes a block-wide max and sum (four barriers), then sums P.V in row groups.
-Here every warp streams whole K and V rows at once -- a row is head_dim / DPL lanes of
-DPL = 2, 4 or 8 BF16 (4-16 bytes a lane), a warp takes 32 / L rows a step -- in chunks
-of 32 / DPL steps whose loads are all issued before any is used; scores of a chunk
-are reduced together, and each lane keeps an online softmax (running maximum, sum of
-exponentials, unnormalized P.V over its dimensions) that the lanes, then the warps,
-combine: one barrier and no scores in shared memory. The step's own K/V row comes from
-qkv + bias (rounded to BF16 as the cache holds it), not back from the cache.
+Same buffers, scalars, host mirror and results (within F32 rounding) as the earlier
+kernel, :data:`.kernels.ATTENTION`; a different way through a block's rows. There, a
+block of 256 threads gives every thread whole K rows to score, keeps the scores in
+shared memory, takes a block-wide max and sum (four barriers), then sums P.V in row
+groups. Here every warp streams whole K and V rows at once -- a row is L = head_dim /
+DPL lanes of DPL = 2, 4 or 8 BF16 (4-16 bytes a lane; L = 16 where that allows), a
+warp takes 32 / L rows a step -- in chunks of up to 32 / DPL steps whose loads are all
+issued before any is used; scores of a chunk are reduced together, and each lane keeps
+an online softmax (running maximum, sum of exponentials, unnormalized P.V over its
+dimensions) that the lanes, then the warps, combine: one barrier and no scores in
+shared memory. The step's own K/V row comes from qkv + bias (rounded to BF16 as the
+cache holds it), not back from the cache.
 
-Status (2026-12-01): an earlier form of it (four steps of loads in flight, one rescale
-a row; commit 5efb22b) was correct on the H200 but slower than the default at 1000
-positions (11.3 against ~8.7 us a layer) and barely faster at 16 (3.75 against 4.0);
-this form was written to fix that and has not run on a GPU. ``python
-bench/tools/attention_ab.py`` measures it against the default in one process; the
-attention tests run it on every engine beside the default.
+Measured on the H200, interleaved in one process (``python bench/tools/attention_ab.py
+--row-lanes 16,8``, 2026-12-02), us a token of greedy decode, earlier kernel -> this one:
+GPT-2 small 278.1 -> 270.2 after 16 positions, 343.0 -> 321.4 after 960; GPT-2 medium
+739.1 -> 726.3 and 871.9 -> 832.2; 1.3B (head_dim 128) 1294.3 -> 1254.6 and 1465.6 ->
+1394.2. With 32 lanes a row (DPL 2 at head_dim 64) it was 1-4% slower than the earlier
+kernel for GPT-2 small and medium; an earlier form with four steps of loads in flight
+(commit 5efb22b) was slower at 1000 positions.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from .kernels import ATTENTION_COMMON_CUDA, _attention_host
 
 ATTENTION_STREAMED_CUDA = ATTENTION_COMMON_CUDA + r"""
 // Lanes that share a K/V row (32, 16 or 8; a power of two): head_dim / this many BF16 a lane,
-// clamped to 2..8. bench/tools/attention_ab.py --row-lanes compares variants.
+// clamped to 2..8. bench/tools/attention_ab.py --row-lanes compares variants: on the H200
+// 16 was faster than 32 at head_dim 64 (GPT-2 small 2.8% a token after 16 positions,
+// 6.3% after 960), and 16, 8 and 32 were even at head_dim 128.
 #ifndef HRX_ATTN_ROW_LANES
-#define HRX_ATTN_ROW_LANES 32u
+#define HRX_ATTN_ROW_LANES 16u
 #endif
 // DPL consecutive BF16 (2, 4 or 8: 4, 8 or 16 bytes, aligned) as raw bits, and element j
 // of them as F32.
@@ -253,7 +257,7 @@ ATTENTION_STREAMED = Kernel(
 
 def streamed_variant(row_lanes: int) -> Kernel:
     """:data:`ATTENTION_STREAMED` with ``row_lanes`` lanes a K/V row (32, 16 or 8; the
-    kernel's own is 32), as ``hrx_gpt2_attention_streamed_l<row_lanes>``: for A/B runs."""
+    kernel's own is 16), as ``hrx_gpt2_attention_streamed_l<row_lanes>``: for A/B runs."""
     if row_lanes not in (8, 16, 32):
         raise ValueError(f"row_lanes: expected 8, 16 or 32, got {row_lanes!r}")
     name = f"hrx_gpt2_attention_streamed_l{row_lanes}"

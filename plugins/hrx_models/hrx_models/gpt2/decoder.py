@@ -55,6 +55,7 @@ from hrx_core.timeouts import check_timeout
 from . import fused_kernels as FK
 from . import kernels as K
 from . import prefill_kernels as PK
+from .attention_streamed import ATTENTION_STREAMED
 from .config import Gpt2Config
 from .layout import Layout
 from ..tokenizer import Tokenizer
@@ -153,7 +154,9 @@ class StepKernels:
     gather: Any
     embed_ln: Any = K.EMBED_LN
     residual_ln: Any = K.RESIDUAL_LN
-    attention: Any = K.ATTENTION
+    #: the streamed decode attention (attention_streamed.py); kernels.ATTENTION is the
+    #: earlier kernel with the same launch, buffers and host mirror
+    attention: Any = ATTENTION_STREAMED
     bias_gelu: Any = K.BIAS_GELU
     argmax: Any = K.ARGMAX
     advance: Any = K.ADVANCE
