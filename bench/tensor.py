@@ -215,6 +215,7 @@ def cuda_bench(reps: int, only: str | None = None) -> list[dict]:
     gh, gt = rounds([g_hrx, g_torch], reps)
     out.append(entry("tensor.cuda.gather_rows", "gather_rows 4096 of 151936 rows x 4096 BF16 (read+write bytes; includes index upload)", "TB/s", gh,
                      peer="torch index_select", peer_value=gt, goal=">= 1.0", command=CMD))
+    out.append(gather_kernel_entry(ops, table, table_t, idx, tidx, moved, reps))
 
     # host CPU time per eager call (see the module docstring), on shapes whose kernels
     # take less GPU time than a call takes the host, so no call ever waits for the GPU
@@ -269,6 +270,66 @@ def eager_rates(ops, x, ws, tx, tw, wbytes: int, iters: int):
         return wbytes * iters / (time.perf_counter() - t0) / 1e12
 
     return hrx_eager, torch_eager
+
+
+def gather_kernel_entry(ops, table, table_t, idx, tidx, moved: int, reps: int, loops: int = 50) -> dict:
+    """gather_rows' kernel on GPU time: recorded in a graph with the indices in device
+    memory (as the GPT-2 decoder binds it), replayed ``loops`` times back to back,
+    against torch's CUDA graph of index_select into a preallocated output. Each replay
+    takes more GPU time than the host needs to issue it, so both are GPU-bound."""
+    import torch
+    from hrx_tensor import kernels as tensor_kernels
+
+    dev, s = ops.device, ops.stream
+    n, row_bytes = idx.shape[0], table.nbytes // table.shape[0]
+    units = row_bytes // 16
+    grid, block, shift = tensor_kernels.gather_launch(units, n)
+    kernel = tensor_kernels.kernels_for("cuda")[tensor_kernels.GATHER.name]
+    dev_idx = ops.upload(idx.astype(np.int64))
+    dst = dev.allocate(n * row_bytes)
+    g = s.graph()
+    g.dispatch(kernel, grid, [table.view, dev_idx.view, dst], block=block,
+               scalars=(np.uint64(units), np.uint32(16), np.uint64(n), np.uint32(shift)), deps=[])
+    g.launch().wait()
+    check = ops.gather_rows(table, idx)
+    got = s.download(dst).view(np.uint16)
+    assert np.array_equal(got, check.numpy().view(np.uint16).ravel()), "graph gather differs from gather_rows"
+    check.close()
+    out_t = torch.empty(n, table_t.shape[1], device="cuda", dtype=table_t.dtype)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.index_select(table_t, 0, tidx, out=out_t)
+    torch.cuda.current_stream().wait_stream(side)
+    cg = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(cg):
+        torch.index_select(table_t, 0, tidx, out=out_t)
+
+    def hrx_rate() -> float:
+        s.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(loops):
+            g.launch()
+        s.synchronize()
+        return moved * loops / (time.perf_counter() - t0) / 1e12
+
+    def torch_rate() -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(loops):
+            cg.replay()
+        torch.cuda.synchronize()
+        return moved * loops / (time.perf_counter() - t0) / 1e12
+
+    hrx_rate(), torch_rate()
+    h, t = rounds([hrx_rate, torch_rate], reps)
+    g.close()
+    dst.close()
+    dev_idx.close()
+    del cg
+    return entry("tensor.cuda.gather_rows_graph", f"gather_rows' kernel: {n} rows of {row_bytes // 2} BF16 in a graph replayed "
+                 "back to back, indices in device memory (read+write bytes; GPU-bound)", "TB/s", h,
+                 peer="torch CUDA graph of index_select (indices on the device)", peer_value=t, goal=">= 1.0", command=CMD)
 
 
 def torch_linears_graph(tx, tw):

@@ -90,6 +90,30 @@ def timeline(fn, runs: int, sync) -> list[tuple[float, float, str]]:
     return out
 
 
+def gaps(events: list[tuple[float, float, str]], replays: int) -> str:
+    """The idle time between consecutive kernels of ``replays`` back-to-back replays,
+    split into gaps inside a replay and gaps from one replay to the next."""
+    kernels = sorted(e for e in events if not e[2].startswith(("Memcpy", "Memset")))
+    if not kernels or len(kernels) % replays:
+        return f"{len(kernels)} kernels for {replays} replays: not split"
+    per = len(kernels) // replays
+    inside, between = [], []
+    for i in range(len(kernels) - 1):
+        s0, d0, _ = kernels[i]
+        gap = kernels[i + 1][0] - (s0 + d0)
+        (between if i % per == per - 1 else inside).append(gap)
+
+    def show(v: list[float]) -> str:
+        if not v:
+            return "-"
+        v = sorted(v)
+        return f"{v[len(v) // 2]:6.2f} ({v[0]:.2f}-{v[-1]:.2f})"
+
+    durations = sorted(d for _, d, _ in kernels)
+    return (f"{per} kernels a replay (median {durations[len(durations) // 2]:.1f} us); inside a replay "
+            f"{show(inside)}, between replays {show(between)}")
+
+
 def report(label: str, events: list[tuple[float, float, str]], runs: int, verbose: bool) -> None:
     if not events:
         print(f"  {label}: no GPU activity seen")
@@ -124,6 +148,8 @@ def main() -> None:
                     "with and without a completion signal, of the same linears chained, of Runtime.submit and "
                     "of torch's graph")
     ap.add_argument("--loops", type=int, default=64, help="replays per --wall timing (default: %(default)s)")
+    ap.add_argument("--gaps", action="store_true", help="with --wall: the idle time between kernels within a "
+                    "replay and between replays, from the kernel timeline of 8 back-to-back replays of each graph")
     args = ap.parse_args()
     dev = hrx.device("cuda")
     ops = TensorOps(dev)
@@ -192,6 +218,8 @@ def main() -> None:
                 par.launch()
                 write(stream, addr, next(ticks), flags)
 
+            chain.launch().wait()  # instantiates it
+            chain_exec = chain._native._exec
             ways = {
                 "native graph, no signal": par.launch,
                 "native graph + signal": lambda par=par, s=s: (par.launch(), s.record_event()),
@@ -200,6 +228,7 @@ def main() -> None:
                 "+ raw write, device, fence": lambda: raw_write(dptr, 0),
                 "+ raw cuEventRecord": lambda par=par: (par.launch(), lib.cuEventRecord(event[0], stream)),
                 "native chain, no signal": chain.launch,
+                "raw cuGraphLaunch, chain": lambda: lib.cuGraphLaunch(chain_exec, stream),
                 "Runtime.submit": hrx_graph,
                 "torch graph": cg.replay,
             }
@@ -212,6 +241,10 @@ def main() -> None:
             print(f"  wall us per replay, {args.loops} back to back (median of 5):")
             for name, v in res.items():
                 print(f"    {name:26s} {sorted(v)[2]:8.1f}")
+            if args.gaps:
+                print("  idle us between kernels, 8 replays back to back (median; min-max):")
+                for name in ("native graph, no signal", "raw cuGraphLaunch, chain", "torch graph"):
+                    print(f"    {name:26s} {gaps(timeline(ways[name], 8, both), 8)}")
         if args.wall:
             lib.cuEventDestroy_v2(event[0])
             spare.close()
