@@ -144,8 +144,9 @@ def main() -> None:
     ap.add_argument("--shapes", default="2048x16384,16384x16384")
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("-v", "--verbose", action="store_true", help="list every activity")
-    ap.add_argument("--wall", action="store_true", help="also wall time per replay of the region's native graph "
-                    "with and without a completion signal, of the same linears chained, of Runtime.submit and "
+    ap.add_argument("--wall", action="store_true", help="also wall time per replay of the region's graph "
+                    "(Graph.launch, which signals its completion; with one more signal; with raw signals instead), "
+                    "of the same linears chained (also by raw cuGraphLaunch, no signal), of Runtime.submit and "
                     "of torch's graph")
     ap.add_argument("--loops", type=int, default=64, help="replays per --wall timing (default: %(default)s)")
     ap.add_argument("--gaps", action="store_true", help="with --wall: the idle time between kernels within a "
@@ -202,7 +203,8 @@ def main() -> None:
                 torch.cuda.synchronize()
 
             # the completion signal's own cost, by the raw driver calls it could be made of
-            # (a timeline counter: pinned host memory, which HRX's signal writes with a fence)
+            # (a timeline counter: pinned host memory, which HRX's signal writes with a fence),
+            # each after Graph.launch (which signals itself)
             nd = dev.native
             lib, ffi = nd.driver.lib, nd.driver.ffi
             stream = s.native_queue().stream
@@ -221,13 +223,13 @@ def main() -> None:
             chain.launch().wait()  # instantiates it
             chain_exec = chain._native._exec
             ways = {
-                "native graph, no signal": par.launch,
-                "native graph + signal": lambda par=par, s=s: (par.launch(), s.record_event()),
+                "Graph.launch (one signal)": par.launch,
+                "Graph.launch + an event": lambda par=par, s=s: (par.launch(), s.record_event()),
                 "+ raw write, host, fence": lambda: raw_write(spare.dptr, 0),
                 "+ raw write, host, no fence": lambda: raw_write(spare.dptr, 1),
                 "+ raw write, device, fence": lambda: raw_write(dptr, 0),
                 "+ raw cuEventRecord": lambda par=par: (par.launch(), lib.cuEventRecord(event[0], stream)),
-                "native chain, no signal": chain.launch,
+                "Graph.launch, chain": chain.launch,
                 "raw cuGraphLaunch, chain": lambda: lib.cuGraphLaunch(chain_exec, stream),
                 "Runtime.submit": hrx_graph,
                 "torch graph": cg.replay,
@@ -243,7 +245,7 @@ def main() -> None:
                 print(f"    {name:26s} {sorted(v)[2]:8.1f}")
             if args.gaps:
                 print("  idle us between kernels, 8 replays back to back (median; min-max):")
-                for name in ("native graph, no signal", "raw cuGraphLaunch, chain", "torch graph"):
+                for name in ("Graph.launch (one signal)", "raw cuGraphLaunch, chain", "torch graph"):
                     print(f"    {name:26s} {gaps(timeline(ways[name], 8, both), 8)}")
         if args.wall:
             lib.cuEventDestroy_v2(event[0])
