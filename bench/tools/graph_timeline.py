@@ -216,9 +216,13 @@ def main() -> None:
             write = nd.driver.write_value64
             ticks = iter(range(1, 1 << 62))
 
+            refused: dict[str, int] = {}
+
             def raw_write(addr, flags, par=par):
                 par.launch()
-                write(stream, addr, next(ticks), flags)
+                code = write(stream, addr, next(ticks), flags)
+                if code:  # e.g. CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER, which the _v2 call refuses
+                    refused[f"cuStreamWriteValue64 flags={flags}"] = int(code)
 
             chain.launch().wait()  # instantiates it
             chain_exec = chain._native._exec
@@ -243,6 +247,8 @@ def main() -> None:
             print(f"  wall us per replay, {args.loops} back to back (median of 5):")
             for name, v in res.items():
                 print(f"    {name:26s} {sorted(v)[2]:8.1f}")
+            for call, code in refused.items():
+                print(f"    (refused: {call} returned CUresult {code}; that variant wrote nothing)")
             if args.gaps:
                 print("  idle us between kernels, 8 replays back to back (median; min-max):")
                 for name in ("Graph.launch (one signal)", "raw cuGraphLaunch, chain", "torch graph"):
