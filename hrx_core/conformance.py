@@ -212,7 +212,7 @@ def test_runtime_resubmission_runs_each_submission_once(hrx_device: Device) -> N
     _needs_kernels(hrx_device, ADD_U32)
     from .execution import Runtime, RuntimeOptions
 
-    rt = Runtime(hrx_device, RuntimeOptions(observe=False))
+    rt = Runtime(hrx_device, RuntimeOptions(observe=False, signals="each"))
     try:
         x, g = adder_graph(rt)
         down = g.download(x)
@@ -225,6 +225,32 @@ def test_runtime_resubmission_runs_each_submission_once(hrx_device: Device) -> N
         subs[-1].wait(60)
         assert all(s.is_complete for s in subs)
         assert (down.read(np.uint32) == 24).all()
+    finally:
+        rt.close()
+
+
+def test_runtime_lazy_signals_run_each_submission_once(hrx_device: Device) -> None:
+    """``RuntimeOptions(signals="lazy")`` (the default on devices whose failures are
+    sticky): resubmissions share the lane's pending value until something waits, and
+    every submission's work still runs once, in order; waiting on any of them covers
+    it and everything before it."""
+    _needs_kernels(hrx_device, ADD_U32)
+    from .execution import Runtime, RuntimeOptions
+
+    rt = Runtime(hrx_device, RuntimeOptions(observe=False, signals="lazy"))
+    try:
+        x, g = adder_graph(rt)
+        subs = [rt.submit(g) for _ in range(20)]
+        values = [s.events[0].completion.value for s in subs]
+        assert values == sorted(values) and len(set(values)) < len(values)  # shared values
+        subs[5].wait(60)
+        assert all(s.is_complete for s in subs[:6])
+        rt.synchronize()
+        assert all(s.is_complete for s in subs)
+        d = rt.graph("read")
+        down = d.download(x)
+        rt.submit(d).wait(60)
+        assert (down.read(np.uint32) == 20).all()
     finally:
         rt.close()
 

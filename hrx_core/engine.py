@@ -123,6 +123,13 @@ class DeviceInfo:
     #: Devices with the same nonempty memory domain import each other's allocations,
     #: host-visible or not (engines on one libamdf instance: a dma-buf export/import).
     memory_domain: str = ""
+    #: A failure of work on a queue fails everything the queue runs after it (CUDA's
+    #: sticky errors: the context is lost), so later work never completes normally.
+    #: The runtime then signals resubmissions lazily, as streams signal their work
+    #: (``RuntimeOptions(signals="auto")``): consecutive submissions may share one
+    #: timeline value, and none can be reported failed by another's failure that it
+    #: would not have failed by itself.
+    sticky_failures: bool = False
     #: Free-form facts shown by ``hrx doctor`` (compute capability, driver, ...).
     properties: Mapping[str, Any] = attrs.field(factory=dict)
 

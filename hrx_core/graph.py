@@ -482,18 +482,21 @@ class Graph:
         if slot.closed:
             raise InvalidArgument(f"{slot.name}: device is closed")
 
-    def _launch_signaled(self, stream: Stream) -> Completion:
+    def _launch_signaled(self, stream: Stream, *, lazy: bool = False) -> Completion:
         """``launch(stream)`` with its default bindings, then the signal covering it,
         under one hold of the queue's lock: the runtime's resubmission path (a region
         replays its graph and records an event right after). Returns the completion of
         the signalled value. Same checks, results and failures as the two calls; the
-        caller (the runtime) validated ``stream`` when the region was made."""
+        caller (the runtime) validated ``stream`` when the region was made. ``lazy``:
+        the launch alone, its value signalled as a stream's work is (every few
+        operations, or once something waits on, polls or orders after it)."""
         slot = stream.slot
         record = self._record
         if self._plan is None or record is None or self._closed or self._rebound \
                 or stream.device is not self.device or not self.nodes:
             self.launch(stream)
-            stream.slot.flush()
+            if not lazy:
+                stream.slot.flush()
             last = stream._last
             return last if last is not None else Completion(slot, 0)
         encode = self._plan[2]
@@ -503,7 +506,7 @@ class Graph:
             native = slot._native or slot.native
             value = slot.pending_value
             signaled = False
-            if native_graph is not None:
+            if native_graph is not None and not lazy:
                 signaled = native_graph.launch_signaled(native, slot._timeline or slot.timeline, value)
             else:
                 encode(native)
@@ -514,6 +517,9 @@ class Graph:
             # what commit_locked and the flush after it do, with one signal
             if signaled:
                 done = slot._signaled_locked(slot._timeline or slot.timeline, value)
+            elif lazy:
+                value, retired = slot.commit_locked(())
+                done = list(retired)
             else:
                 slot.unsignaled_ops += 1
                 done = slot._flush_locked()

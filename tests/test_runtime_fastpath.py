@@ -224,7 +224,7 @@ def test_trace_rows_are_built_when_the_trace_is_read(dev, monkeypatch):
 def test_a_resubmission_launches_and_signals_under_one_hold_of_the_queue(dev, monkeypatch):
     from hrx_core.device import QueueSlot
 
-    rt = Runtime(dev, RuntimeOptions(observe=False))
+    rt = Runtime(dev, RuntimeOptions(observe=False, signals="each"))
     x, g = adder_graph(rt)
     rt.submit(g).wait(60)
     slot = rt.lane("compute").stream.slot
@@ -244,10 +244,11 @@ def test_a_resubmission_launches_and_signals_under_one_hold_of_the_queue(dev, mo
     rt.close()
 
 
-def test_a_resubmission_the_engine_fails_to_launch_changes_nothing(dev, monkeypatch):
+@pytest.mark.parametrize("signals", ["each", "lazy"])
+def test_a_resubmission_the_engine_fails_to_launch_changes_nothing(dev, monkeypatch, signals):
     import hrx_core as hrx
 
-    rt = Runtime(dev, RuntimeOptions(observe=False))
+    rt = Runtime(dev, RuntimeOptions(observe=False, signals=signals))
     x, g = adder_graph(rt)
     rt.submit(g).wait(60)
     device_graph = g.regions[0].device_graph
@@ -255,15 +256,23 @@ def test_a_resubmission_the_engine_fails_to_launch_changes_nothing(dev, monkeypa
     if native is None:
         pytest.skip(f"{dev.name}: no native graphs")
     slot = rt.lane("compute").stream.slot
-    before = (slot.pending_value, slot.signaled, len(slot.retained), device_graph._holds, device_graph.launches)
+    before = (slot.pending_value, slot.signaled, slot.unsignaled_ops, len(slot.retained), device_graph._holds,
+              device_graph.launches)
 
-    def refuse(self, queue, timeline, value):
+    def refuse(self, queue, *args):
         raise hrx.DeviceError("injected launch failure")
 
-    monkeypatch.setattr(type(native), "launch_signaled", refuse)
+    # the signalled path launches through launch_signaled, the lazy one through the
+    # launch its plan bound (NativeGraph.launch)
+    if signals == "each":
+        monkeypatch.setattr(type(native), "launch_signaled", refuse)
+    else:
+        plan = device_graph._plan
+        monkeypatch.setattr(device_graph, "_plan", (plan[0], plan[1], lambda q: refuse(native, q)))
     with pytest.raises(hrx.DeviceError, match="injected"):
         rt.submit(g)
-    assert (slot.pending_value, slot.signaled, len(slot.retained), device_graph._holds, device_graph.launches) == before
+    assert (slot.pending_value, slot.signaled, slot.unsignaled_ops, len(slot.retained), device_graph._holds,
+            device_graph.launches) == before
     monkeypatch.undo()
     rt.submit(g).wait(60)
     assert (rt.lane("compute").stream.download(x).view(np.uint32)[:64] == 2).all()
@@ -271,7 +280,7 @@ def test_a_resubmission_the_engine_fails_to_launch_changes_nothing(dev, monkeypa
 
 
 def test_a_signal_the_engine_leaves_to_the_queue_is_emitted(dev, monkeypatch):
-    rt = Runtime(dev, RuntimeOptions(observe=False))
+    rt = Runtime(dev, RuntimeOptions(observe=False, signals="each"))
     x, g = adder_graph(rt)
     native = g.regions[0].device_graph._native
     if native is None:
@@ -308,3 +317,85 @@ def test_a_stale_graph_refuses_the_launch_and_signal_path(dev):
         g._launch_signaled(s)
     assert (s.slot.pending_value, s.slot.signaled, g.launches) == before
     g.close()
+
+
+def test_signals_option_is_checked_and_auto_follows_sticky_failures(dev):
+    import hrx_core as hrx
+
+    with pytest.raises(hrx.InvalidArgument, match="signals"):
+        RuntimeOptions(signals="sometimes")
+    rt = Runtime(dev)
+    try:
+        assert all(lane.lazy_signals == lane.device.info.sticky_failures for lane in rt.lanes.values())
+    finally:
+        rt.close()
+    for mode, lazy in (("each", False), ("lazy", True)):
+        rt = Runtime(dev, RuntimeOptions(signals=mode))
+        try:
+            assert all(lane.lazy_signals is lazy for lane in rt.lanes.values())
+        finally:
+            rt.close()
+
+
+def test_lazy_resubmissions_signal_once_for_many(dev, monkeypatch):
+    """signals="lazy": resubmissions encode no signal of their own; they share the lane's
+    pending value until something waits (one signal covers them all) or AUTO_FLUSH_OPS
+    operations accumulate; every submission's work runs once, in order."""
+    from hrx_core.device import AUTO_FLUSH_OPS, QueueSlot
+
+    rt = Runtime(dev, RuntimeOptions(observe=False, signals="lazy"))
+    x, g = adder_graph(rt)
+    rt.submit(g).wait(60)
+    slot = rt.lane("compute").stream.slot
+    signals = count_calls(monkeypatch, QueueSlot, "_signaled_locked")
+    native = g.regions[0].device_graph._native
+    fused = count_calls(monkeypatch, type(native), "launch_signaled") if native is not None else None
+    signaled = slot.signaled
+    subs = [rt.submit(g) for _ in range(10)]
+    assert signals[0] == 0 and slot.signaled == signaled and slot.unsignaled_ops == 10
+    assert fused is None or fused[0] == 0
+    values = {s.events[0].completion.value for s in subs}
+    assert values == {signaled + 1}  # one pending value, not signalled yet
+    assert not any(s.events[0].completion.done_now() for s in subs)
+    subs[0].wait(60)  # a wait emits the signal that covers every one of them
+    assert signals[0] == 1 and slot.signaled == signaled + 1
+    assert all(s.is_complete for s in subs)
+    assert (rt.lane("compute").stream.download(x).view(np.uint32)[:64] == 11).all()
+    # past AUTO_FLUSH_OPS operations the lane signals by itself
+    signals[0] = 0
+    subs = [rt.submit(g) for _ in range(AUTO_FLUSH_OPS + 1)]
+    assert signals[0] == 1 and subs[AUTO_FLUSH_OPS - 1].events[0].completion.value == slot.signaled
+    assert subs[-1].events[0].completion.value == slot.signaled + 1
+    rt.synchronize()
+    assert (rt.lane("compute").stream.download(x).view(np.uint32)[:64] == 11 + AUTO_FLUSH_OPS + 1).all()
+    rt.close()
+
+
+@pytest.mark.parametrize("signals", ["lazy", "each"])
+@pytest.mark.parametrize("observe", [False, True, "exact"])
+def test_lazy_signals_keep_results_order_and_room(dev, observe, signals):
+    """Lazy signals with a tiny max_submissions (room is made by waiting on the oldest,
+    which emits the signal), and a graph whose compute region reads what its upload
+    region wrote on another lane and whose download region reads what it wrote (the
+    hazard waits emit the producers' signals): rounds submitted back to back end with
+    the last round's result, and observation stamps every region of every round; as
+    with a signal every submission."""
+    rt = Runtime(dev, RuntimeOptions(observe=observe, signals=signals, max_submissions=2))
+    try:
+        x = rt.allocate(256)
+        g = rt.graph("round")
+        up = g.upload(x, np.zeros(64, np.uint32))
+        g.compute("add", lambda r: r.dispatch(ADD_U32, 1, [x], block=64, scalars=(3, 64)))
+        down = g.download(x)
+        rounds = 6
+        for i in range(rounds):
+            up.write(np.full(64, i, np.uint32))
+            sub = rt.submit(g)
+        sub.wait(60)
+        assert (down.read().view(np.uint32)[:64] == rounds - 1 + 3).all()
+        rt.synchronize()
+        assert rt.stats.snapshot()["regions"] == 3 * rounds
+        if observe is True:  # ("exact" stamps from a notifier thread, which may still be at it)
+            assert rt.profile.percentiles("add")["count"] == rounds
+    finally:
+        rt.close()

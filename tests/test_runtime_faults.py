@@ -144,3 +144,43 @@ def test_submit_fail_recover_loop_returns_to_starting_bytes():
     assert rt.stats.snapshot()["live_tracked_bytes"] == start_tracked
     assert rt.stats.snapshot()["quarantined_owners"] == 0
     rt.close()
+
+
+def test_lazy_signals_share_a_failure_with_the_submissions_of_its_value():
+    """signals="lazy" on an engine whose failures are not sticky (the host engine; "auto"
+    keeps a signal every submission here): a submission that shares a failed one's
+    timeline value reports that failure too, its owners are quarantined like the failed
+    one's, and the runtime recovers; with "each" the next submission stands alone."""
+    from hrx_core.conformance import ADD_U32
+
+    for signals, second_fails in (("each", False), ("lazy", True)):
+        dev = _fresh()
+        assert not dev.info.sticky_failures
+        rt = Runtime(dev, RuntimeOptions(signals=signals))
+        x, y = rt.allocate(64), rt.allocate(256)
+        init = rt.graph("init")
+        init.upload(y, np.zeros(64, np.uint32))
+        rt.submit(init).wait(60)
+        bad = rt.graph("bad")
+        bad.compute("boom", lambda r: r.dispatch(BOOM, 1, [x]))
+        ok = rt.graph("ok")
+        ok.compute("add", lambda r: r.dispatch(ADD_U32, 1, [y], block=64, scalars=(1, 64)))
+        rt.submit(ok).wait(60)
+        first, second = rt.submit(bad), rt.submit(ok)
+        shared = first.events[0].completion.value == second.events[0].completion.value
+        assert shared is second_fails
+        with pytest.raises(hrx.DeviceError, match="injected"):
+            first.wait(60)
+        if second_fails:
+            with pytest.raises(hrx.DeviceError, match="injected"):
+                second.wait(60)
+        else:
+            second.wait(60)
+        rt.synchronize()
+        assert rt.quarantined == []
+        rt.submit(ok).wait(60)  # usable afterwards
+        d = rt.graph("read")
+        down = d.download(y)
+        rt.submit(d).wait(60)
+        assert (down.read().view(np.uint32)[:64] == 3).all()  # every add ran once, the shared one too
+        rt.close()

@@ -102,12 +102,14 @@ class Region:
         """Encode this region's work on ``lane`` (the runtime holds the lane)."""
         raise NotImplementedError
 
-    def encode_signaled(self, lane: Lane) -> Completion:
+    def encode_signaled(self, lane: Lane, lazy: bool = False) -> Completion:
         """:meth:`encode`, then a signal covering it; returns its completion (the
         runtime holds the lane). Regions that replay a recorded graph do both under
-        one hold of the queue's lock."""
+        one hold of the queue's lock. ``lazy``: no signal now -- the completion's value
+        is signalled as a stream's work is (every few operations, or once something
+        waits on, polls or orders after it)."""
         self.encode(lane)
-        return lane.stream._event().completion
+        return lane.stream.completion() if lazy else lane.stream._event().completion
 
     def close(self) -> None:
         """Release what the region owns."""
@@ -139,8 +141,8 @@ class _RecordedRegion(Region):
     def encode(self, lane: Lane) -> None:
         self.device_graph.launch(lane.stream)
 
-    def encode_signaled(self, lane: Lane) -> Completion:
-        return self.device_graph._launch_signaled(lane.stream)
+    def encode_signaled(self, lane: Lane, lazy: bool = False) -> Completion:
+        return self.device_graph._launch_signaled(lane.stream, lazy=lazy)
 
     def close(self) -> None:
         self.device_graph.close()

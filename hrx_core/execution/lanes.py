@@ -29,6 +29,8 @@ class Lane:
         # Serializes encoding on the lane (taken after the runtime's submit lock).
         self.lock = threading.RLock()
         self.last_end = 0.0  # host-observed end of the lane's latest region (seconds)
+        #: submissions on this lane are signalled lazily (RuntimeOptions.signals)
+        self.lazy_signals = False
         self.closed = False
 
     @property

@@ -65,7 +65,16 @@ class RuntimeOptions:
     but may be late by however long the host was busy elsewhere; ``"exact"`` stamps
     it from a completion callback (a notifier thread) as soon as the work finishes,
     which costs each submission a callback and the submitting thread the notifier's
-    share of the GIL; ``False`` records nothing.
+    share of the GIL; ``False`` records nothing. ``signals``: how a submission's
+    completion is signalled on its lane -- ``"each"``: a signal (a native call) every
+    submission, so every submission has its own timeline value; ``"lazy"``: as a
+    stream signals its work, once every few operations or when something waits on,
+    polls or orders after it -- consecutive submissions may then share one value, and
+    a failure is reported by every submission that shares its value; ``"auto"`` (the
+    default): lazy on a device whose failures are sticky
+    (``DeviceInfo.sticky_failures``: CUDA), where work after a failure fails anyway,
+    each elsewhere. With lazy signals, observation stamps an end once a signal covering
+    it was reached (later, never earlier).
     """
 
     max_submissions: int = 64
@@ -74,6 +83,7 @@ class RuntimeOptions:
     memory_budget: MemoryBudget | None = None
     observe: bool | str = True
     trace_events: int = 100_000
+    signals: str = "auto"
 
     def __attrs_post_init__(self) -> None:
         if isinstance(self.max_submissions, bool) or not isinstance(self.max_submissions, int) or self.max_submissions < 1:
@@ -83,6 +93,8 @@ class RuntimeOptions:
         if not isinstance(self.observe, bool) and self.observe != "exact":
             raise InvalidArgument(f"observe: expected True, False or 'exact', got {show(self.observe)}")
         check_int("trace_events", self.trace_events, minimum=1)
+        if self.signals not in ("auto", "each", "lazy"):
+            raise InvalidArgument(f"signals: expected 'auto', 'each' or 'lazy', got {show(self.signals)}")
 
 
 #: Observed submissions waiting to be folded in before a fold happens unasked.
@@ -351,6 +363,8 @@ class Runtime:
             family = "npu" if npu.info.family("npu") is not None else "compute"
             self.lanes["npu"] = Lane("npu", npu, stream(npu, family))
         self.copy_lane = "upload" if options.copy_engine == "copy" else "compute"
+        for lane in self.lanes.values():
+            lane.lazy_signals = options.signals == "lazy" or (options.signals == "auto" and lane.device.info.sticky_failures)
         self.stats = RuntimeStats()
         self.profile = LatencyProfile()
         self.trace: Any = None
@@ -631,7 +645,7 @@ class Runtime:
                 and self.fast_resubmit):
             stream = lane.stream
             with lane.lock:
-                event = Event(region.encode_signaled(lane))
+                event = Event(region.encode_signaled(lane, lane.lazy_signals))
                 stream._forget_failures()
             if (region.reads_own_writes and previous is not None
                     and not (previous.completion.done_now() and pending_failure(previous) is None)):
@@ -653,7 +667,7 @@ class Runtime:
                     stream.wait_event(ev)
                 else:
                     ev.completion.wait_quiet()  # another engine: a host completion check
-            event = Event(region.encode_signaled(lane))
+            event = Event(region.encode_signaled(lane, lane.lazy_signals))
             stream._forget_failures()  # a region's failures are reported by its Submission
         if region.data_deps or read_from:
             event.upstream = tuple([events[d] for d in region.data_deps] + read_from)

@@ -164,6 +164,7 @@ def describe(driver: Driver, index: int) -> DeviceInfo:
         host_mappable=False,
         native_graphs=True,
         dlpack_device_type=2,
+        sticky_failures=True,  # a trapped kernel or an illegal address loses the context
         properties=properties,
     )
 
