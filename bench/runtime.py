@@ -109,8 +109,8 @@ def bench_resubmit(dev, reps: int, pairs: int = 32, n: int = 200) -> list[dict]:
     return out
 
 
-def _replay_setup(dev, observe: bool, nodes: int):
-    rt = Runtime(dev, RuntimeOptions(observe=observe))
+def _replay_setup(dev, observe: bool, nodes: int, signals: str = "auto"):
+    rt = Runtime(dev, RuntimeOptions(observe=observe, signals=signals))
     scratch = rt.allocate(256)
     g = rt.graph("replay100")
     region = g.compute("chain", lambda r: [r.dispatch(TOUCH, 1, [scratch], block=32, scalars=(i,)) for i in range(nodes)])
@@ -122,7 +122,8 @@ def bench_replay(dev, reps: int, nodes: int = 100, n: int = 200) -> list[dict]:
     rt, g, region = _replay_setup(dev, False, nodes)
     ort, og, _ = _replay_setup(dev, True, nodes)  # the default: ends stamped when noticed
     ert, eg, _ = _replay_setup(dev, "exact", nodes)  # ends stamped by completion callbacks
-    lane, olane, elane = rt.lane("compute"), ort.lane("compute"), ert.lane("compute")
+    srt, sg, _ = _replay_setup(dev, False, nodes, "each")  # a signal every submission
+    lane, olane, elane, slane = rt.lane("compute"), ort.lane("compute"), ert.lane("compute"), srt.lane("compute")
 
     def per_submit(fn, lane=lane, rt=rt):
         # the round ends with the runtime settling its submissions (their work is done:
@@ -147,32 +148,36 @@ def bench_replay(dev, reps: int, nodes: int = 100, n: int = 200) -> list[dict]:
     hrx_fn = per_submit(lambda: rt.submit(g))
     obs_fn = per_submit(lambda: ort.submit(og), olane, ort)
     exact_fn = per_submit(lambda: ert.submit(eg), elane, ert)
+    each_fn = per_submit(lambda: srt.submit(sg), slane, srt)
     out = []
     if dev.info.engine == "cuda":
         native = region.device_graph._native
         lib = dev.native.driver.lib
         exec_, stream = native._exec, lane.stream.native_queue().stream
         raw_fn = per_submit(lambda: lib.cuGraphLaunch(exec_, stream))
-        raw_fn(), hrx_fn(), obs_fn(), exact_fn()
-        samples = [[], [], [], []]
+        raw_fn(), hrx_fn(), obs_fn(), exact_fn(), each_fn()
+        samples = [[], [], [], [], []]
         for _ in range(reps):
             samples[0].append(raw_fn())
             samples[1].append(hrx_fn())
             samples[2].append(obs_fn())
             samples[3].append(exact_fn())
-        raw, h, o, e = (statistics.median(x) for x in samples)
-        print(f"replay100 via runtime: hrx {h:.2f} us (observed {o:.2f}, exact {e:.2f} us), raw cuGraphLaunch {raw:.2f} us")
+            samples[4].append(each_fn())
+        raw, h, o, e, each = (statistics.median(x) for x in samples)
+        print(f"replay100 via runtime: hrx {h:.2f} us (observed {o:.2f}, exact {e:.2f}, a signal each {each:.2f} us), "
+              f"raw cuGraphLaunch {raw:.2f} us")
         out.append(entry("runtime.replay100", f"Runtime.submit of a {nodes}-node tracked graph (one compute region, one CUDA graph), host cost, GPU idle", "us",
                          h, peer="raw cffi cuGraphLaunch of the same CUDA graph", peer_value=raw, goal="<= 1.2", command=CMD))
         suffix = ""
     else:
-        hrx_fn(), obs_fn(), exact_fn()
-        samples = [[], [], []]
+        hrx_fn(), obs_fn(), exact_fn(), each_fn()
+        samples = [[], [], [], []]
         for _ in range(reps):
             samples[0].append(hrx_fn())
             samples[1].append(obs_fn())
             samples[2].append(exact_fn())
-        h, o, e = (statistics.median(x) for x in samples)
+            samples[3].append(each_fn())
+        h, o, e, each = (statistics.median(x) for x in samples)
         print(f"replay100 via runtime (host engine): {h:.2f} us (observed {o:.2f}, exact {e:.2f} us)")
         out.append(entry("runtime.replay100.host", f"Runtime.submit of a {nodes}-node tracked graph on the host engine, host cost (execution included)", "us",
                          h, command=CMD))
@@ -181,9 +186,12 @@ def bench_replay(dev, reps: int, nodes: int = 100, n: int = 200) -> list[dict]:
                      o, peer="the same with observe=False", peer_value=h, command=CMD))
     out.append(entry(f"runtime.replay100.observed_exact{suffix}", "the same submission with RuntimeOptions(observe='exact') (ends stamped by completion callbacks on a notifier thread)", "us",
                      e, peer="the same with observe=False", peer_value=h, command=CMD))
-    for x in (g, og, eg):
+    out.append(entry(f"runtime.replay100.signal_each{suffix}", "the same submission with RuntimeOptions(signals='each'): a "
+                     "timeline signal every submission (the default, 'auto', signals lazily where failures are sticky: cuda)",
+                     "us", each, peer="the same with the default signals", peer_value=h, command=CMD))
+    for x in (g, og, eg, sg):
         x.close()
-    for x in (rt, ort, ert):
+    for x in (rt, ort, ert, srt):
         x.close()
     return out
 
