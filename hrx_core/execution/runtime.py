@@ -743,10 +743,19 @@ class Runtime:
                 waiting = self._observed
                 pending: list[Any] = []
                 ready: list[Any] = []
+                exact, now = self._exact, time.perf_counter()
                 while waiting:
                     item = waiting.popleft()
+                    ends = item[1]
+                    if exact and 0.0 in ends:
+                        # finished work whose callback the notifier has not run yet (it
+                        # would stamp later): stamped now, so what a synchronize waited
+                        # for is in the statistics read after it (never early)
+                        for i, event in enumerate(item[3]):
+                            if not ends[i] and event.completion.done_now():
+                                ends[i] = now
                     # still running: keep for a later fold
-                    (pending if 0.0 in item[1] else ready).append(item)
+                    (pending if 0.0 in ends else ready).append(item)
                 waiting.extendleft(reversed(pending))
                 if ready:
                     self._fold(ready)
