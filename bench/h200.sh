@@ -4,10 +4,11 @@
 # write bench/results/h200.json, each under its own time limit. Carry pyelftools and
 # msgpack wheels as well (hrx-amdf's dependencies, installed here without --deps).
 #
-#   bash bench/h200.sh [tests] [hot] [launch] [graph] [runtime] [tensor] [tensor-sweep] [image] [model] [npu] [artifacts] [amdgpu] [gpu-rest] [attention] [none]
+#   bash bench/h200.sh [tests] [hot] [launch] [graph] [runtime] [tensor] [tensor-sweep] [image] [model] [npu] [artifacts] [amdgpu] [gpu-rest] [attention] [pdl] [none]
 #
 # (none: install only, for a diagnostic run after it; attention: the GPT-2 kernel tests
-# and bench/tools/attention_ab.py, not part of the default run)
+# and bench/tools/attention_ab.py; pdl: bench/tools/pdl_ab.py's variants; neither is part
+# of the default run)
 #
 # With no argument it runs everything. Logs and the results file go to $OUT (or ./h200-out).
 # A copy of the tree whose git metadata is not current (a remote device's) records a
@@ -56,6 +57,7 @@ for step in $steps; do
                for a in streamed earlier; do for p in 16 1000; do
                  run "attention-profile-$a-$p" 120 python3 bench/tools/profile_model.py --prompt $p --steps 8 --attention $a
                done; done ;;
+    pdl) run pdl-ab 300 python3 bench/tools/pdl_ab.py --early --late --rounds 5 ;;  # decode with and without PDL variants
     none) ;;  # install only (for diagnostics run after it)
     *) echo "unknown step $step"; exit 2 ;;
   esac

@@ -1,6 +1,6 @@
 """GPT-2 decode with and without programmatic dependent launch, interleaved in one process (cuda).
 
-    python bench/tools/pdl_ab.py [--shapes gpt2,1b] [--tokens 128] [--rounds 7]
+    python bench/tools/pdl_ab.py [--shapes gpt2,1b] [--tokens 128] [--rounds 7] [--early] [--late]
 
 Two decoders of the same checkpoint: step graphs built with and without programmatic
 edges (as HRX_CUDA_PDL=1 does); greedy decode of ``--tokens`` tokens by each in
@@ -10,7 +10,9 @@ predecessors (the first step's loads into registers and L2 prefetches of the res
 the warp's share). A diagnostic for the default of HRX_CUDA_PDL: it writes no results
 file. Measured on the H200 (2026-12-01, 5 rounds): PDL on/off within 0.6% for GPT-2
 small and 1.3B; the early-weights variant 0.5% faster for small and 9% slower for 1.3B
-(1392 against 1279 us a token).
+(1392 against 1279 us a token). ``--late`` adds the fused GEMVs triggering their
+dependents after their main loop rather than at their start (with PDL; with
+``--early`` also both together): not measured yet.
 """
 
 from __future__ import annotations
@@ -62,6 +64,23 @@ __device__ __forceinline__ void hrx_gemv_prefetch(const uint4* wr, unsigned int 
     return Kernel(k.name, buffers=k.buffer_access, scalars=k.scalar_types, cuda=body.replace(old, new), programmatic=True)
 
 
+TRIGGER = '    asm volatile("griddepcontrol.launch_dependents;" :::);\n'
+COMBINE = "    s = hrx_gemv_combine(s, r, partial);\n"
+
+
+def late_trigger(k: Kernel) -> Kernel:
+    """The fused GEMV letting its dependents launch after its main loop (before the
+    cross-warp combine and the epilogue) instead of right after its own wait: with
+    programmatic edges a dependent's blocks are then scheduled during this kernel's
+    tail, not beside its whole run. (The dependent's griddepcontrol.wait still waits
+    for this grid to finish and its writes to be visible: only scheduling moves.)"""
+    src = k.sources["cuda"]
+    # (hrx_grid_dependencies is in the source twice, behind one include guard)
+    assert src.count(TRIGGER) >= 1 and src.count(COMBINE) == 1, k.name
+    body = src.replace(TRIGGER, "").replace(COMBINE, TRIGGER + COMBINE)
+    return Kernel(k.name, buffers=k.buffer_access, scalars=k.scalar_types, cuda=body, programmatic=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="gpt2,1b")
@@ -69,6 +88,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--prompt", type=int, default=16)
     ap.add_argument("--early", action="store_true", help="also the early-weights variant of the fused GEMVs")
+    ap.add_argument("--late", action="store_true", help="also the fused GEMVs triggering their dependents after "
+                    "their main loop (with PDL; with --early, also both together)")
     args = ap.parse_args()
     dev = hrx.device("cuda")
     for shape in args.shapes.split(","):
@@ -79,17 +100,25 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             ckpt = write_random_checkpoint(Path(tmp) / shape, config, seed=0, dtype="bf16")
             decs = []
-            for variant in ("shipped", "early") if args.early else ("shipped",):
-                for pdl in (False, True):
-                    dev.programmatic_edges = pdl  # read when a graph is built (the first launch)
-                    dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
-                    if variant == "early":
-                        dec.kernels = attrs.evolve(dec.kernels, ln_linear=early_weights(FK.LN_LINEAR),
-                                                   linear_residual=early_weights(FK.LINEAR_RESIDUAL))
-                    slot = dec.acquire()
-                    slot.generate(prompt, 4)
-                    decs.append(dec)
-                    slots[f"{variant:10s} pdl={int(pdl)}"] = slot
+            variants = [("shipped", False), ("shipped", True)]
+            if args.early:
+                variants += [("early", False), ("early", True)]
+            if args.late:
+                variants += [("late", True)] + ([("late+early", True)] if args.early else [])
+            for variant, pdl in variants:
+                dev.programmatic_edges = pdl  # read when a graph is built (the first launch)
+                dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
+                ln, lr = FK.LN_LINEAR, FK.LINEAR_RESIDUAL
+                if "early" in variant:
+                    ln, lr = early_weights(ln), early_weights(lr)
+                if "late" in variant:
+                    ln, lr = late_trigger(ln), late_trigger(lr)
+                if variant != "shipped":
+                    dec.kernels = attrs.evolve(dec.kernels, ln_linear=ln, linear_residual=lr)
+                slot = dec.acquire()
+                slot.generate(prompt, 4)
+                decs.append(dec)
+                slots[f"{variant:11s} pdl={int(pdl)}"] = slot
         interleaved(slots, prompt, args.tokens, args.rounds, shape)
         for d in decs:
             d.close()
