@@ -296,14 +296,7 @@ def gather_kernel_entry(ops, table, table_t, idx, tidx, moved: int, reps: int, l
     assert np.array_equal(got, check.numpy().view(np.uint16).ravel()), "graph gather differs from gather_rows"
     check.close()
     out_t = torch.empty(n, table_t.shape[1], device="cuda", dtype=table_t.dtype)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        torch.index_select(table_t, 0, tidx, out=out_t)
-    torch.cuda.current_stream().wait_stream(side)
-    cg = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(cg):
-        torch.index_select(table_t, 0, tidx, out=out_t)
+    cg, rate = torch_graph(lambda: torch.index_select(table_t, 0, tidx, out=out_t), moved)
 
     def hrx_rate() -> float:
         s.synchronize()
@@ -313,16 +306,8 @@ def gather_kernel_entry(ops, table, table_t, idx, tidx, moved: int, reps: int, l
         s.synchronize()
         return moved * loops / (time.perf_counter() - t0) / 1e12
 
-    def torch_rate() -> float:
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(loops):
-            cg.replay()
-        torch.cuda.synchronize()
-        return moved * loops / (time.perf_counter() - t0) / 1e12
-
-    hrx_rate(), torch_rate()
-    h, t = rounds([hrx_rate, torch_rate], reps)
+    hrx_rate(), rate(loops)
+    h, t = rounds([hrx_rate, lambda: rate(loops)], reps)
     g.close()
     dst.close()
     dev_idx.close()
@@ -333,23 +318,31 @@ def gather_kernel_entry(ops, table, table_t, idx, tidx, moved: int, reps: int, l
 
 
 def torch_linears_graph(tx, tw):
-    """A torch CUDA graph of ``F.linear(tx, w)`` for every ``w`` of ``tw`` (warmed up on a
-    side stream first, as torch requires) and a function timing ``loops`` replays of it
-    (weight TB/s)."""
-    import torch
+    """A torch CUDA graph of ``F.linear(tx, w)`` for every ``w`` of ``tw`` and a function
+    timing ``loops`` replays of it (weight TB/s): :func:`torch_graph`."""
     import torch.nn.functional as F
+
+    def linears():
+        for w in tw:
+            F.linear(tx, w)
+
+    return torch_graph(linears, sum(w.numel() * w.element_size() for w in tw))
+
+
+def torch_graph(record, nbytes: int):
+    """A torch CUDA graph of what ``record()`` launches (warmed up on a side stream
+    first, as torch requires) and a function timing ``loops`` replays of it, as TB/s
+    of ``nbytes`` a replay."""
+    import torch
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for w in tw:
-            F.linear(tx, w)
+        record()
     torch.cuda.current_stream().wait_stream(side)
     cg = torch.cuda.CUDAGraph()
     with torch.cuda.graph(cg):
-        for w in tw:
-            F.linear(tx, w)
-    nbytes = sum(w.numel() * w.element_size() for w in tw)
+        record()
 
     def rate(loops: int) -> float:
         torch.cuda.synchronize()

@@ -506,6 +506,7 @@ class Graph:
             native = slot._native or slot.native
             value = slot.pending_value
             signaled = False
+            done: Sequence[Any]
             if native_graph is not None and not lazy:
                 signaled = native_graph.launch_signaled(native, slot._timeline or slot.timeline, value)
             else:
@@ -518,8 +519,7 @@ class Graph:
             if signaled:
                 done = slot._signaled_locked(slot._timeline or slot.timeline, value)
             elif lazy:
-                value, retired = slot.commit_locked(())
-                done = list(retired)
+                value, done = slot.commit_locked(())
             else:
                 slot.unsignaled_ops += 1
                 done = slot._flush_locked()
