@@ -25,11 +25,10 @@ kernel for GPT-2 small and medium; an earlier form with four steps of loads in f
 
 from __future__ import annotations
 
-import numpy as np
 
 from hrx_core.kernel import Kernel
 
-from .kernels import ATTENTION_COMMON_CUDA, _attention_host
+from .kernels import ATTENTION, ATTENTION_COMMON_CUDA, _attention_host
 
 ATTENTION_STREAMED_CUDA = ATTENTION_COMMON_CUDA + r"""
 // Lanes that share a K/V row (32, 16 or 8; a power of two): head_dim / this many BF16 a lane,
@@ -249,8 +248,7 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention_streamed(
 #: Launched as :data:`.kernels.ATTENTION` is (the same grid, block, buffers and scalars).
 ATTENTION_STREAMED = Kernel(
     "hrx_gpt2_attention_streamed",
-    buffers=("read", "read", "read", "read_write", "read_write", "write", "read_write", "read_write"),
-    scalars=(np.uint32, np.uint32, np.uint32, np.float32, np.uint32),
+    buffers=ATTENTION.buffer_access, scalars=ATTENTION.scalar_types,
     host=_attention_host, cuda=ATTENTION_STREAMED_CUDA, programmatic=True,
 )
 
@@ -263,5 +261,5 @@ def streamed_variant(row_lanes: int) -> Kernel:
     name = f"hrx_gpt2_attention_streamed_l{row_lanes}"
     src = f"#define HRX_ATTN_ROW_LANES {row_lanes}u\n" + ATTENTION_STREAMED_CUDA.replace(
         "hrx_gpt2_attention_streamed(", name + "(")
-    return Kernel(name, buffers=ATTENTION_STREAMED.buffer_access, scalars=ATTENTION_STREAMED.scalar_types,
+    return Kernel(name, buffers=ATTENTION.buffer_access, scalars=ATTENTION.scalar_types,
                   host=_attention_host, cuda=src, programmatic=True)
