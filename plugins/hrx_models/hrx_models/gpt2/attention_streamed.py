@@ -25,7 +25,6 @@ kernel for GPT-2 small and medium; an earlier form with four steps of loads in f
 
 from __future__ import annotations
 
-
 from hrx_core.kernel import Kernel
 
 from .kernels import ATTENTION, ATTENTION_COMMON_CUDA, _attention_host
