@@ -63,6 +63,27 @@ _Resolved = dict[int, tuple[Allocation, int]]  # id(buffer) -> (allocation, base
 #: Rebinding memos: validated bindings kept per input, argument-cell patches per graph.
 _INPUT_MEMO = 4
 _PATCH_MEMO = 64
+#: Rebind records kept per graph (one per distinct inputs mapping replayed).
+_REBIND_MEMO = 8
+
+
+class _RebindRecord:
+    """One ``inputs`` mapping of a graph, resolved once: what a replay with it checks
+    (EPOCH, and that each value is still the object it was made from) and applies
+    (per declared input, the argument-cell patches that bind it; the memory bound for
+    the replay only). Valid while EPOCH stands and the graph keeps its native graph
+    (records are dropped with the launch record)."""
+
+    __slots__ = ("epoch", "refs", "items", "extra", "rebound", "chosen")
+
+    def __init__(self, epoch: int, refs: tuple[Any, ...], items: tuple[tuple[str, tuple[int, int], list[tuple[int, int, BufferArg]]], ...],
+                 extra: list[tuple[Allocation, int, int, bool]], rebound: bool, chosen: dict[str, tuple[Allocation, int, int, bool]]) -> None:
+        self.epoch = epoch
+        self.refs = refs  # weak references to the mapping's values, in its order
+        self.items = items  # (input name, (id(allocation), start), patches) per declared input
+        self.extra = extra
+        self.rebound = rebound
+        self.chosen = chosen  # what _validate_inputs returned (the slow path's argument)
 
 
 def _reached(slot: QueueSlot, value: int) -> bool:
@@ -136,6 +157,8 @@ class Graph:
         # (input, (id(allocation), start)) its argument-cell patches (epoch, patches)
         self._input_memo: dict[str, dict[int, tuple[Any, int, tuple[Allocation, int, int, bool], bool]]] = {}
         self._patch_memo: dict[tuple[str, tuple[int, int]], tuple[int, list[tuple[int, int, BufferArg]]]] = {}
+        # and per inputs mapping (its names, then id() of its values) a rebind record
+        self._rebind_memo: dict[tuple[Any, ...], _RebindRecord] = {}
         # owned graphs: each node's native commands, prepared when it was recorded
         self._prepared: list[list[tuple[str, dict[str, Any]]]] = []
         self._closed = False
@@ -435,8 +458,26 @@ class Graph:
             return stream.completion()
         if inputs and not self.device.info.native_graphs:
             return self._launch_replanned(stream, inputs)
-        chosen = self._validate_inputs(inputs) if inputs else None
         plan = self._plan or self._make_plan(self._resolve(None), cache=True)
+        rebind: _RebindRecord | None = None
+        chosen = None
+        key: tuple[Any, ...] = ()
+        epoch = 0
+        if inputs:
+            if type(inputs) is dict:
+                # a mapping replayed before: one record, checked by EPOCH and identity
+                key = (*inputs, *map(id, inputs.values()))
+                rebind = self._rebind_memo.get(key)
+                if rebind is not None and rebind.epoch == EPOCH.value:
+                    for ref, value in zip(rebind.refs, inputs.values()):
+                        if ref() is not value:
+                            rebind = None
+                            break
+                else:
+                    rebind = None
+            if rebind is None:
+                epoch = EPOCH.value  # read first: a change during the checks makes a record stale
+                chosen = self._validate_inputs(inputs)
         record = self._record
         assert record is not None
         encode = plan[2]
@@ -444,8 +485,12 @@ class Graph:
         extra: list[tuple[Allocation, int, int, bool]] = []
         with slot.lock:
             self._check_launchable(record, slot)
-            if chosen or self._rebound:  # graphs without inputs skip the check
+            if rebind is not None:
+                extra = self._apply_record(rebind)
+            elif chosen or self._rebound:  # graphs without inputs skip the check
                 extra = self._apply_inputs(chosen or {})
+                if key and chosen:
+                    self._remember_rebind(key, inputs, chosen, extra, epoch)  # type: ignore[arg-type]
             held: list[Any] = []
             try:
                 for a, *_ in extra:  # memory bound for this replay only
@@ -670,6 +715,55 @@ class Graph:
         self._note_bound()
         return extra
 
+    def _remember_rebind(self, key: tuple[Any, ...], inputs: dict[str, Any], chosen: dict[str, tuple[Allocation, int, int, bool]],
+                         extra: list[tuple[Allocation, int, int, bool]], epoch: int) -> None:
+        """Keep a rebind record of ``inputs`` (validated into ``chosen`` at ``epoch``,
+        applied): only where every value is a Buffer or View (weakly referenceable, as
+        the input memo keeps them), none host-mapped, and every input rebinds through
+        argument cells alone (no copies or fills to rebuild)."""
+        native = self._native
+        if native is None or any(self._slow.values()):
+            return
+        refs = []
+        for value in inputs.values():
+            if type(value) is not Buffer and type(value) is not View:
+                return
+            refs.append(weakref.ref(value))
+        for alloc, *_ in chosen.values():
+            if alloc.host_maps or alloc.host_dirty:
+                return
+        items = []
+        for name, declared in self._inputs.items():
+            c = chosen.get(name)
+            alloc, start = (declared._alloc, declared._base) if c is None else (c[0], c[1])
+            patches = [(native_index, arg, BufferArg(alloc.native, start + off, n, acc))
+                       for native_index, arg, off, n, acc in self._cells.get(name, ())]
+            items.append((name, (id(alloc), start), patches))
+        memo = self._rebind_memo
+        if len(memo) >= _REBIND_MEMO:
+            del memo[next(iter(memo))]
+        memo[key] = _RebindRecord(epoch, tuple(refs), tuple(items), list(extra), self._rebound, chosen)
+
+    def _apply_record(self, rebind: _RebindRecord) -> list[tuple[Allocation, int, int, bool]]:
+        """:meth:`_apply_inputs` from a rebind record: patch the inputs whose bound
+        memory differs from the record's. Under the queue lock."""
+        bound = self._bound
+        patches: list[tuple[int, int, BufferArg]] = []
+        changed = []
+        for name, key, mine in rebind.items:
+            if bound[name] != key:
+                patches += mine
+                changed.append((name, key))
+        if patches:
+            native = self._native
+            assert native is not None
+            if not native.patch_args(patches):  # changed nothing: the general path
+                return self._apply_inputs(rebind.chosen)
+            for name, key in changed:
+                bound[name] = key
+        self._rebound = rebind.rebound
+        return rebind.extra
+
     def _make_plan(self, resolved: _Resolved, *, cache: bool) -> tuple[list[Allocation], list[tuple[Allocation, int, int, bool]], Any]:
         uses = merge_uses([(a, base + off, base + end, writes)
                            for key, (off, end, writes) in self._spans.items() for a, base in (resolved[key],)])
@@ -706,6 +800,7 @@ class Graph:
         self._plan = None
         self._input_memo = {}
         self._patch_memo = {}
+        self._rebind_memo = {}
         record, self._record = self._record, None
         if record is not None:
             record.close()

@@ -151,6 +151,21 @@ def _graph_with_inputs(s, x, y):
     return g
 
 
+def _rebind_a_mapped_input(dev, s, g) -> None:
+    """A host mapping moves EPOCH: a remembered binding of shared memory is validated
+    again, and refused while the mapping is open (engines with coherent shared memory)."""
+    if not dev.info.coherent_shared_memory:
+        return
+    shared = dev.allocate_shared(N * 4)
+    s.fill(shared, 0).wait()
+    g.launch(inputs={"x": shared}).wait()
+    with shared.map("read"):
+        with pytest.raises(hrx.AccessConflict):
+            g.launch(inputs={"x": shared})
+    g.launch(inputs={"x": shared}).wait()
+    assert (_u32(s, shared) == 2 * 101).all()
+
+
 @pytest.mark.parametrize("patching", [True, False], ids=["patch_args", "update"])
 def test_graph_rebinding_matches_fresh_graphs(dev, patching, monkeypatch):
     s = dev.stream()
@@ -176,6 +191,101 @@ def test_graph_rebinding_matches_fresh_graphs(dev, patching, monkeypatch):
     bump(x, 101), bump(others[0], 10)
     for b in [x, y, *others]:
         assert (_u32(s, b) == expect[id(b)]).all()
+
+
+@pytest.mark.parametrize("patching", [True, False], ids=["patch_args", "update"])
+def test_a_replayed_inputs_mapping_is_resolved_once(dev, patching, monkeypatch):
+    """A graph keeps a rebind record per inputs mapping it replayed (its names and the
+    identity of its values): replaying it again validates nothing and resolves no
+    cells, and gives what the general path gives -- whether the native graph patches
+    argument cells or refuses and has its nodes updated."""
+    from hrx_core.graph import Graph
+
+    s = dev.stream()
+    x, y = (s.allocate_from(np.zeros(N, np.uint32)) for _ in range(2))
+    a, b = (s.allocate_from(np.zeros(N, np.uint32)) for _ in range(2))
+    g = _graph_with_inputs(s, x, y)
+    g.launch().wait()
+    if not patching and dev.info.native_graphs:
+        monkeypatch.setattr(type(g._native), "patch_args", lambda self, patches: False)
+    validations = count_calls(monkeypatch, Graph, "_validate_inputs")
+    applied = count_calls(monkeypatch, Graph, "_apply_inputs")
+    one, two = {"x": a, "y": b.slice(0, N * 4)}, {"x": b, "y": a}
+    gc.collect()
+    gc.disable()  # (a collection inside the loop could move EPOCH)
+    try:
+        for _ in range(4):
+            g.launch(inputs=one)
+            g.launch(inputs=two)
+            g.launch()  # the defaults between
+    finally:
+        gc.enable()
+    s.synchronize()
+    native = dev.info.native_graphs
+    assert validations[0] == (2 if native else 8)  # engines without native graphs replan
+    if native:
+        # records apply without the general path where the native graph patches cells
+        # (each replay of the defaults after a rebinding restores them: 4 more)
+        from hrx_core.engine import NativeGraph
+
+        patches = patching and type(g._native).patch_args is not NativeGraph.patch_args
+        assert applied[0] == (2 + 4 if patches else 8 + 4)
+    assert (_u32(s, x) == 5 * 101).all() and (_u32(s, y) == 5 * 10).all()
+    assert (_u32(s, a) == 4 * 101 + 4 * 10).all() and (_u32(s, b) == 4 * 10 + 4 * 101).all()
+
+
+def test_rebind_records_honour_every_invalidation(dev):
+    """A record is used only while EPOCH stands and each value is still the object it
+    was made from: a closed binding is refused, a new object at a recycled id is
+    validated afresh (a wrong size refused), host-mapped memory is never recorded,
+    and the memo stays bounded."""
+    from hrx_core.graph import _REBIND_MEMO
+
+    s = dev.stream()
+    x, y = (s.allocate_from(np.zeros(N, np.uint32)) for _ in range(2))
+    g = _graph_with_inputs(s, x, y)
+    g.launch().wait()
+    a = s.allocate_from(np.zeros(N, np.uint32))
+    g.launch(inputs={"x": a}).wait()
+    g.launch(inputs={"x": a}).wait()
+    a.close()
+    with pytest.raises(hrx.InvalidArgument, match="closed"):
+        g.launch(inputs={"x": a})
+    # a value gone: a new object that reuses its id is not the recorded one
+    v = s.allocate_from(np.zeros(N, np.uint32)).slice(0, N * 4)
+    g.launch(inputs={"x": v}).wait()
+    old = id(v)
+    del v
+    gc.collect()
+    for _ in range(100):
+        small = dev.allocate(16).slice(0, 16)
+        if id(small) == old:
+            break
+    with pytest.raises(hrx.InvalidArgument, match="bytes"):
+        g.launch(inputs={"x": small})
+    _rebind_a_mapped_input(dev, s, g)
+    for _ in range(2 * _REBIND_MEMO):
+        g.launch(inputs={"y": s.allocate_from(np.zeros(N, np.uint32))}).wait()
+    assert len(g._rebind_memo) <= _REBIND_MEMO
+    g.launch().wait()
+    assert (_u32(s, x) == (1 + 1 + 2 * _REBIND_MEMO) * 101).all()
+
+
+def test_rebind_record_after_the_graph_changes(dev):
+    """Recording another node drops the records: the next replay of a recorded
+    mapping goes through the general path and runs the new node too."""
+    s = dev.stream()
+    x, y = (s.allocate_from(np.zeros(N, np.uint32)) for _ in range(2))
+    a = s.allocate_from(np.zeros(N, np.uint32))
+    g = _graph_with_inputs(s, x, y)
+    g.launch(inputs={"x": a}).wait()
+    g.launch(inputs={"x": a}).wait()
+    assert g._rebind_memo or not dev.info.native_graphs
+    grid, block = launch_1d(N)
+    g.dispatch(ADD_U32, grid, [x], block=block, scalars=(np.uint32(1000), np.uint32(N)))
+    assert not g._rebind_memo
+    g.launch(inputs={"x": a}).wait()
+    assert (_u32(s, a) == 2 * 101 + 1101).all() and (_u32(s, x) == 0).all()
 
 
 def test_refused_rebinding_changes_nothing(dev):
@@ -211,21 +321,17 @@ def test_remembered_bindings_honour_every_invalidation(dev, monkeypatch):
     g.launch().wait()
     checks = count_calls(monkeypatch, type(g), "_input_binding")
     view = b.slice(0, N * 4)
-    for _ in range(3):  # alternating bindings: validated once each
-        g.launch(inputs={"x": a, "y": view}).wait()
-        g.launch(inputs={"x": b.slice(0, N * 4)}).wait()  # a new View object each time
+    gc.collect()  # handles of earlier tests collected now, not inside the loop (that moves EPOCH)
+    gc.disable()
+    try:
+        for _ in range(3):  # alternating bindings: validated once each
+            g.launch(inputs={"x": a, "y": view}).wait()
+            g.launch(inputs={"x": b.slice(0, N * 4)}).wait()  # a new View object each time
+    finally:
+        gc.enable()
     assert checks[0] == 2 + 3
     assert (_u32(s, a) == 3 * 101).all() and (_u32(s, b) == 3 * 10 + 3 * 101).all()
-    # a host mapping moves EPOCH: validated again, and refused while it is open
-    shared = dev.allocate_shared(N * 4) if dev.info.coherent_shared_memory else None
-    if shared is not None:
-        s.fill(shared, 0).wait()
-        g.launch(inputs={"x": shared}).wait()
-        with shared.map("read"):
-            with pytest.raises(hrx.AccessConflict):
-                g.launch(inputs={"x": shared})
-        g.launch(inputs={"x": shared}).wait()
-        assert (_u32(s, shared) == 2 * 101).all()
+    _rebind_a_mapped_input(dev, s, g)
     # closing moves EPOCH: a remembered binding of a closed buffer is refused
     g.launch(inputs={"x": a}).wait()
     a.close()
@@ -345,3 +451,35 @@ def test_prepared_launches_between_signals_share_one_completion(dev):
     first[0].wait(60)
     done[-1].wait(60)
     assert (_u32(s, x) == AUTO_FLUSH_OPS + 3).all()
+
+
+def test_host_graph_patches_dispatch_buffer_arguments_or_refuses_whole():
+    """The host engine's native graph patches buffer arguments of dispatch nodes (the
+    core's rebinding fast path); a patch naming anything else -- a scalar, a copy or
+    empty node, an index out of range -- is refused with nothing changed, and a
+    replay already enqueued keeps the arguments it took."""
+    from hrx_core.engine import Access, BufferArg, GraphNode
+    from hrx_core.host.graph import HostGraph
+
+    dev = hrx.device("host")
+    s = dev.stream()
+    x, y = (s.allocate_from(np.zeros(N, np.uint32)) for _ in range(2))
+    exe = ADD_U32.executable(dev)
+    grid, block = launch_1d(N)
+
+    def arg(buf):
+        return BufferArg(buf.allocation.native, 0, N * 4, Access.READ_WRITE)
+
+    nodes = [GraphNode("dispatch", (), {"executable": exe, "grid": grid, "block": block,
+                                        "args": (arg(x), np.uint32(1), np.uint32(N))}),
+             GraphNode("empty", (0,), {})]
+    g = HostGraph(nodes)
+    for bad in ([(0, 1, arg(y))], [(1, 0, arg(y))], [(2, 0, arg(y))], [(0, 3, arg(y))], [(0, 0, arg(y)), (0, 1, arg(y))]):
+        assert g.patch_args(bad) is False
+        assert g._nodes[0].params["args"][0].buffer is x.allocation.native
+    q = s.slot.native
+    g.launch(q)  # enqueued with x
+    assert g.patch_args([(0, 0, arg(y))]) is True
+    g.launch(q)
+    s.synchronize()
+    assert (_u32(s, x) == 1).all() and (_u32(s, y) == 1).all()

@@ -12,7 +12,7 @@ import queue
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from ..engine import GraphNode, NativeGraph, NativeQueue
+from ..engine import BufferArg, GraphNode, NativeGraph, NativeQueue
 from ..errors import InvalidArgument
 from .queue import HostQueue, command_for, sleep_jitter
 
@@ -29,6 +29,7 @@ def _threads() -> ThreadPoolExecutor:
 class HostGraph(NativeGraph):
     def __init__(self, nodes: Sequence[GraphNode], jitter_us: int = 0) -> None:
         self._jitter = jitter_us
+        self._nodes = list(nodes)
         self._commands: list[Callable[[], None] | None] = [command_for(n) for n in nodes]
         self._kinds = [n.kind for n in nodes]
         self._deps = [tuple(sorted(set(n.deps))) for n in nodes]
@@ -43,6 +44,32 @@ class HostGraph(NativeGraph):
         if node.kind != self._kinds[index] or tuple(sorted(set(node.deps))) != self._deps[index]:
             raise InvalidArgument(f"graph node {index}: update must keep kind and dependencies")
         self._commands[index] = command_for(node)
+        self._nodes[index] = node
+
+    def patch_args(self, patches: Sequence[tuple[int, int, BufferArg]]) -> bool:
+        """Point buffer arguments of dispatch nodes at new ranges: each changed node's
+        command is made again from its arguments (replays already enqueued keep the
+        commands they took). Anything but a buffer argument of a dispatch node: False,
+        nothing changed."""
+        changed: dict[int, list[object]] = {}
+        nodes = self._nodes
+        for index, arg_index, arg in patches:
+            if not 0 <= index < len(nodes) or arg_index < 0 or not isinstance(arg, BufferArg):
+                return False
+            args = changed.get(index)
+            if args is None:
+                node = nodes[index]
+                if node.kind != "dispatch":
+                    return False
+                args = changed[index] = list(node.params["args"])
+            if arg_index >= len(args) or not isinstance(args[arg_index], BufferArg):
+                return False
+            args[arg_index] = arg
+        for index, args in changed.items():
+            node = nodes[index]
+            node = nodes[index] = GraphNode(node.kind, node.deps, {**node.params, "args": tuple(args)})
+            self._commands[index] = command_for(node)
+        return True
 
     def launch(self, q: NativeQueue) -> None:
         assert isinstance(q, HostQueue)
