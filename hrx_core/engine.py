@@ -254,6 +254,12 @@ class Timeline(abc.ABC):
         """The failure recorded for work signalled at ``value``, if any."""
         return None
 
+    def has_errors(self) -> bool:
+        """Cheap: whether :meth:`error` may report a failure for any value (False lets
+        the runtime settle a batch of submissions without asking per value). The
+        default, True, is always correct."""
+        return True
+
     def close(self) -> None:  # noqa: B027
         """Release native resources."""
 
@@ -300,6 +306,19 @@ class NativeGraph(abc.ABC):
         the engine cannot patch in place: the core then calls :meth:`update` per node.
         Replays already encoded keep their old arguments either way.
         """
+        return False
+
+    def prepare_patches(self, patches: Sequence[tuple[int, int, BufferArg]]) -> Any:
+        """Optional: ``patches`` (as :meth:`patch_args` takes them) resolved once into an
+        object :meth:`apply_patches` stages faster -- the core keeps one per rebind
+        record. None (the default): not offered, the core calls :meth:`patch_args`."""
+        return None
+
+    def apply_patches(self, prepared: Any) -> bool:
+        """Stage what :meth:`prepare_patches` returned, as :meth:`patch_args` would stage
+        its patches. False, having changed nothing, where it went stale (the graph was
+        rebuilt or a node repacked since) or does not fit: the core then calls
+        :meth:`patch_args` with the patches themselves."""
         return False
 
     def launch_signaled(self, queue: NativeQueue, timeline: Timeline, value: int) -> bool:

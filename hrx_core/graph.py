@@ -74,16 +74,27 @@ class _RebindRecord:
     the replay only). Valid while EPOCH stands and the graph keeps its native graph
     (records are dropped with the launch record)."""
 
-    __slots__ = ("epoch", "refs", "items", "extra", "rebound", "chosen")
+    __slots__ = ("epoch", "refs", "items", "extra", "rebound", "chosen", "holds")
 
-    def __init__(self, epoch: int, refs: tuple[Any, ...], items: tuple[tuple[str, tuple[int, int], list[tuple[int, int, BufferArg]]], ...],
+    def __init__(self, epoch: int, refs: tuple[Any, ...], items: tuple[tuple[str, tuple[int, int], list[tuple[int, int, BufferArg]], Any], ...],
                  extra: list[tuple[Allocation, int, int, bool]], rebound: bool, chosen: dict[str, tuple[Allocation, int, int, bool]]) -> None:
         self.epoch = epoch
         self.refs = refs  # weak references to the mapping's values, in its order
-        self.items = items  # (input name, (id(allocation), start), patches) per declared input
+        # per declared input: (name, (id(allocation), start), patches, what the native
+        # graph's prepare_patches made of them or None)
+        self.items = items
         self.extra = extra
         self.rebound = rebound
         self.chosen = chosen  # what _validate_inputs returned (the slow path's argument)
+        # the memory bound for these replays only, held while the record lives (a
+        # launch notes itself: nothing retained and released per launch)
+        self.holds = LaunchRecord(extra) if extra else None
+        if self.holds is not None:
+            self.holds.epoch = epoch  # validated at that epoch, with the inputs
+
+    def close(self) -> None:
+        if self.holds is not None:
+            self.holds.close()  # launches in flight become pending uses
 
 
 def _reached(slot: QueueSlot, value: int) -> bool:
@@ -493,8 +504,9 @@ class Graph:
                     self._remember_rebind(key, inputs, chosen, extra, epoch)  # type: ignore[arg-type]
             held: list[Any] = []
             try:
-                for a, *_ in extra:  # memory bound for this replay only
-                    held.append(a.retain())
+                if rebind is None:
+                    for a, *_ in extra:  # memory bound for this replay only
+                        held.append(a.retain())
                 native = slot._native or slot.native
                 encode(native)
                 if native.needs_submit:
@@ -508,10 +520,13 @@ class Graph:
             value, done = slot.commit_locked(held)
             completion = stream._done(value)
             record.last[slot] = completion
+            if rebind is not None and rebind.holds is not None:
+                rebind.holds.last[slot] = completion  # the record holds what it rebinds
         if done:
             slot.release_retired(done)
-        for a, start, end, writes in extra:
-            a.note_use(completion, start, end, writes)
+        if rebind is None:
+            for a, start, end, writes in extra:
+                a.note_use(completion, start, end, writes)
         self.launches += 1
         self.device.stats.graph_launches += 1
         return completion
@@ -738,28 +753,27 @@ class Graph:
             alloc, start = (declared._alloc, declared._base) if c is None else (c[0], c[1])
             patches = [(native_index, arg, BufferArg(alloc.native, start + off, n, acc))
                        for native_index, arg, off, n, acc in self._cells.get(name, ())]
-            items.append((name, (id(alloc), start), patches))
+            items.append((name, (id(alloc), start), patches, native.prepare_patches(patches) if patches else None))
         memo = self._rebind_memo
-        if len(memo) >= _REBIND_MEMO:
-            del memo[next(iter(memo))]
+        old = memo.pop(key, None)
+        if old is None and len(memo) >= _REBIND_MEMO:
+            old = memo.pop(next(iter(memo)))
+        if old is not None:
+            old.close()
         memo[key] = _RebindRecord(epoch, tuple(refs), tuple(items), list(extra), self._rebound, chosen)
 
     def _apply_record(self, rebind: _RebindRecord) -> list[tuple[Allocation, int, int, bool]]:
         """:meth:`_apply_inputs` from a rebind record: patch the inputs whose bound
         memory differs from the record's. Under the queue lock."""
         bound = self._bound
-        patches: list[tuple[int, int, BufferArg]] = []
-        changed = []
-        for name, key, mine in rebind.items:
+        native = self._native
+        assert native is not None
+        for name, key, mine, prepared in rebind.items:
             if bound[name] != key:
-                patches += mine
-                changed.append((name, key))
-        if patches:
-            native = self._native
-            assert native is not None
-            if not native.patch_args(patches):  # changed nothing: the general path
-                return self._apply_inputs(rebind.chosen)
-            for name, key in changed:
+                # (an input staged before a refusal stays staged: the general path
+                # starts from what is bound now)
+                if (prepared is None or not native.apply_patches(prepared)) and mine and not native.patch_args(mine):
+                    return self._apply_inputs(rebind.chosen)  # refused, nothing changed: the general path
                 bound[name] = key
         self._rebound = rebind.rebound
         return rebind.extra
@@ -800,7 +814,9 @@ class Graph:
         self._plan = None
         self._input_memo = {}
         self._patch_memo = {}
-        self._rebind_memo = {}
+        rebinds, self._rebind_memo = self._rebind_memo, {}
+        for rebind in rebinds.values():
+            rebind.close()
         record, self._record = self._record, None
         if record is not None:
             record.close()

@@ -271,6 +271,50 @@ def test_rebind_records_honour_every_invalidation(dev):
     assert (_u32(s, x) == (1 + 1 + 2 * _REBIND_MEMO) * 101).all()
 
 
+def test_rebind_records_hold_their_memory_without_a_retain_per_launch(dev):
+    """Memory a rebind record binds is held by the record (registered with the
+    allocation), not retained and released per launch: it reads busy while a record
+    launch runs, a host mapping conflicts with it, and closed meanwhile it lives until
+    the launch retires, its budget charge with it."""
+    s = dev.stream()
+    flag = dev.allocate(4)
+    g = s.graph()
+    g.input("flag", flag)
+    g.dispatch(SLEEPY, 1, [flag], scalars=(np.uint64(50_000_000),), deps=[])
+    g.launch().wait()
+    budget = hrx.MemoryBudget(1 << 20)
+    other = dev.allocate(4, budget=budget)
+    shared = dev.allocate_shared(4)  # host-mappable on every engine
+    g.launch(inputs={"flag": other}).wait()  # validated, recorded
+    g.launch(inputs={"flag": shared}).wait()
+    refs = other.allocation.refs
+    done = g.launch(inputs={"flag": other})  # the record's launch
+    if dev.info.native_graphs:
+        assert other.allocation.refs == refs  # nothing retained for it
+        assert any(isinstance(r, LaunchRecord) for r in other.allocation.records)
+    assert not other.is_idle()
+    other.close()
+    gc.collect()
+    assert budget.used_bytes == 4  # in flight: not freed, charge kept
+    done.wait()
+    s.synchronize()
+    for _ in range(100):
+        s.completion().refresh()
+        if budget.used_bytes == 0:
+            break
+        s.slot.retire()
+    assert budget.used_bytes == 0
+    done = g.launch(inputs={"flag": shared})
+    with pytest.raises(hrx.AccessConflict):
+        with shared.map("read"):
+            pass
+    done.wait()
+    with shared.map("read") as host:
+        assert host.view(np.uint32)[0] == 1
+    g.close()
+    assert not shared.allocation.records  # closing the graph closes its records
+
+
 def test_rebind_record_after_the_graph_changes(dev):
     """Recording another node drops the records: the next replay of a recorded
     mapping goes through the general path and runs the new node too."""

@@ -184,3 +184,56 @@ def test_lazy_signals_share_a_failure_with_the_submissions_of_its_value():
         rt.submit(d).wait(60)
         assert (down.read().view(np.uint32)[:64] == 3).all()  # every add ran once, the shared one too
         rt.close()
+
+
+def test_batch_settling_quarantines_the_failed_and_releases_the_rest():
+    """Room for a submission is made by settling the finished prefix of the pending
+    ones at once: a failed submission in that batch has its owners quarantined (its
+    failure still raised by its wait), the clean ones are settled without it, and
+    unfinished work is never settled early."""
+    from hrx_core.conformance import ADD_U32
+
+    dev = _fresh()
+    rt = Runtime(dev, RuntimeOptions(max_submissions=4, signals="each"))
+    x, y = rt.allocate(64), rt.allocate(256)
+    init = rt.graph("init")
+    init.upload(y, np.zeros(64, np.uint32))
+    rt.submit(init).wait(60)
+    bad = rt.graph("bad")
+    bad.compute("boom", lambda r: r.dispatch(BOOM, 1, [x]))
+    ok = rt.graph("ok")
+    ok.compute("add", lambda r: r.dispatch(ADD_U32, 1, [y], block=64, scalars=(1, 64)))
+    reasons: list[tuple[str, list]] = []
+    quarantine = rt._quarantine
+
+    def spy(owners, reason):
+        reasons.append((reason, list(owners)))
+        return quarantine(owners, reason)
+
+    rt._quarantine = spy
+    subs = [rt.submit(g) for g in (ok, bad, ok, ok)]
+    for s in subs:  # finished, not settled: their completions only
+        s.events[0].completion.wait_quiet(60)
+    assert len(rt._pending) == 4 and not any(s._settled for s in subs)
+    gate = threading.Event()
+    held = rt.graph("held")
+    z = rt.allocate(64)
+    held.compute("gated", lambda r: r.dispatch(_gated(gate), 1, [z]))
+    late = rt.submit(held)  # no room: the four are settled in one batch
+    assert all(s._settled for s in subs) and list(rt._pending) == [late]
+    failed = [(r, o) for r, o in reasons if r.startswith("failed")]
+    assert len(failed) == 1 and x.allocation in failed[0][1] and y.allocation not in failed[0][1]
+    assert not late._settled and not late.is_complete  # still running: not settled
+    gate.set()
+    late.wait(60)
+    with pytest.raises(hrx.DeviceError, match="injected"):
+        subs[1].wait(60)
+    for s in (subs[0], subs[2], subs[3]):
+        s.wait(60)
+    rt.synchronize()
+    assert rt.quarantined == []
+    d = rt.graph("read")
+    down = d.download(y)
+    rt.submit(d).wait(60)
+    assert (down.read().view(np.uint32)[:64] == 3).all()
+    rt.close()

@@ -40,7 +40,7 @@ from .lanes import LANES, Lane
 log = logging.getLogger("hrx.runtime")
 
 if TYPE_CHECKING:
-    from ..device import Device
+    from ..device import Device, QueueSlot
 
 
 def _family(value: str, name: str) -> str:
@@ -558,7 +558,7 @@ class Runtime:
                     head = self._pending[0] if self._pending else None
                 if head is None or not head.is_complete:
                     break
-                head.refresh()
+                self._settle_finished()
             if self._queues > 1:
                 with self._space_lock:
                     pending = list(self._pending)
@@ -587,6 +587,63 @@ class Runtime:
                     e.completion.wait_quiet(remaining(deadline))
             except Timeout:
                 raise Timeout(f"max_submissions: no room within {timeout} s ({limit} in flight)") from None
+
+    def _settle_finished(self) -> None:
+        """Settle the finished prefix of the pending submissions at once (the head is
+        finished): what :meth:`Submission.refresh` does for each, with one timeline
+        read and one retirement per queue and one notice for all of them."""
+        reached: dict[int, int] = {}
+        slots: list[QueueSlot] = []
+        batch: list[Submission] = []
+        with self._space_lock:
+            for sub in self._pending:
+                for e in sub.events:
+                    c = e.completion
+                    slot = c.slot
+                    top = reached.get(id(slot))
+                    if top is None:
+                        # work not signalled yet counts as unfinished (the head's check
+                        # emitted a signal covering what was encoded before it)
+                        timeline = slot._timeline or slot.timeline
+                        top = reached[id(slot)] = min(slot.signaled, timeline.completed())
+                        slots.append(slot)
+                    if c.value > top:
+                        break
+                else:
+                    batch.append(sub)
+                    continue
+                break
+        for slot in slots:
+            if slot.retained:
+                slot.retire()
+        self._notice()
+        with self._settle_lock:
+            fresh = [sub for sub in batch if not sub._settled]
+            for sub in fresh:
+                sub._settled = True
+        if not fresh:
+            return
+        if any((slot._timeline or slot.timeline).has_errors() for slot in slots):
+            self._quarantine_failed(fresh)
+        with self._space_lock:
+            pending = self._pending
+            for sub in fresh:
+                if pending and pending[0] is sub:
+                    pending.popleft()
+                elif sub in pending:
+                    pending.remove(sub)
+            if self._space_waiters:
+                self._space.notify_all()
+
+    def _quarantine_failed(self, settled: Sequence[Submission]) -> None:
+        """Settled submissions with a region that failed itself: their owners wait in
+        quarantine until proven idle (what :meth:`Submission._settle` does for one)."""
+        for sub in settled:
+            for e in sub.events:
+                failure = own_failure(e)
+                if failure is not None:
+                    self._quarantine(sub.owners, f"failed: {failure!r}")
+                    break
 
     def _give_room_back(self) -> None:
         with self._space:
@@ -647,9 +704,16 @@ class Runtime:
             with lane.lock:
                 event = Event(region.encode_signaled(lane, lane.lazy_signals))
                 stream._forget_failures()
-            if (region.reads_own_writes and previous is not None
-                    and not (previous.completion.done_now() and pending_failure(previous) is None)):
-                event.upstream = (previous,)  # what the scan finds: the output it reads
+            if region.reads_own_writes and previous is not None:
+                # what the scan finds: the output it reads, unless that finished cleanly
+                # (nothing upstream of it, no verdict yet and no failure recorded on its
+                # queue at all; else no failure pending for it)
+                c = previous.completion
+                if not c.done_now() or (
+                        (previous.upstream or previous.resolved is not None
+                         or (c.slot._timeline or c.slot.timeline).has_errors())
+                        and pending_failure(previous) is not None):
+                    event.upstream = (previous,)
             region.last = event
             inflight.replace(again.places, event)
             return event

@@ -41,6 +41,9 @@ class HostTimeline(Timeline):
                 self._value = value
             self._cond.notify_all()
 
+    def has_errors(self) -> bool:
+        return bool(self._errors or self._summaries)
+
     def error(self, value: int) -> BaseException | None:
         error = self._errors.get(value)
         if error is None and self._summaries:

@@ -504,6 +504,50 @@ def test_graph_patch_args_refuses_without_changing_anything(world: Any, mode: st
         graph.patch_args([(0, 0, barg(0x1000))])
 
 
+def test_graph_prepared_patches_stage_like_patch_args(world: Any, mode: str) -> None:
+    """prepare_patches resolves patches once (the core keeps one per rebind record);
+    apply_patches stages them with the driver calls patch_args would give. Prepared
+    patches go stale when a node is repacked or the graph rebuilt (False, nothing
+    changed), do not stage past the staging capacity, and are not offered without
+    the compiled hot path or for what patch_args refuses."""
+    fake, graph = _start(world)
+    handles = [int(fake.driver.ffi.cast("uintptr_t", h)) for h in graph._handles]
+    patches = [(2, 0, barg(0x77000, 0x10)), (0, 0, barg(0x55000))]
+    prepared = graph.prepare_patches(patches)
+    if mode == "python":
+        assert prepared is None
+        graph.close()
+        return
+    assert graph.prepare_patches([(0, 1, barg(0x1000))]) is None  # a scalar argument
+    assert graph.prepare_patches([(9, 0, barg(0x1000))]) is None
+    assert fake.calls() == []
+    assert graph.apply_patches(prepared) is True
+    assert fake.calls() == []  # staged until the launch
+    graph.launch(world.queue)
+    assert [(c["kind"], c["node"], c["values"]) for c in fake.calls()] == [
+        (SET_PARAMS, handles[0], (0x55000, 0)),
+        (SET_PARAMS, handles[2], (0x77010, 2)),
+        (GRAPH_LAUNCH, 0, ()),
+    ]
+    args = [n.params["args"] for n in graph.nodes[:4]]
+    assert [a[0].buffer.dptr + a[0].offset for a in args] == [0x55000, 0x20000, 0x77010, 0x40000]
+    # staged past capacity: refused whole (patch_args makes room)
+    big = graph.prepare_patches([(1, 0, barg(0x1000))] * (graph._cap + 1))
+    assert big is not None and graph.apply_patches(big) is False and graph._ncells == 0
+    # repacked node: stale
+    graph.update(1, kernel_node(world.other, 0x70000, 42, (0,)))
+    fake.reset(widths=(8, 4))
+    assert graph.apply_patches(prepared) is False
+    graph.launch(world.queue)
+    assert [c["kind"] for c in fake.calls()] == [GRAPH_LAUNCH]
+    fresh = graph.prepare_patches([(1, 0, barg(0x71000))])
+    assert graph.apply_patches(fresh) is True
+    graph.launch(world.queue)
+    assert [(c["function"], c["values"]) for c in fake.calls(SET_PARAMS)] == [(0xBEEF, (0x71000, 42))]
+    graph.close()
+    assert graph.apply_patches(fresh) is False
+
+
 def test_graph_calls_identical_both_ways(fake: Fake, monkeypatch: pytest.MonkeyPatch, hot_cache: Path) -> None:
     """One scenario -- patches, a flush by update(), refusals, rebinding -- twice."""
     from hrx_gpu.cuda.kernel import CudaExecutable

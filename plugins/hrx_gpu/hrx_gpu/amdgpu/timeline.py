@@ -199,6 +199,9 @@ class AmdgpuTimeline(Timeline):
             return failure
         return None
 
+    def has_errors(self) -> bool:
+        return self._failure is not None
+
     # -- lifetime --------------------------------------------------------------------------------
 
     def close(self) -> None:

@@ -98,6 +98,8 @@ class CudaGraph(NativeGraph):
         self._packed: dict[int, tuple[Any, list[Any], list[Any]]] = {}
         #: How many times the graph was rebuilt because an in-place patch was impossible.
         self.rebuilds = 0
+        # moved whenever argument cells are re-indexed (prepared patches go stale)
+        self._cells_epoch = 0
         #: The compiled hot path, or None for the Python replay (decided once, here).
         self._hot = for_driver(device.driver)
         # patches accepted by patch_args but not folded into self._nodes yet
@@ -266,6 +268,7 @@ class CudaGraph(NativeGraph):
 
     def _index_node(self, index: int) -> None:
         """Refresh the tables of node ``index`` from its packing (None: not patchable)."""
+        self._cells_epoch += 1
         packed = self._packed.get(index) if self.modes[index] == KERNEL else None
         if packed is None:
             self._cell_refs[index] = self._cell_addrs[index] = self._node_params[index] = None
@@ -576,6 +579,46 @@ class CudaGraph(NativeGraph):
             dirty_ = self._py_dirty
             for index in touched:
                 dirty_[index] = None
+        log = self._log
+        log.extend(patches)
+        if len(log) > self.LOG_LIMIT:
+            self._materialize()
+        return True
+
+    def prepare_patches(self, patches: Sequence[tuple[int, int, BufferArg]]) -> Any:
+        """The patches as the compiled hot path stages them ((cell, value, node) words),
+        with the cell tables' epoch they were resolved under; None without the hot path
+        or where :meth:`patch_args` would refuse them."""
+        if self._hot is None or self.closed or not _Q_IS_64_BITS or not patches:
+            return None
+        words = array.array("Q")
+        addrs = self._cell_addrs
+        try:
+            for index, arg_index, arg in patches:
+                if index < 0 or arg_index < 0:
+                    return None
+                cell = addrs[index][arg_index]  # type: ignore[index]
+                if not cell:
+                    return None
+                try:
+                    value = arg.buffer.dptr + arg.offset  # type: ignore[union-attr]
+                except AttributeError:
+                    value = address_of(arg.buffer) + arg.offset
+                words.extend((cell, value, index))
+        except (IndexError, TypeError, AttributeError, OverflowError):
+            return None
+        return (self._cells_epoch, words, len(patches), list(patches))
+
+    def apply_patches(self, prepared: Any) -> bool:
+        """Stage prepared patches: one copy of their words into the staged cells."""
+        epoch, words, count, patches = prepared
+        if epoch != self._cells_epoch or self.closed:
+            return False
+        n = self._ncells
+        if n + count > self._cap:
+            return False  # patch_args makes room
+        self._flat[3 * n:3 * (n + count)] = words
+        self._ncells = n + count
         log = self._log
         log.extend(patches)
         if len(log) > self.LOG_LIMIT:

@@ -166,6 +166,9 @@ class CudaTimeline(Timeline):
             return failure
         return None
 
+    def has_errors(self) -> bool:
+        return self._failure is not None
+
     # -- lifetime -------------------------------------------------------------------------
 
     def close(self) -> None:
