@@ -146,25 +146,31 @@ def test_submit_fail_recover_loop_returns_to_starting_bytes():
     rt.close()
 
 
+def _bad_and_ok(options: RuntimeOptions):
+    """A runtime on a fresh host device with x (64 bytes) and y (64 zeroed uint32),
+    a graph "bad" whose kernel fails writing x and a graph "ok" adding 1 to y."""
+    from hrx_core.conformance import ADD_U32
+
+    rt = Runtime(_fresh(), options)
+    x, y = rt.allocate(64), rt.allocate(256)
+    init = rt.graph("init")
+    init.upload(y, np.zeros(64, np.uint32))
+    rt.submit(init).wait(60)
+    bad = rt.graph("bad")
+    bad.compute("boom", lambda r: r.dispatch(BOOM, 1, [x]))
+    ok = rt.graph("ok")
+    ok.compute("add", lambda r: r.dispatch(ADD_U32, 1, [y], block=64, scalars=(1, 64)))
+    return rt, x, y, bad, ok
+
+
 def test_lazy_signals_share_a_failure_with_the_submissions_of_its_value():
     """signals="lazy" on an engine whose failures are not sticky (the host engine; "auto"
     keeps a signal every submission here): a submission that shares a failed one's
     timeline value reports that failure too, its owners are quarantined like the failed
     one's, and the runtime recovers; with "each" the next submission stands alone."""
-    from hrx_core.conformance import ADD_U32
-
     for signals, second_fails in (("each", False), ("lazy", True)):
-        dev = _fresh()
-        assert not dev.info.sticky_failures
-        rt = Runtime(dev, RuntimeOptions(signals=signals))
-        x, y = rt.allocate(64), rt.allocate(256)
-        init = rt.graph("init")
-        init.upload(y, np.zeros(64, np.uint32))
-        rt.submit(init).wait(60)
-        bad = rt.graph("bad")
-        bad.compute("boom", lambda r: r.dispatch(BOOM, 1, [x]))
-        ok = rt.graph("ok")
-        ok.compute("add", lambda r: r.dispatch(ADD_U32, 1, [y], block=64, scalars=(1, 64)))
+        rt, x, y, bad, ok = _bad_and_ok(RuntimeOptions(signals=signals))
+        assert not rt.device.info.sticky_failures
         rt.submit(ok).wait(60)
         first, second = rt.submit(bad), rt.submit(ok)
         shared = first.events[0].completion.value == second.events[0].completion.value
@@ -191,18 +197,7 @@ def test_batch_settling_quarantines_the_failed_and_releases_the_rest():
     ones at once: a failed submission in that batch has its owners quarantined (its
     failure still raised by its wait), the clean ones are settled without it, and
     unfinished work is never settled early."""
-    from hrx_core.conformance import ADD_U32
-
-    dev = _fresh()
-    rt = Runtime(dev, RuntimeOptions(max_submissions=4, signals="each"))
-    x, y = rt.allocate(64), rt.allocate(256)
-    init = rt.graph("init")
-    init.upload(y, np.zeros(64, np.uint32))
-    rt.submit(init).wait(60)
-    bad = rt.graph("bad")
-    bad.compute("boom", lambda r: r.dispatch(BOOM, 1, [x]))
-    ok = rt.graph("ok")
-    ok.compute("add", lambda r: r.dispatch(ADD_U32, 1, [y], block=64, scalars=(1, 64)))
+    rt, x, y, bad, ok = _bad_and_ok(RuntimeOptions(max_submissions=4, signals="each"))
     reasons: list[tuple[str, list]] = []
     quarantine = rt._quarantine
 

@@ -532,6 +532,9 @@ class CudaGraph(NativeGraph):
         if not patches:
             return True
         if self._hot is not None:
+            words = self._cell_words(patches)
+            if words is None:
+                return False  # not a patchable node or argument: nothing staged
             n = self._ncells
             if n + len(patches) > self._cap:
                 if n or self._record.pending:
@@ -539,25 +542,11 @@ class CudaGraph(NativeGraph):
                 n = 0
                 if len(patches) > self._cap:
                     self._grow(2 * len(patches))
-            addrs, flat = self._cell_addrs, self._flat
+            flat = self._flat
             k = 3 * n
-            try:
-                for index, arg_index, arg in patches:
-                    if index < 0 or arg_index < 0:
-                        return False
-                    cell = addrs[index][arg_index]  # type: ignore[index]
-                    if not cell:
-                        return False  # a scalar argument
-                    try:
-                        value = arg.buffer.dptr + arg.offset  # type: ignore[union-attr]
-                    except AttributeError:
-                        value = address_of(arg.buffer) + arg.offset
-                    flat[k] = cell
-                    flat[k + 1] = value
-                    flat[k + 2] = index
-                    k += 3
-            except (IndexError, TypeError, AttributeError):
-                return False  # not a patchable node or argument: staged entries stay uncommitted
+            for i, word in enumerate(words):
+                flat[k + i] = word
+            k += len(words)
             self._ncells = k // 3
         else:
             refs = self._cell_refs
@@ -591,23 +580,35 @@ class CudaGraph(NativeGraph):
         or where :meth:`patch_args` would refuse them."""
         if self._hot is None or self.closed or not _Q_IS_64_BITS or not patches:
             return None
-        words = array.array("Q")
+        words = self._cell_words(patches)
+        if words is None:
+            return None
+        try:
+            packed = array.array("Q", words)
+        except OverflowError:
+            return None
+        return (self._cells_epoch, packed, len(patches), list(patches))
+
+    def _cell_words(self, patches: Sequence[tuple[int, int, BufferArg]]) -> list[int] | None:
+        """(cell address, new value, node) per patch, as the hot path stages them; None
+        where a patch names no buffer argument cell of a kernel node."""
         addrs = self._cell_addrs
+        words: list[int] = []
         try:
             for index, arg_index, arg in patches:
                 if index < 0 or arg_index < 0:
                     return None
                 cell = addrs[index][arg_index]  # type: ignore[index]
                 if not cell:
-                    return None
+                    return None  # a scalar argument
                 try:
                     value = arg.buffer.dptr + arg.offset  # type: ignore[union-attr]
                 except AttributeError:
                     value = address_of(arg.buffer) + arg.offset
-                words.extend((cell, value, index))
-        except (IndexError, TypeError, AttributeError, OverflowError):
+                words += (cell, value, index)
+        except (IndexError, TypeError, AttributeError):
             return None
-        return (self._cells_epoch, words, len(patches), list(patches))
+        return words
 
     def apply_patches(self, prepared: Any) -> bool:
         """Stage prepared patches: one copy of their words into the staged cells."""
