@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hrx_core.engine import GraphNode, NativeGraph, NativeQueue
+from hrx_core.engine import BufferArg, GraphNode, NativeGraph, NativeQueue
 from hrx_core.errors import DeviceError, InvalidArgument, Timeout
 
-from .encode import aql, pm4, sdma
+from .encode import aql, as_dwords, pm4, sdma
 from .kernel import KERNARG_ALIGN, AmdgpuExecutable, rank
 
 if TYPE_CHECKING:
@@ -58,6 +58,20 @@ class _Encoded:
         self.data.extend(b"\0" * (offset - len(self.data)))
         self.data.extend(blob)
         return offset
+
+    def with_pointers(self, layout: Any, pointers: Sequence[tuple[int, BufferArg]]) -> _Encoded:
+        """This dispatch node with buffer pointers ``(index among the kernel's pointers,
+        new argument)`` rewritten in its kernel arguments; packets shared, unchanged."""
+        out = _Encoded()
+        out.words, out.packets, out.fixups = self.words, self.packets, self.fixups
+        out.data = bytearray(self.data)
+        ((offset, extents),) = self.describes
+        extents = list(extents)
+        raw = memoryview(out.data)[offset:]
+        for index, arg in pointers:
+            layout.set_pointer(raw, extents, index, arg)
+        out.describes = [(offset, extents)]
+        return out
 
 
 class _Copy:
@@ -95,19 +109,20 @@ class _Copy:
 
     def write(self, index: int, node: _Encoded, version: int) -> None:
         """Lay node ``index`` out (its shape must be the one this copy was built with)."""
-        view = self.mapping.array
+        host = memoryview(self.mapping.array)
         data_offset = self.data_at[index]
         data_base = self.base + data_offset
-        view[data_offset : data_offset + len(node.data)] = np.frombuffer(bytes(node.data), dtype=np.uint8)
-        words = np.array(node.words, dtype=np.uint64).astype(np.uint32)
+        if node.data:
+            host[data_offset : data_offset + len(node.data)] = node.data
+        words = as_dwords(node.words)
         for i, offset in node.fixups:
             address = data_base + offset
             words[i], words[i + 1] = address & MASK32, address >> 32
         at = self.code_at[index]
         if self.kind == "sdma":
             self.node_sdma[index] = [int(w) for w in words]
-        else:
-            view[at : at + 4 * len(words)] = words.view(np.uint8)
+        elif len(words):
+            host[at : at + 4 * len(words)] = memoryview(words).cast("B")
         if self.kind == "aql":
             packets = []
             for first, body, fixes in node.packets:
@@ -230,6 +245,40 @@ class AmdgpuGraph(NativeGraph):
         self._versions[index] += 1
         for kind, encoded in self._encoded.items():
             encoded[index] = self._encode(kind, node)
+
+    def patch_args(self, patches: Sequence[tuple[int, int, BufferArg]]) -> bool:
+        """Point buffer arguments of dispatch nodes at new ranges: only the pointers in
+        the nodes' kernel arguments change (their packets stay as encoded); the next
+        launch writes the changed nodes into a copy no replay is reading, as after
+        :meth:`update`. Anything but a buffer argument of a dispatch node: False,
+        nothing changed."""
+        if self.closed:
+            raise InvalidArgument("graph is closed")
+        changed: dict[int, list[Any]] = {}
+        pointers: dict[int, list[tuple[int, BufferArg]]] = {}
+        for index, arg_index, arg in patches:
+            if not 0 <= index < len(self.nodes) or arg_index < 0 or not isinstance(arg, BufferArg) \
+                    or not hasattr(arg.buffer, "address"):
+                return False
+            args = changed.get(index)
+            if args is None:
+                node = self.nodes[index]
+                if node.kind != "dispatch":
+                    return False
+                args = changed[index] = list(node.params["args"])
+            if arg_index >= len(args) or not isinstance(args[arg_index], BufferArg):
+                return False
+            args[arg_index] = arg
+            # the pointer's place among the kernel's buffer arguments
+            pointers.setdefault(index, []).append((sum(isinstance(a, BufferArg) for a in args[:arg_index]), arg))
+        for index, args in changed.items():
+            node = self.nodes[index]
+            self.nodes[index] = GraphNode(node.kind, node.deps, {**node.params, "args": tuple(args)})
+            self._versions[index] += 1
+            layout = node.params["executable"].layout
+            for encoded in self._encoded.values():
+                encoded[index] = encoded[index].with_pointers(layout, pointers[index])
+        return True
 
     def launch(self, queue: NativeQueue) -> None:
         self.launch_on(queue)  # type: ignore[arg-type]

@@ -36,7 +36,7 @@ from hrx_amdf.errors import AmdfError, AmdfTimeout, error_for
 from hrx_core.engine import Executable, KernelArg, NativeBuffer, NativeQueue, Timeline
 from hrx_core.errors import DeviceError, InvalidArgument
 
-from .encode import aql, pm4, sdma
+from .encode import aql, as_dwords, pm4, sdma
 from .kernel import KERNARG_ALIGN, AmdgpuExecutable, KernelLayout, rank
 from .ring import Ring
 from .timeline import MIRROR_MAX, AmdgpuTimeline
@@ -348,19 +348,21 @@ class AmdgpuQueue(NativeQueue):
             return False
         base, view = chunk
         batch.address = base
-        view[data_at : data_at + len(batch.data)] = np.frombuffer(bytes(batch.data), dtype=np.uint8)
+        host = memoryview(view)  # (byte slices of a memoryview copy at C speed)
+        if batch.data:
+            host[data_at : data_at + len(batch.data)] = batch.data
         data_base = base + data_at
         units: list[tuple[Any, ...]] = []
         at = 0
         for item in batch.items:
             kind = item[0]
             if kind == "pm4":
-                words = np.array(item[1], dtype=np.uint64).astype(np.uint32)
+                words = as_dwords(item[1])
                 for index, offset in item[2]:
                     address = data_base + offset
                     words[index] = address & MASK32
                     words[index + 1] = address >> 32
-                view[at : at + 4 * len(words)] = words.view(np.uint8)
+                host[at : at + 4 * len(words)] = memoryview(words).cast("B")
                 units.append(("ib", base + at, len(words)))
                 at += 4 * len(words)
             elif kind == "ib":
