@@ -229,6 +229,26 @@ class NativeBuffer(abc.ABC):
         """Release the native allocation."""
 
 
+def patched_args(nodes: Sequence[GraphNode], patches: Sequence[tuple[int, int, BufferArg]]) -> dict[int, list[Any]] | None:
+    """For :meth:`NativeGraph.patch_args` implementations: per node index, its arguments
+    with ``patches`` applied (later patches of one argument win); None where a patch
+    names anything but a buffer argument of a dispatch node -- refused, nothing changes."""
+    changed: dict[int, list[Any]] = {}
+    for index, arg_index, arg in patches:
+        if not 0 <= index < len(nodes) or arg_index < 0 or not isinstance(arg, BufferArg):
+            return None
+        args = changed.get(index)
+        if args is None:
+            node = nodes[index]
+            if node.kind != "dispatch":
+                return None
+            args = changed[index] = list(node.params["args"])
+        if arg_index >= len(args) or not isinstance(args[arg_index], BufferArg):
+            return None
+        args[arg_index] = arg
+    return changed
+
+
 class Timeline(abc.ABC):
     """A monotonic 64-bit counter signalled by queues."""
 

@@ -12,7 +12,7 @@ import queue
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from ..engine import BufferArg, GraphNode, NativeGraph, NativeQueue
+from ..engine import BufferArg, GraphNode, NativeGraph, NativeQueue, patched_args
 from ..errors import InvalidArgument
 from .queue import HostQueue, command_for, sleep_jitter
 
@@ -51,20 +51,10 @@ class HostGraph(NativeGraph):
         command is made again from its arguments (replays already enqueued keep the
         commands they took). Anything but a buffer argument of a dispatch node: False,
         nothing changed."""
-        changed: dict[int, list[object]] = {}
+        changed = patched_args(self._nodes, patches)
+        if changed is None:
+            return False
         nodes = self._nodes
-        for index, arg_index, arg in patches:
-            if not 0 <= index < len(nodes) or arg_index < 0 or not isinstance(arg, BufferArg):
-                return False
-            args = changed.get(index)
-            if args is None:
-                node = nodes[index]
-                if node.kind != "dispatch":
-                    return False
-                args = changed[index] = list(node.params["args"])
-            if arg_index >= len(args) or not isinstance(args[arg_index], BufferArg):
-                return False
-            args[arg_index] = arg
         for index, args in changed.items():
             node = nodes[index]
             node = nodes[index] = GraphNode(node.kind, node.deps, {**node.params, "args": tuple(args)})

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hrx_core.engine import BufferArg, GraphNode, NativeGraph, NativeQueue
+from hrx_core.engine import BufferArg, GraphNode, NativeGraph, NativeQueue, patched_args
 from hrx_core.errors import DeviceError, InvalidArgument, Timeout
 
 from .encode import aql, as_dwords, pm4, sdma
@@ -254,23 +254,16 @@ class AmdgpuGraph(NativeGraph):
         nothing changed."""
         if self.closed:
             raise InvalidArgument("graph is closed")
-        changed: dict[int, list[Any]] = {}
+        if any(not hasattr(getattr(arg, "buffer", None), "address") for _, _, arg in patches):
+            return False
+        changed = patched_args(self.nodes, patches)
+        if changed is None:
+            return False
+        # each patched pointer's place among its kernel's buffer arguments
         pointers: dict[int, list[tuple[int, BufferArg]]] = {}
         for index, arg_index, arg in patches:
-            if not 0 <= index < len(self.nodes) or arg_index < 0 or not isinstance(arg, BufferArg) \
-                    or not hasattr(arg.buffer, "address"):
-                return False
-            args = changed.get(index)
-            if args is None:
-                node = self.nodes[index]
-                if node.kind != "dispatch":
-                    return False
-                args = changed[index] = list(node.params["args"])
-            if arg_index >= len(args) or not isinstance(args[arg_index], BufferArg):
-                return False
-            args[arg_index] = arg
-            # the pointer's place among the kernel's buffer arguments
-            pointers.setdefault(index, []).append((sum(isinstance(a, BufferArg) for a in args[:arg_index]), arg))
+            before = self.nodes[index].params["args"][:arg_index]
+            pointers.setdefault(index, []).append((sum(isinstance(a, BufferArg) for a in before), arg))
         for index, args in changed.items():
             node = self.nodes[index]
             self.nodes[index] = GraphNode(node.kind, node.deps, {**node.params, "args": tuple(args)})

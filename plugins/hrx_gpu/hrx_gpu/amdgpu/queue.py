@@ -348,7 +348,7 @@ class AmdgpuQueue(NativeQueue):
             return False
         base, view = chunk
         batch.address = base
-        host = memoryview(view)  # (byte slices of a memoryview copy at C speed)
+        host = view.data  # a memoryview: its byte slices copy at C speed
         if batch.data:
             host[data_at : data_at + len(batch.data)] = batch.data
         data_base = base + data_at

@@ -602,7 +602,7 @@ class CudaGraph(NativeGraph):
                 if not cell:
                     return None  # a scalar argument
                 try:
-                    value = arg.buffer.dptr + arg.offset  # type: ignore[union-attr]
+                    value = arg.buffer.dptr + arg.offset  # type: ignore[attr-defined]
                 except AttributeError:
                     value = address_of(arg.buffer) + arg.offset
                 words += (cell, value, index)
