@@ -12,7 +12,8 @@ file. Measured on the H200 (2026-12-01, 5 rounds): PDL on/off within 0.6% for GP
 small and 1.3B; the early-weights variant 0.5% faster for small and 9% slower for 1.3B
 (1392 against 1279 us a token). ``--late`` adds the fused GEMVs triggering their
 dependents after their main loop rather than at their start (with PDL; with
-``--early`` also both together): not measured yet.
+``--early`` also both together): measured on the H200 (2026-12-02, 5 rounds) at 271.0
+against 272.7 us a token (PDL off) for small and 1262.8 against 1270.3 for 1.3B.
 """
 
 from __future__ import annotations
