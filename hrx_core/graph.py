@@ -459,6 +459,10 @@ class Graph:
         replay: each new binding is validated once, and on native graphs only the
         argument cells it feeds are rewritten (:meth:`NativeGraph.patch_args`), with
         overlap checks only where the new memory is bound elsewhere in the graph."""
+        if stream is None and not inputs and self._plan is not None and not self._rebound and not self._closed:
+            # the common replay: the recording stream, the default bindings, a current
+            # plan -- what follows, without the checks that cannot fail here
+            return self._launch_signaled(self.stream, lazy=True)
         self._check_open()
         stream = self.stream if stream is None else stream
         if not isinstance(stream, Stream):

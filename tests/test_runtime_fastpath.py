@@ -37,6 +37,32 @@ def test_the_submission_plan_is_computed_once_per_graph(dev):
     rt.close()
 
 
+@pytest.mark.parametrize("observe", [False, True])
+def test_submission_counters_are_added_when_read_and_stay_bounded(dev, observe, monkeypatch):
+    """A submission's counters are added when the statistics are read (no lock taken
+    per submission), each exactly once whoever reads; unread, they are added every
+    _FOLD_AFTER submissions, so nothing grows without bound."""
+    from hrx_core.execution import profile
+    from hrx_core.execution.runtime import _FOLD_AFTER
+
+    rt = Runtime(dev, RuntimeOptions(observe=observe))
+    x = rt.allocate(64)
+    g = rt.graph("one")
+    g.compute("a", lambda r: r.dispatch(INC_BYTES, 1, [x], block=64, scalars=(np.uint32(64),)))
+    locked = count_calls(monkeypatch, profile.RuntimeStats, "_add_counted")
+    for _ in range(3):
+        rt.submit(g)
+    assert locked[0] == 0  # nothing added yet
+    assert rt.stats.get("submissions") == 3 and rt.stats.snapshot()["regions"] == 3
+    assert rt.stats.get("submissions") == 3  # added once
+    for _ in range(_FOLD_AFTER + 5):
+        rt.submit(g)
+    assert len(rt._uncounted) <= _FOLD_AFTER
+    rt.synchronize()
+    assert rt.stats.get("submissions") == _FOLD_AFTER + 8 and rt.stats.get("regions") == _FOLD_AFTER + 8
+    rt.close()
+
+
 def test_a_callback_on_unfinished_work_does_not_poll_the_driver(dev, monkeypatch):
     s = dev.stream()
     flag = dev.allocate(8)

@@ -417,8 +417,11 @@ class Runtime:
         self._queues = len({id(lane.stream.slot) for lane in self.lanes.values()})
         self._fold_lock = threading.RLock()  # a fold reads statistics, which asks for a fold
         self._folding = False
+        # submissions' counters (a graph's counters dict each), added when the
+        # statistics are read rather than under their lock on every submission
+        self._uncounted: collections.deque[dict[str, int]] = collections.deque()
+        self.stats._before_read = self._before_stats_read
         if options.observe:
-            self.stats._before_read = self._fold_observed
             self.profile._before_read = self._fold_observed
             self.trace._before_read = self._build_trace
         self.closed = False
@@ -499,8 +502,14 @@ class Runtime:
             self._notice()
         plan = graph._submit_plan or graph.submit_plan()
         lanes = plan.lanes
+        space = self._space_lock
         while True:
-            self._make_room(block, deadline, timeout)
+            with space:  # room at hand (the usual case), else _make_room settles or waits
+                room = len(self._pending) + self._room_taken < self.options.max_submissions
+                if room:
+                    self._room_taken += 1
+            if not room:
+                self._make_room(block, deadline, timeout)
             try:
                 with self._submit_lock:
                     if self._reservations and self._reserved_elsewhere(lanes):
@@ -536,8 +545,30 @@ class Runtime:
         with self._space_lock:
             self._room_taken -= 1
             self._pending.append(submission)
-        self.stats._add_counted(counters)
+        uncounted = self._uncounted
+        uncounted.append(counters)  # (deque appends are atomic: no lock here)
+        if len(uncounted) > _FOLD_AFTER:  # bounded when nobody reads the statistics
+            self._add_uncounted()
         return submission
+
+    def _add_uncounted(self) -> None:
+        """Add the counters of submissions made since the last call to the statistics
+        (each once: pops are atomic, so concurrent callers split them)."""
+        uncounted = self._uncounted
+        stats = self.stats
+        while uncounted:
+            try:
+                counters = uncounted.popleft()
+            except IndexError:  # another caller took the last one
+                break
+            stats._add_counted(counters)
+
+    def _before_stats_read(self) -> None:
+        """What a read of the statistics sees first: every submission's counters, then
+        (observe) the observed submissions folded in."""
+        self._add_uncounted()
+        if self.options.observe:
+            self._fold_observed()
 
     # -- room (max_submissions) ----------------------------------------------------------
 
