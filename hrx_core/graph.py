@@ -74,7 +74,7 @@ class _RebindRecord:
     the replay only). Valid while EPOCH stands and the graph keeps its native graph
     (records are dropped with the launch record)."""
 
-    __slots__ = ("epoch", "refs", "items", "extra", "rebound", "chosen", "holds")
+    __slots__ = ("epoch", "refs", "items", "rebound", "chosen", "holds")
 
     def __init__(self, epoch: int, refs: tuple[Any, ...], items: tuple[tuple[str, tuple[int, int], list[tuple[int, int, BufferArg]], Any], ...],
                  extra: list[tuple[Allocation, int, int, bool]], rebound: bool, chosen: dict[str, tuple[Allocation, int, int, bool]]) -> None:
@@ -83,7 +83,6 @@ class _RebindRecord:
         # per declared input: (name, (id(allocation), start), patches, what the native
         # graph's prepare_patches made of them or None)
         self.items = items
-        self.extra = extra
         self.rebound = rebound
         self.chosen = chosen  # what _validate_inputs returned (the slow path's argument)
         # the memory bound for these replays only, held while the record lives (a
@@ -501,16 +500,15 @@ class Graph:
         with slot.lock:
             self._check_launchable(record, slot)
             if rebind is not None:
-                extra = self._apply_record(rebind)
+                self._apply_record(rebind)  # (its memory is held by the record: no extra uses)
             elif chosen or self._rebound:  # graphs without inputs skip the check
                 extra = self._apply_inputs(chosen or {})
                 if key and chosen:
                     self._remember_rebind(key, inputs, chosen, extra, epoch)  # type: ignore[arg-type]
             held: list[Any] = []
             try:
-                if rebind is None:
-                    for a, *_ in extra:  # memory bound for this replay only
-                        held.append(a.retain())
+                for a, *_ in extra:  # memory bound for this replay only
+                    held.append(a.retain())
                 native = slot._native or slot.native
                 encode(native)
                 if native.needs_submit:
@@ -528,9 +526,8 @@ class Graph:
                 rebind.holds.last[slot] = completion  # the record holds what it rebinds
         if done:
             slot.release_retired(done)
-        if rebind is None:
-            for a, start, end, writes in extra:
-                a.note_use(completion, start, end, writes)
+        for a, start, end, writes in extra:
+            a.note_use(completion, start, end, writes)
         self.launches += 1
         self.device.stats.graph_launches += 1
         return completion
@@ -764,9 +761,9 @@ class Graph:
             old = memo.pop(next(iter(memo)))
         if old is not None:
             old.close()
-        memo[key] = _RebindRecord(epoch, tuple(refs), tuple(items), list(extra), self._rebound, chosen)
+        memo[key] = _RebindRecord(epoch, tuple(refs), tuple(items), extra, self._rebound, chosen)
 
-    def _apply_record(self, rebind: _RebindRecord) -> list[tuple[Allocation, int, int, bool]]:
+    def _apply_record(self, rebind: _RebindRecord) -> None:
         """:meth:`_apply_inputs` from a rebind record: patch the inputs whose bound
         memory differs from the record's. Under the queue lock."""
         bound = self._bound
@@ -777,10 +774,10 @@ class Graph:
                 # (an input staged before a refusal stays staged: the general path
                 # starts from what is bound now)
                 if (prepared is None or not native.apply_patches(prepared)) and mine and not native.patch_args(mine):
-                    return self._apply_inputs(rebind.chosen)  # refused, nothing changed: the general path
+                    self._apply_inputs(rebind.chosen)  # refused, nothing changed: the general path
+                    return
                 bound[name] = key
         self._rebound = rebind.rebound
-        return rebind.extra
 
     def _make_plan(self, resolved: _Resolved, *, cache: bool) -> tuple[list[Allocation], list[tuple[Allocation, int, int, bool]], Any]:
         uses = merge_uses([(a, base + off, base + end, writes)

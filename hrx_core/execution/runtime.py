@@ -183,14 +183,8 @@ class Submission:
             if self._settled:
                 return
             self._settled = True
-        # a region that failed itself may have left its device work uncertain: hold its
-        # owners until proven idle (inherited failures ran normally on stale inputs)
-        for e in self.events:
-            failure = own_failure(e)
-            if failure is not None:
-                self.runtime._quarantine(self.owners, f"failed: {failure!r}")
-                break
-        runtime._retired(self)
+        runtime._quarantine_failed((self,))
+        runtime._retired((self,))
 
 
 async def _await_quietly(event: Event) -> None:
@@ -656,19 +650,12 @@ class Runtime:
             return
         if any((slot._timeline or slot.timeline).has_errors() for slot in slots):
             self._quarantine_failed(fresh)
-        with self._space_lock:
-            pending = self._pending
-            for sub in fresh:
-                if pending and pending[0] is sub:
-                    pending.popleft()
-                elif sub in pending:
-                    pending.remove(sub)
-            if self._space_waiters:
-                self._space.notify_all()
+        self._retired(fresh)
 
     def _quarantine_failed(self, settled: Sequence[Submission]) -> None:
         """Settled submissions with a region that failed itself: their owners wait in
-        quarantine until proven idle (what :meth:`Submission._settle` does for one)."""
+        quarantine until proven idle (its device work may be uncertain; inherited
+        failures ran normally on stale inputs)."""
         for sub in settled:
             for e in sub.events:
                 failure = own_failure(e)
@@ -951,13 +938,15 @@ class Runtime:
             rows.append((spans, flows, int(max(ends) * 1e9)))
         self.trace._add_submissions(rows, "tracked memory", "bytes", live)
 
-    def _retired(self, submission: Submission) -> None:
+    def _retired(self, settled: Sequence[Submission]) -> None:
+        """Drop settled submissions from the pending ones (room for new ones)."""
         with self._space_lock:
             pending = self._pending
-            if pending and pending[0] is submission:  # usually: settled oldest first
-                pending.popleft()
-            elif submission in pending:
-                pending.remove(submission)
+            for submission in settled:
+                if pending and pending[0] is submission:  # usually: settled oldest first
+                    pending.popleft()
+                elif submission in pending:
+                    pending.remove(submission)
             if self._space_waiters:
                 self._space.notify_all()
 
