@@ -38,7 +38,6 @@ def early_weights(k: Kernel) -> Kernel:
     """The fused GEMV with its weights requested before its grid-dependency wait."""
     src = k.sources["cuda"]
     top = src.index(") {\n", src.index(k.name + "(")) + 4
-    top += len("    hrx_prefetch_share(ahead, ahead_bytes);\n")  # (the L2 prefetch of the next GEMV's weights stays first)
     assert src[top:].startswith("    hrx_grid_dependencies();\n"), k.name
     body = src[:top] + src[top + len("    hrx_grid_dependencies();\n"):]
     prefetch = """

@@ -47,21 +47,9 @@ def gelu_new(v):
 LN_CASES = [(768, 2304), (768, 3072), (1600, 300), (200, 72), (2048, 40), (4096, 64), (8192, 33), (768, 50257)]
 
 
-def ahead(r, rng, prefetch):
-    """The window of "next weights" a fused GEMV prefetches (an unrelated buffer of
-    ``prefetch`` bytes, none for 0 -- then the bound buffer is never read) and its bytes."""
-    return r.buf(bf16(rng, max(prefetch, 256) // 2)), prefetch
-
-
-# bytes of the prefetch window: none, one 128-byte line, fewer lines than blocks, and
-# more than one 64 KiB bulk request a block
-PREFETCH = [0, 128, 4096, 3 << 20]
-
-
-@pytest.mark.parametrize("prefetch", PREFETCH, ids=[f"ahead{b}" for b in PREFETCH])
 @pytest.mark.parametrize("gelu", [0, 1], ids=["y", "gelu"])
 @pytest.mark.parametrize("k,n", LN_CASES, ids=[f"K{k}xN{n}-split{linear_launch(k, n)[2]}" for k, n in LN_CASES])
-def test_ln_linear(dev, k, n, gelu, prefetch):
+def test_ln_linear(dev, k, n, gelu):
     rng = np.random.default_rng(k * 3 + n)
     eps = np.float32(1e-5)
     x = (rng.standard_normal(k) * 2 + 0.5).astype(np.float32)
@@ -70,9 +58,8 @@ def test_ln_linear(dev, k, n, gelu, prefetch):
     r = Run(dev)
     y, act = r.buf(np.zeros(n, np.float32)), r.buf(np.zeros(n, bfloat16))
     grid, block, ks = linear_launch(k, n)
-    window, size = ahead(r, rng, prefetch)
-    r.s.dispatch(FK.LN_LINEAR, grid, [r.buf(x), r.buf(g), r.buf(b), r.buf(w), r.buf(bias), y, act, window], block=block,
-                 scalars=(k, n, eps, ks, gelu, size))
+    r.s.dispatch(FK.LN_LINEAR, grid, [r.buf(x), r.buf(g), r.buf(b), r.buf(w), r.buf(bias), y, act], block=block,
+                 scalars=(k, n, eps, ks, gelu))
     xd = f64(x)
     # xn as the device rounds it (BF16 of the F32 layer norm), then the float64 GEMV
     xn = ((xd - xd.mean()) / np.sqrt(xd.var() + 1e-5) * f64(g) + f64(b)).astype(np.float32).astype(bfloat16)
@@ -94,18 +81,15 @@ def test_ln_linear(dev, k, n, gelu, prefetch):
 RES_CASES = [(768, 768), (3072, 768), (6400, 1600), (200, 200), (16384, 64)]
 
 
-@pytest.mark.parametrize("prefetch", PREFETCH, ids=[f"ahead{b}" for b in PREFETCH])
 @pytest.mark.parametrize("k,n", RES_CASES, ids=[f"K{k}xN{n}-split{linear_launch(k, n)[2]}" for k, n in RES_CASES])
-def test_linear_residual(dev, k, n, prefetch):
+def test_linear_residual(dev, k, n):
     rng = np.random.default_rng(k + 5 * n)
     a, w, bias = bf16(rng, k), bf16(rng, (n, k), 0.05), bf16(rng, n, 0.5)
     x0 = rng.standard_normal(n).astype(np.float32)
     r = Run(dev)
     x = r.buf(x0)
     grid, block, ks = linear_launch(k, n)
-    window, size = ahead(r, rng, prefetch)
-    r.s.dispatch(FK.LINEAR_RESIDUAL, grid, [r.buf(a), r.buf(w), r.buf(bias), x, window], block=block,
-                 scalars=(k, n, ks, size))
+    r.s.dispatch(FK.LINEAR_RESIDUAL, grid, [r.buf(a), r.buf(w), r.buf(bias), x], block=block, scalars=(k, n, ks))
     got = f64(r.get(x, np.float32))
     want = f64(x0) + f64(w) @ f64(a) + f64(bias)
     mag = np.abs(f64(x0)) + np.abs(f64(w)) @ np.abs(f64(a)) + np.abs(f64(bias))
@@ -157,57 +141,6 @@ def test_fused_step_equals_separate_kernels(pair, reference, prompt):
 def test_fused_is_validated(dev, tiny_dir):
     with pytest.raises(InvalidArgument, match="fused"):
         Gpt2Decoder.load(tiny_dir, dev, fused=1)
-    with pytest.raises(InvalidArgument, match="prefetch"):
-        Gpt2Decoder.load(tiny_dir, dev, prefetch=1)
-
-
-def gemv_windows(slot):
-    """(weight, prefetch window, window bytes) of each fused GEMV of the step graph, in order."""
-    out = []
-    for node in slot.step_graph.nodes:
-        if node.kind != "dispatch" or node.params["executable"].name not in (FK.LN_LINEAR.name, FK.LINEAR_RESIDUAL.name):
-            continue
-        ln = node.params["executable"].name == FK.LN_LINEAR.name
-        refs = node.refs  # (buffer, offset, bytes, access) a binding
-        out.append((refs[3 if ln else 1], refs[-1], int(node.params["scalars"][-1])))
-    return out
-
-
-def test_prefetch_windows_are_the_next_gemvs_weights(dev, tiny_dir, tiny_config, monkeypatch):
-    """With prefetch every fused GEMV binds the next one's weight (capped at
-    PREFETCH_BYTES) and passes its size; the last one (and every one without prefetch)
-    prefetches nothing."""
-    cap = 4096
-    monkeypatch.setattr(FK, "PREFETCH_BYTES", cap)
-    for prefetch in (True, False):
-        dec = Gpt2Decoder.load(tiny_dir, dev, prefetch=prefetch)
-        try:
-            with dec.slot() as s:
-                gemvs = gemv_windows(s)
-        finally:
-            dec.close()
-        assert len(gemvs) == 4 * tiny_config.n_layer + 1
-        for (weight, window, size), (nxt, _, _) in zip(gemvs, gemvs[1:] + [(None, None, None)]):
-            if not prefetch or nxt is None:
-                assert size == 0
-                continue
-            assert window[0] is nxt[0] and window[1] == nxt[1]  # the next weight's start
-            assert size == window[2] == min(nxt[2], cap)
-            assert window[1] != weight[1]
-
-
-def test_prefetch_gives_the_same_tokens(dev, tiny_dir):
-    """The prefetch is a hint: the same logits bit for bit, the same tokens."""
-    on, off = Gpt2Decoder.load(tiny_dir, dev, prefetch=True), Gpt2Decoder.load(tiny_dir, dev, prefetch=False)
-    try:
-        prompt = [3, 1, 4, 1, 5, 9, 2, 6]
-        ids = prompt + list(range(30, 50))
-        for t, (a, b) in enumerate(zip(step_logits(on, ids), step_logits(off, ids))):
-            np.testing.assert_array_equal(a, b, err_msg=f"position {t}")
-        assert on.generate(prompt, 24).tokens == off.generate(prompt, 24).tokens
-    finally:
-        on.close()
-        off.close()
 
 
 def test_streamed_attention_decoder_equals_default(dev, tiny_dir, reference):

@@ -72,8 +72,6 @@ PREFILL_CHUNK = 1024  # a 1024-token prompt in one chunk: half the launches of 5
 #: grids and GEMM tilings sized for its rows rather than for the whole chunk (the
 #: large chunk's tiles leave most of the GPU idle for a short prompt).
 PREFILL_SMALL_CHUNK = 128
-#: Default of ``Gpt2Decoder(prefetch=)``: the fused step's GEMVs prefetch the next one's weights into L2.
-PREFETCH = False
 
 
 @attrs.frozen
@@ -201,14 +199,13 @@ class StepKernels:
 
 
 def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callable[[str], Any],
-                s: Mapping[str, Any], *, logits: bool, fused: bool = False, prefetch: bool = False) -> None:
+                s: Mapping[str, Any], *, logits: bool, fused: bool = False) -> None:
     """Record one decode step into ``g`` (anything with ``dispatch(kernel, grid, bindings,
     block=, scalars=)``: a stream's access graph, a tracked-graph compute region).
 
     ``w(name)`` gives the view of a parameter (HF name, device layout); ``s`` the slot's
     views by :func:`slot_layout` name. ``logits=False`` records the prefill variant.
-    ``fused`` records the fused step (:mod:`.fused_kernels`: 5 kernels a layer, not 8);
-    ``prefetch`` has its GEMVs prefetch the next one's weights into L2 (fused only).
+    ``fused`` records the fused step (:mod:`.fused_kernels`: 5 kernels a layer, not 8).
     """
     d, p, v = cfg.n_embd, context, cfg.vocab_size
     eps = np.float32(cfg.layer_norm_epsilon)
@@ -232,7 +229,7 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
             g.dispatch(k.advance, 1, [s["state"], s["seq"], s["emb_idx"]], block=32, scalars=(np.uint32(p),))
 
     if fused:
-        _record_fused_layers(g, k, cfg, w, s, attention, logits=logits, prefetch=prefetch)
+        _record_fused_layers(g, k, cfg, w, s, attention, logits=logits)
         finish()
         return
 
@@ -272,43 +269,22 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
 
 
 def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[str], Any], s: Mapping[str, Any],
-                         attention: Callable[[int], None], *, logits: bool, prefetch: bool = False) -> None:
+                         attention: Callable[[int], None], *, logits: bool) -> None:
     """The fused step up to the logits: embeddings, then per layer ln_1 + QKV, attention,
-    proj + residual, ln_2 + fc + GELU, proj + residual; ln_f + the tied logits.
-
-    With ``prefetch`` every GEMV asks L2 for the weights of the GEMV after it (at most
-    FK.PREFETCH_BYTES of them), bound as a read of that weight's view: the next kernel
-    then reads L2 rather than waiting on memory (a hint; the results are the same)."""
+    proj + residual, ln_2 + fc + GELU, proj + residual; ln_f + the tied logits."""
     d = cfg.n_embd
     eps = np.float32(cfg.layer_norm_epsilon)
-    order = [f"h.{i}.{name}" for i in range(cfg.n_layer)
-             for name in ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")]
-    if logits:
-        order.append("wte.weight")
-    upcoming = iter(order[1:])
-
-    def ahead() -> tuple[Any, np.uint32]:
-        """The window of the next GEMV's weights this one prefetches, and its bytes (0: none;
-        the current weight's view is bound in its place, never read)."""
-        name = next(upcoming, None)
-        if not prefetch or name is None:
-            return w(order[0]), np.uint32(0)
-        view = w(name)
-        size = min(view.length, FK.PREFETCH_BYTES)
-        return (view if size == view.length else view.slice(0, size)), np.uint32(size)
 
     def ln_linear(ln: str, weight: str, bias: str, out: Any, n: int, gelu: int) -> None:
         grid, block, ksplit = linear_launch(d, n)
-        window, size = ahead()
         # ``out`` is bound as both outputs (F32 y, BF16 act): the kernel writes the one ``gelu`` selects
-        g.dispatch(k.ln_linear, grid, [s["x"], w(ln + ".weight"), w(ln + ".bias"), w(weight), w(bias), out, out, window],
-                   block=block, scalars=(np.uint32(d), np.uint32(n), eps, np.uint32(ksplit), np.uint32(gelu), size))
+        g.dispatch(k.ln_linear, grid, [s["x"], w(ln + ".weight"), w(ln + ".bias"), w(weight), w(bias), out, out],
+                   block=block, scalars=(np.uint32(d), np.uint32(n), eps, np.uint32(ksplit), np.uint32(gelu)))
 
     def linear_residual(a: Any, weight: str, bias: str, kdim: int) -> None:
         grid, block, ksplit = linear_launch(kdim, d)
-        window, size = ahead()
-        g.dispatch(k.linear_residual, grid, [a, w(weight), w(bias), s["x"], window], block=block,
-                   scalars=(np.uint32(kdim), np.uint32(d), np.uint32(ksplit), size))
+        g.dispatch(k.linear_residual, grid, [a, w(weight), w(bias), s["x"]], block=block,
+                   scalars=(np.uint32(kdim), np.uint32(d), np.uint32(ksplit)))
 
     g.dispatch(k.embed, -(-d // FK.EMBED_THREADS), [w("wte.weight"), w("wpe.weight"), s["emb_idx"], s["x"]],
                block=FK.EMBED_THREADS, scalars=(np.uint32(d),))
@@ -482,8 +458,7 @@ class DecoderSlot:
     def _record(self, *, logits: bool) -> Any:
         g = self.stream.access_graph()
         record_step(g, self.decoder.kernels, self.config, self.context, self.decoder.weights.view,
-                    self.layout.views(self.buffer), logits=logits, fused=self.decoder.fused,
-                    prefetch=self.decoder.prefetch)
+                    self.layout.views(self.buffer), logits=logits, fused=self.decoder.fused)
         return g
 
     def _record_chunk(self, rows: int) -> Any:
@@ -653,14 +628,12 @@ class Gpt2Decoder:
     bounds the pool (leasing waits for a free slot beyond it); ``prefill_chunk`` is
     the rows of a batched-prefill chunk (at most the context; 0 runs the prompt one
     position per decode-shaped step, as before batched prefill); ``fused`` records the
-    fused decode step (:mod:`.fused_kernels`), else the step of separate kernels;
-    ``prefetch`` (fused steps only) has each of its GEMVs ask L2 for the next one's
-    weights (a hint: the tokens are the same either way).
+    fused decode step (:mod:`.fused_kernels`), else the step of separate kernels.
     """
 
     def __init__(self, weights: Gpt2Weights, device: Any, *, budget: MemoryBudget | None = None,
                  context: int | None = None, max_slots: int = 8, prefill_chunk: int = PREFILL_CHUNK,
-                 fused: bool = True, prefetch: bool = PREFETCH) -> None:
+                 fused: bool = True) -> None:
         cfg = weights.config
         context = cfg.n_positions if context is None else context
         if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= cfg.n_positions:
@@ -671,8 +644,6 @@ class Gpt2Decoder:
             raise InvalidArgument(f"prefill_chunk: expected an int >= 0, got {show(prefill_chunk)}")
         if not isinstance(fused, bool):
             raise InvalidArgument(f"fused: expected a bool, got {show(fused)}")
-        if not isinstance(prefetch, bool):
-            raise InvalidArgument(f"prefetch: expected a bool, got {show(prefetch)}")
         self.kernels = StepKernels.for_device(device.info)
         self.weights = weights
         self.config = cfg
@@ -682,7 +653,6 @@ class Gpt2Decoder:
         self.max_slots = max_slots
         self.prefill_chunk = prefill_chunk
         self.fused = fused
-        self.prefetch = prefetch
         self._slots: list[DecoderSlot] = []
         self._idle: list[DecoderSlot] = []
         self._cond = threading.Condition()
@@ -692,14 +662,14 @@ class Gpt2Decoder:
     @classmethod
     def load(cls, directory: str | os.PathLike[str], device: Any = None, *, budget: MemoryBudget | None = None,
              context: int | None = None, max_slots: int = 8, prefill_chunk: int = PREFILL_CHUNK,
-             fused: bool = True, prefetch: bool = PREFETCH) -> Gpt2Decoder:
+             fused: bool = True) -> Gpt2Decoder:
         """Load a Hugging Face GPT-2 checkpoint onto ``device`` (default: the best one).
 
         ``directory`` is a checkpoint directory or a Hugging Face repo id (``"gpt2"``),
         resolved through :func:`hrx_models.resolve.resolve_checkpoint` (cache first; offline
         or without network a missing file fails at once, listing what is missing).
         ``budget`` is charged for the weights and every slot; ``context``, ``max_slots``,
-        ``prefill_chunk``, ``fused`` and ``prefetch`` as for the constructor.
+        ``prefill_chunk`` and ``fused`` as for the constructor.
         """
         import hrx_core as hrx
 
@@ -715,7 +685,7 @@ class Gpt2Decoder:
             stream.close()  # frees the loader's staging
         try:
             return cls(weights, device, budget=budget, context=context, max_slots=max_slots, prefill_chunk=prefill_chunk,
-                       fused=fused, prefetch=prefetch)
+                       fused=fused)
         except BaseException:
             weights.close()
             raise

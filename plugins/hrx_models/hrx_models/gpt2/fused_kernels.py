@@ -46,43 +46,7 @@ extern "C" __global__ void hrx_gpt2_embed(
 }
 """
 
-#: Largest window (bytes) of the next projection's weights a fused GEMV asks L2 to fetch
-#: (``Gpt2Decoder(prefetch=True)``): a share of the H200's 50 MB L2 that leaves room for
-#: the window being read while the next one arrives.
-PREFETCH_BYTES = 16 << 20
-
-PREFETCH_CUDA = r"""
-// L2 prefetch of this block's share of [p, p + bytes): the weights of the kernel after
-// this one (a hint -- results never depend on it; weights are never written by a step,
-// so it is issued before the grid-dependency wait). sm_90+: one bulk (TMA) prefetch of
-// at most 64 KiB a request by one thread; sm_80: every thread a 128-byte line at a time.
-// Nothing on other targets.
-#ifndef HRX_PREFETCH_SHARE
-#define HRX_PREFETCH_SHARE
-__device__ __forceinline__ void hrx_prefetch_share(const unsigned char* p, unsigned int bytes) {
-#if defined(__CUDA_ARCH__) && !defined(__AMDGCN__)
-    const unsigned int units = bytes >> 7;  // 128-byte lines (a window starts 256-byte aligned)
-    const unsigned int per = (units + gridDim.x - 1u) / gridDim.x;
-    const unsigned int lo = blockIdx.x * per;
-    const unsigned int hi = units < lo + per ? units : lo + per;
-    if (lo >= hi) return;
-#if __CUDA_ARCH__ >= 900 && !defined(HRX_PREFETCH_LINES)
-    if (threadIdx.x == 0) {
-        for (unsigned int l = lo; l < hi; l += 512u) {
-            const unsigned int n = (hi - l < 512u ? hi - l : 512u) << 7;
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p + ((size_t)l << 7)), "r"(n) : "memory");
-        }
-    }
-#else
-    for (unsigned int l = lo + threadIdx.x; l < hi; l += blockDim.x)
-        asm volatile("prefetch.global.L2 [%0];" :: "l"(p + ((size_t)l << 7)));
-#endif
-#endif
-}
-#endif
-"""
-
-LN_LINEAR_CUDA = _PRELUDE + GEMV_CUDA + PREFETCH_CUDA + f"""
+LN_LINEAR_CUDA = _PRELUDE + GEMV_CUDA + f"""
 #define HRX_MAX_EMBD {MAX_EMBD}u
 """ + r"""
 // grid and block as hrx_tensor.linear (linear_launch(K, N)): xn = bf16(LN(x) g + b) into
@@ -91,9 +55,8 @@ LN_LINEAR_CUDA = _PRELUDE + GEMV_CUDA + PREFETCH_CUDA + f"""
 extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
         const float* __restrict__ x, const unsigned short* __restrict__ g, const unsigned short* __restrict__ b,
         const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias,
-        float* __restrict__ y, unsigned short* __restrict__ act, const unsigned char* __restrict__ ahead,
-        unsigned int K, unsigned int N, float eps, unsigned int ksplit, unsigned int gelu, unsigned int ahead_bytes) {
-    hrx_prefetch_share(ahead, ahead_bytes);
+        float* __restrict__ y, unsigned short* __restrict__ act,
+        unsigned int K, unsigned int N, float eps, unsigned int ksplit, unsigned int gelu) {
     hrx_grid_dependencies();
     __shared__ uint4 xs[HRX_MAX_EMBD / 8u];  // xn, BF16: 16 KiB at K = 8192
     __shared__ float red[32];
@@ -157,13 +120,11 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
 }
 """
 
-LINEAR_RESIDUAL_CUDA = _PRELUDE + GEMV_CUDA + PREFETCH_CUDA + r"""
+LINEAR_RESIDUAL_CUDA = _PRELUDE + GEMV_CUDA + r"""
 // grid and block as hrx_tensor.linear (linear_launch(K, N)): x[n] += a . w[n] + bias[n].
 extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_linear_residual(
         const uint4* __restrict__ a, const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias,
-        float* __restrict__ x, const unsigned char* __restrict__ ahead, unsigned int K, unsigned int N,
-        unsigned int ksplit, unsigned int ahead_bytes) {
-    hrx_prefetch_share(ahead, ahead_bytes);
+        float* __restrict__ x, unsigned int K, unsigned int N, unsigned int ksplit) {
     hrx_grid_dependencies();
     __shared__ float partial[32];
     const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
@@ -194,7 +155,7 @@ def _embed_host(wte, wpe, emb_idx, x, d) -> None:
     x[: 4 * d].view(np.float32)[:] = _bf(wte[2 * d * tok : 2 * d * (tok + 1)]) + _bf(wpe[2 * d * pos : 2 * d * (pos + 1)])
 
 
-def _ln_linear_host(x, g, b, w, bias, y, act, ahead, k, n, eps, ksplit, gelu, ahead_bytes) -> None:
+def _ln_linear_host(x, g, b, w, bias, y, act, k, n, eps, ksplit, gelu) -> None:
     k, n = int(k), int(n)
     xn = np.empty(2 * k, dtype=np.uint8)
     _layer_norm_host(x[: 4 * k].view(np.float32), g, b, xn, k, eps)
@@ -205,7 +166,7 @@ def _ln_linear_host(x, g, b, w, bias, y, act, ahead, k, n, eps, ksplit, gelu, ah
         y[: 4 * n].view(np.float32)[:] = out
 
 
-def _linear_residual_host(a, w, bias, x, ahead, k, n, ksplit, ahead_bytes) -> None:
+def _linear_residual_host(a, w, bias, x, k, n, ksplit) -> None:
     k, n = int(k), int(n)
     xf = x[: 4 * n].view(np.float32)
     xf += _gemv_f32(a[: 2 * k], w, k, n) + _bf(bias[: 2 * n])
@@ -219,14 +180,14 @@ EMBED = Kernel(
 )
 LN_LINEAR = Kernel(
     "hrx_gpt2_ln_linear",
-    buffers=("read", "read", "read", "read", "read", "write", "write", "read"),
-    scalars=(np.uint32, np.uint32, np.float32, np.uint32, np.uint32, np.uint32),
+    buffers=("read", "read", "read", "read", "read", "write", "write"),
+    scalars=(np.uint32, np.uint32, np.float32, np.uint32, np.uint32),
     host=_ln_linear_host, cuda=LN_LINEAR_CUDA, programmatic=True,
 )
 LINEAR_RESIDUAL = Kernel(
     "hrx_gpt2_linear_residual",
-    buffers=("read", "read", "read", "read_write", "read"),
-    scalars=(np.uint32, np.uint32, np.uint32, np.uint32),
+    buffers=("read", "read", "read", "read_write"),
+    scalars=(np.uint32, np.uint32, np.uint32),
     host=_linear_residual_host, cuda=LINEAR_RESIDUAL_CUDA, programmatic=True,
 )
 

@@ -37,7 +37,6 @@ from hrx_core.errors import InvalidArgument, show
 
 from .config import Gpt2Config
 from .decoder import (
-    PREFETCH,
     PREFILL_CHUNK,
     PREFILL_SMALL_CHUNK,
     StepKernels,
@@ -123,11 +122,9 @@ class Gpt2Definition:
             logits = mem.reshape(layout.nbytes // 4, dtype=np.float32).rows(
                 layout.entries["logits"][0] // 4, cfg.vocab_size)
             prefill = b.graph
-            prefill.compute("prefill", lambda g: record_step(g, kernels, cfg, context_len, w, views, logits=False,
-                                                             fused=True, prefetch=PREFETCH))
+            prefill.compute("prefill", lambda g: record_step(g, kernels, cfg, context_len, w, views, logits=False, fused=True))
             step = b.new_graph("step")
-            step.compute("step", lambda g: record_step(g, kernels, cfg, context_len, w, views, logits=True,
-                                                          fused=True, prefetch=PREFETCH))
+            step.compute("step", lambda g: record_step(g, kernels, cfg, context_len, w, views, logits=True, fused=True))
             entries = {
                 "prefill": InferenceGraph(inputs={"head": head}, outputs={"seq": seq}, graph=prefill),
                 "step": InferenceGraph(inputs={"head": head}, outputs={"logits": logits, "seq": seq}, graph=step),
