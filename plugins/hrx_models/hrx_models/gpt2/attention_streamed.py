@@ -159,6 +159,10 @@ __device__ __forceinline__ void hrx_attend_rows(const float* q3, unsigned int qs
     __syncthreads();
 }
 
+// (A source may cap the steps of a chunk by defining HRX_ATTN_MAX_CHUNK: 4 or more.)
+#ifndef HRX_ATTN_MAX_CHUNK
+#define HRX_ATTN_MAX_CHUNK 16u
+#endif
 // hrx_attend_rows with chunks of U = 32 / DPL steps (16, 8 or 4: 64..256 bytes of K and
 // V a lane in flight), or of 2 or 4 where the rows [t0, t1) take a warp no more steps than
 // that: a short context then reduces and exponentiates no empty steps.
@@ -171,7 +175,8 @@ __device__ __forceinline__ void hrx_attend_chunked(const float* q3, unsigned int
     const unsigned int steps = (t1 - t0 + step - 1u) / step;
     if (steps <= 2u) hrx_attend_rows<DPL, 2u>(q3, qs, b3, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
     else if (steps <= 4u) hrx_attend_rows<DPL, 4u>(q3, qs, b3, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
-    else hrx_attend_rows<DPL, 32u / DPL>(q3, qs, b3, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
+    else hrx_attend_rows<DPL, (32u / DPL < HRX_ATTN_MAX_CHUNK ? 32u / DPL : HRX_ATTN_MAX_CHUNK)>(
+        q3, qs, b3, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
 }
 
 // Every lane's DPL dispatch of hrx_attend_chunked: HRX_ATTN_ROW_LANES lanes a row where

@@ -154,7 +154,10 @@ LN_QKV_ATTENTION_CUDA = ATTEND_STREAMED_CUDA + GEMV_CUDA + LN_SHARED_CUDA + r"""
 // arithmetic in the same order -- writing out[head * hd..) (BF16). Every position is
 // attended correctly; the decoder replays graphs of this kernel only while pos + 1 <=
 // HRX_ATTN_MIN_ROWS, where the separate kernel has one split a head too.
-extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_qkv_attention(
+#ifndef HRX_QKV_ATTN_MIN_BLOCKS
+#define HRX_QKV_ATTN_MIN_BLOCKS 1
+#endif
+extern "C" __global__ void __launch_bounds__(256, HRX_QKV_ATTN_MIN_BLOCKS) hrx_gpt2_ln_qkv_attention(
         const float* __restrict__ x, const unsigned short* __restrict__ g, const unsigned short* __restrict__ b,
         const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias, float* qkv,
         const unsigned int* __restrict__ state, unsigned short* kc, unsigned short* vc,
