@@ -40,7 +40,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hrx_models.gpt2 import SHAPES, Gpt2Config, Gpt2Decoder, write_random_checkpoint
-from hrx_models.gpt2.decoder import SHORT_ROWS
 from results_file import d2d_bandwidth, entry, host_file, host_machine, machine_file, report, write
 from tensor import _machine, rounds
 
@@ -175,8 +174,6 @@ def cuda_shape(dev, name: str, tokens: int, reps: int, copy_bw: float, workdir: 
     dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
     separate = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1, fused=False)
     separate_slot = separate.acquire()
-    unfused = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1, fuse_attention=False)
-    unfused_slot = unfused.acquire()
     ml_ctx, ml_gpt2, ml_model, ml_head = model_layer_setup(dev, ckpt, prompt, context)
     peer = TorchGpt2(ckpt, dtype=torch.bfloat16, context=context)
     graph = peer.cuda_graph()
@@ -228,20 +225,13 @@ def cuda_shape(dev, name: str, tokens: int, reps: int, copy_bw: float, workdir: 
             last["separate"] = list(r.tokens)
             return r.tokens_per_s
 
-        def unfused_decode():
-            r = unfused_slot.generate(prompt, tokens)
-            last["unfused"] = list(r.tokens)
-            return r.tokens_per_s
-
-        fns = [hrx_decode, torch_eager, torch_graphs, hrx_launch_us, model_layer_decode, separate_decode, unfused_decode]
+        fns = [hrx_decode, torch_eager, torch_graphs, hrx_launch_us, model_layer_decode, separate_decode]
         for fn in fns:
             fn()  # warm-up: compilation, graph instantiation, first touch
-        h, e, g, launch, ml, sep, unf = rounds(fns, reps)
+        h, e, g, launch, ml, sep = rounds(fns, reps)
     agree = sum(a == b for a, b in zip(last["hrx"], last["graphs"]))
     print(f"{name}: fused and separate-kernel steps agree at "
           f"{sum(a == b for a, b in zip(last['hrx'], last['separate']))}/{tokens} steps", flush=True)
-    print(f"{name}: with and without QKV + attention fused the tokens agree at "
-          f"{sum(a == b for a, b in zip(last['hrx'], last['unfused']))}/{tokens} steps", flush=True)
     print(f"{name}: greedy tokens agree with torch BF16 (graphs) at {agree}/{tokens} steps; "
           f"torch eager vs graphs {sum(a == b for a, b in zip(last['eager'], last['graphs']))}/{tokens}", flush=True)
     shape = f"{config.n_layer}x{config.n_embd}"
@@ -267,14 +257,7 @@ def cuda_shape(dev, name: str, tokens: int, reps: int, copy_bw: float, workdir: 
     out.append(entry(f"model.cuda.{name}.fused_vs_separate",
                      f"GPT-2 {shape} decode: the fused step (5 kernels a layer) vs separate kernels (8 a layer)",
                      "tokens/s", h, peer="hrx_models decoder, Gpt2Decoder(fused=False)", peer_value=sep, command=CMD))
-    short = min(tokens, max(0, SHORT_ROWS - (len(prompt) - 1)))  # decode positions len(prompt) - 1 on
-    out.append(entry(f"model.cuda.{name}.fuse_attention_vs_not",
-                     f"GPT-2 {shape} decode: QKV and attention one kernel where a position attends at most "
-                     f"{SHORT_ROWS} rows ({short} of the {tokens} steps) vs two kernels", "tokens/s", h,
-                     peer="hrx_models decoder, Gpt2Decoder(fuse_attention=False)", peer_value=unf, command=CMD))
     ml_model.close(), ml_gpt2.close(), ml_ctx.close()
-    unfused.release(unfused_slot)
-    unfused.close()
     separate.release(separate_slot)
     separate.close()
     dec.close()

@@ -46,15 +46,6 @@ def tiny_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def long_dir(tmp_path_factory):
-    """The tiny model with 300 positions: requests that cross the decoder's SHORT_ROWS."""
-    from hrx_models.gpt2 import Gpt2Config, write_random_checkpoint
-
-    return write_random_checkpoint(tmp_path_factory.mktemp("long"), Gpt2Config(**{**TINY, "n_positions": 300}),
-                                   seed=TINY_SEED, std=TINY_STD)
-
-
-@pytest.fixture(scope="session")
 def reference(tiny_dir):
     from hrx_models.gpt2.reference import NumpyGpt2
 

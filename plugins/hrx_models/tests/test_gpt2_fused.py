@@ -121,9 +121,7 @@ def test_fused_step_has_fewer_kernels(pair, tiny_config):
     layers = tiny_config.n_layer
     with fused.slot() as a, separate.slot() as b:
         assert len(a.step_graph.nodes) == 1 + 5 * layers + 2
-        assert len(a.short_step_graph.nodes) == 1 + 4 * layers + 2
         assert len(b.step_graph.nodes) == 3 + 8 * layers + 2
-        assert b.short_step_graph is None and b.short_prefill_graph is None
 
 
 @pytest.mark.parametrize("prompt", [[1, 2, 3, 4, 5], [7], [100, 200, 300, 400, 500, 13, 17, 19]],
@@ -143,91 +141,6 @@ def test_fused_step_equals_separate_kernels(pair, reference, prompt):
 def test_fused_is_validated(dev, tiny_dir):
     with pytest.raises(InvalidArgument, match="fused"):
         Gpt2Decoder.load(tiny_dir, dev, fused=1)
-    with pytest.raises(InvalidArgument, match="fuse_attention"):
-        Gpt2Decoder.load(tiny_dir, dev, fuse_attention=1)
-
-
-# (K, heads): GPT-2 small's and the 1.3B shape's head_dim (64, 128), a narrow model
-# (head_dim 32) and XL's width (head_dim 64, 25 heads)
-QKV_ATTN_CASES = [(768, 12), (2048, 16), (128, 4), (1600, 25)]
-
-
-@pytest.mark.parametrize("pos", [0, 5, 127, 200], ids=lambda p: f"pos{p}")
-@pytest.mark.parametrize("k,heads", QKV_ATTN_CASES, ids=[f"K{k}-h{h}" for k, h in QKV_ATTN_CASES])
-def test_ln_qkv_attention_equals_ln_linear_then_attention(dev, k, heads, pos):
-    """The fused kernel against hrx_gpt2_ln_linear + the decode attention kernel (one split
-    a head, as the decoder replays them below SHORT_ROWS positions): the same qkv, cache
-    row and attention output, bit for bit on cuda and the host; at pos 200 the separate
-    kernel splits and the fused one attends every row in one block (within F32 rounding).
-    The head counters are back at 0 after either."""
-    from hrx_models.gpt2 import kernels as K
-    from hrx_models.gpt2.attention_streamed import ATTENTION_STREAMED
-
-    hd, p = k // heads, 256
-    rng = np.random.default_rng(k + pos)
-    eps, scale = np.float32(1e-5), np.float32(1 / np.sqrt(k // heads))
-    x = (rng.standard_normal(k) * 2 + 0.5).astype(np.float32)
-    g, b = bf16(rng, k, 0.3) + bfloat16(1), bf16(rng, k, 0.3)
-    w, bias = bf16(rng, (3 * k, k), 0.05), bf16(rng, 3 * k, 0.5)
-    cache_k, cache_v = bf16(rng, (p, k)), bf16(rng, (p, k))
-    state = np.array([pos, 1, 0, 0], np.uint32)
-    splits = K.attention_splits(p, heads)
-    results = []
-    for fused in (True, False):
-        r = Run(dev)
-        ins = [r.buf(a) for a in (x, g, b, w, bias)]
-        qkv, st, kc, vc = r.buf(np.zeros(3 * k, np.float32)), r.buf(state), r.buf(cache_k), r.buf(cache_v)
-        out, sync = r.buf(np.zeros(k, bfloat16)), r.buf(np.zeros(heads, np.uint32))
-        grid, block, ks = linear_launch(k, 3 * k)
-        if fused:
-            r.s.dispatch(FK.LN_QKV_ATTENTION, grid, [*ins, qkv, st, kc, vc, out, sync], block=block,
-                         scalars=(k, eps, ks, hd, p, scale))
-        else:
-            r.s.dispatch(FK.LN_LINEAR, grid, [*ins, qkv, qkv], block=block, scalars=(k, 3 * k, eps, ks, 0))
-            part = r.buf(np.zeros(heads * splits * (hd + 2), np.float32))
-            r.s.dispatch(ATTENTION_STREAMED, heads * splits, [qkv, ins[4], st, kc, vc, out, part, sync],
-                         block=K.ATTENTION_THREADS, scalars=(k, hd, p, scale, splits))
-        results.append([r.get(qkv, np.float32), r.get(kc, bfloat16), r.get(vc, bfloat16), r.get(out, bfloat16),
-                        r.get(sync, np.uint32)])
-    (fq, fk, fv, fo, fs), (sq, sk, sv, so, ss) = results
-    np.testing.assert_array_equal(fq, sq, err_msg="qkv")
-    np.testing.assert_array_equal(fk, sk, err_msg="K cache")
-    np.testing.assert_array_equal(fv, sv, err_msg="V cache")
-    assert (fs == 0).all() and (ss == 0).all(), "head counters not reset"
-    assert not np.array_equal(fk[pos], cache_k[pos]), "the position's K row was not written"
-    if pos + 1 <= K.ATTENTION_MIN_ROWS:
-        np.testing.assert_array_equal(fo, so, err_msg="attention output")
-    else:
-        np.testing.assert_allclose(f64(fo), f64(so), rtol=2 * BF16_ULP, atol=1e-6, err_msg="attention output")
-
-
-def test_fused_attention_switches_graphs_at_short_rows(dev, long_dir):
-    """Across SHORT_ROWS the decoder moves from the short graphs to the others; every
-    position's logits equal those of a decoder without fused attention (bit for bit:
-    below SHORT_ROWS the two attend in the same order, above it both replay one graph)."""
-    from hrx_models.gpt2.decoder import SHORT_ROWS
-
-    on = Gpt2Decoder.load(long_dir, dev, prefill_chunk=0)
-    off = Gpt2Decoder.load(long_dir, dev, prefill_chunk=0, fuse_attention=False)
-    try:
-        ids = [(i * 37 + 11) % 512 for i in range(SHORT_ROWS + 12)]
-        with on.slot() as s:
-            short, full = s.short_step_graph.launches, s.step_graph.launches
-            got = []
-            s.start(ids)
-            for _ in ids:
-                s.step()
-                got.append(s.logits())
-            assert s.short_step_graph.launches - short == SHORT_ROWS
-            assert s.step_graph.launches - full == len(ids) - SHORT_ROWS
-        want = step_logits(off, ids)
-        for t in range(len(ids)):
-            np.testing.assert_array_equal(got[t], want[t], err_msg=f"position {t}")
-        prompt = ids[: SHORT_ROWS - 4]  # prefill one position a step, decode across the switch
-        assert on.generate(prompt, 10).tokens == off.generate(prompt, 10).tokens
-    finally:
-        on.close()
-        off.close()
 
 
 def test_streamed_attention_decoder_equals_default(dev, tiny_dir, reference):

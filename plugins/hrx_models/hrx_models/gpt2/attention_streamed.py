@@ -29,10 +29,7 @@ from hrx_core.kernel import Kernel
 
 from .kernels import ATTENTION, ATTENTION_COMMON_CUDA, _attention_host
 
-#: The streamed attention's device functions (hrx_attend, hrx_attend_combine), after the
-#: common part: the decode attention kernel below and the fused QKV + attention kernel
-#: (:data:`.fused_kernels.LN_QKV_ATTENTION`) attend through them.
-ATTEND_STREAMED_CUDA = ATTENTION_COMMON_CUDA + r"""
+ATTENTION_STREAMED_CUDA = ATTENTION_COMMON_CUDA + r"""
 // Lanes that share a K/V row (32, 16 or 8; a power of two): head_dim / this many BF16 a lane,
 // clamped to 2..8. bench/tools/attention_ab.py --row-lanes compares variants: on the H200
 // 16 was faster than 32 at head_dim 64 (GPT-2 small 2.8% a token after 16 positions,
@@ -73,14 +70,12 @@ template <> struct HrxBf16s<8> {
 // block's warps interleave, so K and V are read once, in 4..16-byte pieces of whole
 // rows, 32 / DPL steps of loads in flight. Each lane keeps an online softmax (the
 // running maximum score m, the sum of exp(s - m), and sum exp(s - m) V over its dims);
-// lanes of a warp, then the warps, combine theirs. The head's query, key and value
-// before their bias are q3[0..hd), q3[qs..qs + hd), q3[2 qs..2 qs + hd) (qkv + base with
-// qs = D, or a block's copy with qs = hd), its bias b3[0..), b3[D..), b3[2 D..) (bias +
-// base). Row ``pos`` (the step's own key and value) comes from those, rounded to BF16 as
-// the cache holds it; the other rows from the cache (written by earlier launches). Leaves in wm/wl/wacc (shared: one per
+// lanes of a warp, then the warps, combine theirs. Row ``pos`` (the step's own key and
+// value) comes from qkv + bias, rounded to BF16 as the cache holds it; the other rows
+// from the cache (written by earlier launches). Leaves in wm/wl/wacc (shared: one per
 // warp, wacc hd per warp) the block's m, l and unnormalized sum, after a barrier.
 template <unsigned int DPL, unsigned int U>
-__device__ __forceinline__ void hrx_attend_rows(const float* q3, unsigned int qs, const unsigned short* __restrict__ b3,
+__device__ __forceinline__ void hrx_attend_rows(const float* __restrict__ qkv, const unsigned short* __restrict__ bias,
                                                 const unsigned short* kc, const unsigned short* vc, unsigned int D,
                                                 unsigned int hd, unsigned int base, unsigned int pos, unsigned int t0,
                                                 unsigned int t1, float scale, float* wm, float* wl, float* wacc) {
@@ -89,10 +84,10 @@ __device__ __forceinline__ void hrx_attend_rows(const float* q3, unsigned int qs
     float q[DPL], kn[DPL], vn[DPL], acc[DPL];
     #pragma unroll
     for (unsigned int j = 0; j < DPL; ++j) {
-        const unsigned int c = d0 + j;
-        q[j] = (q3[c] + hrx_bf16_to_f32(b3[c])) * scale;
-        kn[j] = hrx_bf16_to_f32(hrx_f32_to_bf16_rn(q3[qs + c] + hrx_bf16_to_f32(b3[D + c])));
-        vn[j] = hrx_bf16_to_f32(hrx_f32_to_bf16_rn(q3[2u * qs + c] + hrx_bf16_to_f32(b3[2u * D + c])));
+        const unsigned int c = base + d0 + j;
+        q[j] = (qkv[c] + hrx_bf16_to_f32(bias[c])) * scale;
+        kn[j] = hrx_bf16_to_f32(hrx_f32_to_bf16_rn(qkv[D + c] + hrx_bf16_to_f32(bias[D + c])));
+        vn[j] = hrx_bf16_to_f32(hrx_f32_to_bf16_rn(qkv[2u * D + c] + hrx_bf16_to_f32(bias[2u * D + c])));
         acc[j] = 0.f;
     }
     float m = -3.402823466e38f, l = 0.f;
@@ -159,36 +154,19 @@ __device__ __forceinline__ void hrx_attend_rows(const float* q3, unsigned int qs
     __syncthreads();
 }
 
-// (A source may cap the steps of a chunk by defining HRX_ATTN_MAX_CHUNK: 4 or more.)
-#ifndef HRX_ATTN_MAX_CHUNK
-#define HRX_ATTN_MAX_CHUNK 16u
-#endif
 // hrx_attend_rows with chunks of U = 32 / DPL steps (16, 8 or 4: 64..256 bytes of K and
 // V a lane in flight), or of 2 or 4 where the rows [t0, t1) take a warp no more steps than
 // that: a short context then reduces and exponentiates no empty steps.
 template <unsigned int DPL>
-__device__ __forceinline__ void hrx_attend_chunked(const float* q3, unsigned int qs, const unsigned short* __restrict__ b3,
+__device__ __forceinline__ void hrx_attend_chunked(const float* __restrict__ qkv, const unsigned short* __restrict__ bias,
                                                    const unsigned short* kc, const unsigned short* vc, unsigned int D,
                                                    unsigned int hd, unsigned int base, unsigned int pos, unsigned int t0,
                                                    unsigned int t1, float scale, float* wm, float* wl, float* wacc) {
     const unsigned int step = (blockDim.x >> 5) * (32u / (hd / DPL));
     const unsigned int steps = (t1 - t0 + step - 1u) / step;
-    if (steps <= 2u) hrx_attend_rows<DPL, 2u>(q3, qs, b3, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
-    else if (steps <= 4u) hrx_attend_rows<DPL, 4u>(q3, qs, b3, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
-    else hrx_attend_rows<DPL, (32u / DPL < HRX_ATTN_MAX_CHUNK ? 32u / DPL : HRX_ATTN_MAX_CHUNK)>(
-        q3, qs, b3, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
-}
-
-// Every lane's DPL dispatch of hrx_attend_chunked: HRX_ATTN_ROW_LANES lanes a row where
-// that gives 2..8 dimensions a lane.
-__device__ __forceinline__ void hrx_attend(const float* q3, unsigned int qs, const unsigned short* __restrict__ b3,
-                                           const unsigned short* kc, const unsigned short* vc, unsigned int D,
-                                           unsigned int hd, unsigned int base, unsigned int pos, unsigned int t0,
-                                           unsigned int t1, float scale, float* wm, float* wl, float* wacc) {
-    const unsigned int dpl = hd / HRX_ATTN_ROW_LANES;
-    if (dpl <= 2u) hrx_attend_chunked<2>(q3, qs, b3, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
-    else if (dpl == 4u) hrx_attend_chunked<4>(q3, qs, b3, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
-    else hrx_attend_chunked<8>(q3, qs, b3, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
+    if (steps <= 2u) hrx_attend_rows<DPL, 2u>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
+    else if (steps <= 4u) hrx_attend_rows<DPL, 4u>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
+    else hrx_attend_rows<DPL, 32u / DPL>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
 }
 
 // The block's result from the warps' (hrx_attend_rows): dimension i's unnormalized sum
@@ -208,9 +186,6 @@ __device__ __forceinline__ float hrx_attend_combine(unsigned int i, unsigned int
     *lo = l;
     return a;
 }
-"""
-
-ATTENTION_STREAMED_CUDA = ATTEND_STREAMED_CUDA + r"""
 // ``splits`` blocks per head (block h * splits + j: head h, split j): add the QKV bias,
 // append this position's K/V row to the cache (the split holding row pos), attend. At
 // most HRX_ATTN_MIN_ROWS rows in all: split 0 attends alone and writes out. Otherwise
@@ -243,7 +218,11 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention_streamed(
             vc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(qkv[2u * D + c] + hrx_bf16_to_f32(bias[2u * D + c]));
         }
     }
-    hrx_attend(qkv + base, D, bias + base, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
+    // DPL dimensions a lane: HRX_ATTN_ROW_LANES lanes a row where that gives 2..8
+    const unsigned int dpl = hd / HRX_ATTN_ROW_LANES;
+    if (dpl <= 2u) hrx_attend_chunked<2>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
+    else if (dpl == 4u) hrx_attend_chunked<4>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
+    else hrx_attend_chunked<8>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
     const unsigned int stride = hd + 2u;
     float M, l;
     if (active == 1u) {

@@ -72,10 +72,6 @@ PREFILL_CHUNK = 1024  # a 1024-token prompt in one chunk: half the launches of 5
 #: grids and GEMM tilings sized for its rows rather than for the whole chunk (the
 #: large chunk's tiles leave most of the GPU idle for a short prompt).
 PREFILL_SMALL_CHUNK = 128
-#: Positions below this many (rows 0..pos, at most K.ATTENTION_MIN_ROWS: one split of the
-#: separate attention kernel a head) replay a slot's short graphs, whose QKV kernel also
-#: attends (``Gpt2Decoder(fuse_attention=)``).
-SHORT_ROWS = K.ATTENTION_MIN_ROWS
 
 
 @attrs.frozen
@@ -167,7 +163,6 @@ class StepKernels:
     embed: Any = FK.EMBED
     ln_linear: Any = FK.LN_LINEAR
     linear_residual: Any = FK.LINEAR_RESIDUAL
-    ln_qkv_attention: Any = FK.LN_QKV_ATTENTION
     embed_rows: Any = PK.EMBED_ROWS
     gemm: Any = PK.GEMM
     kv_rows: Any = PK.KV_ROWS
@@ -204,15 +199,13 @@ class StepKernels:
 
 
 def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callable[[str], Any],
-                s: Mapping[str, Any], *, logits: bool, fused: bool = False, short: bool = False) -> None:
+                s: Mapping[str, Any], *, logits: bool, fused: bool = False) -> None:
     """Record one decode step into ``g`` (anything with ``dispatch(kernel, grid, bindings,
     block=, scalars=)``: a stream's access graph, a tracked-graph compute region).
 
     ``w(name)`` gives the view of a parameter (HF name, device layout); ``s`` the slot's
     views by :func:`slot_layout` name. ``logits=False`` records the prefill variant.
-    ``fused`` records the fused step (:mod:`.fused_kernels`: 5 kernels a layer, not 8);
-    ``short`` (with ``fused``) the fused step for positions that attend at most
-    K.ATTENTION_MIN_ROWS rows, whose QKV kernel also attends (4 kernels a layer).
+    ``fused`` records the fused step (:mod:`.fused_kernels`: 5 kernels a layer, not 8).
     """
     d, p, v = cfg.n_embd, context, cfg.vocab_size
     eps = np.float32(cfg.layer_norm_epsilon)
@@ -236,7 +229,7 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
             g.dispatch(k.advance, 1, [s["state"], s["seq"], s["emb_idx"]], block=32, scalars=(np.uint32(p),))
 
     if fused:
-        _record_fused_layers(g, k, cfg, context, w, s, attention, logits=logits, short=short)
+        _record_fused_layers(g, k, cfg, w, s, attention, logits=logits)
         finish()
         return
 
@@ -275,22 +268,12 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
     finish()
 
 
-def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callable[[str], Any],
-                         s: Mapping[str, Any], attention: Callable[[int], None], *, logits: bool, short: bool) -> None:
+def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[str], Any], s: Mapping[str, Any],
+                         attention: Callable[[int], None], *, logits: bool) -> None:
     """The fused step up to the logits: embeddings, then per layer ln_1 + QKV, attention,
-    proj + residual, ln_2 + fc + GELU, proj + residual; ln_f + the tied logits. ``short``:
-    ln_1 + QKV + attention as one kernel (FK.LN_QKV_ATTENTION)."""
+    proj + residual, ln_2 + fc + GELU, proj + residual; ln_f + the tied logits."""
     d = cfg.n_embd
     eps = np.float32(cfg.layer_norm_epsilon)
-
-    def ln_qkv_attention(i: int) -> None:
-        h = f"h.{i}."
-        grid, block, ksplit = linear_launch(d, 3 * d)
-        g.dispatch(k.ln_qkv_attention, grid,
-                   [s["x"], w(h + "ln_1.weight"), w(h + "ln_1.bias"), w(h + "attn.c_attn.weight"),
-                    w(h + "attn.c_attn.bias"), s["qkv"], s["state"], s[f"k{i}"], s[f"v{i}"], s["attn"], s["attn_sync"]],
-                   block=block, scalars=(np.uint32(d), eps, np.uint32(ksplit), np.uint32(cfg.head_dim),
-                                         np.uint32(context), np.float32(1.0 / math.sqrt(cfg.head_dim))))
 
     def ln_linear(ln: str, weight: str, bias: str, out: Any, n: int, gelu: int) -> None:
         grid, block, ksplit = linear_launch(d, n)
@@ -307,11 +290,8 @@ def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, 
                block=FK.EMBED_THREADS, scalars=(np.uint32(d),))
     for i in range(cfg.n_layer):
         h = f"h.{i}."
-        if short:
-            ln_qkv_attention(i)
-        else:
-            ln_linear(h + "ln_1", h + "attn.c_attn.weight", h + "attn.c_attn.bias", s["qkv"], 3 * d, 0)
-            attention(i)
+        ln_linear(h + "ln_1", h + "attn.c_attn.weight", h + "attn.c_attn.bias", s["qkv"], 3 * d, 0)
+        attention(i)
         linear_residual(s["attn"], h + "attn.c_proj.weight", h + "attn.c_proj.bias", d)
         ln_linear(h + "ln_2", h + "mlp.c_fc.weight", h + "mlp.c_fc.bias", s["act"], 4 * d, 1)
         linear_residual(s["act"], h + "mlp.c_proj.weight", h + "mlp.c_proj.bias", 4 * d)
@@ -459,15 +439,6 @@ class DecoderSlot:
             graphs.append(self.step_graph)
             self.prefill_graph = self._record(logits=False)
             graphs.append(self.prefill_graph)
-            #: the step and one-position prefill graphs of positions that attend at most
-            #: SHORT_ROWS rows (QKV and attention one kernel), where the decoder has them
-            self.short_step_graph: Any = None
-            self.short_prefill_graph: Any = None
-            if decoder.fused and decoder.fuse_attention:
-                self.short_step_graph = self._record(logits=True, short=True)
-                graphs.append(self.short_step_graph)
-                self.short_prefill_graph = self._record(logits=False, short=True)
-                graphs.append(self.short_prefill_graph)
             self.chunk_graph = self._record_chunk(self.chunk) if self.chunk else None
             if self.chunk_graph is not None:
                 graphs.append(self.chunk_graph)
@@ -484,10 +455,10 @@ class DecoderSlot:
 
     # -- recording ------------------------------------------------------------------
 
-    def _record(self, *, logits: bool, short: bool = False) -> Any:
+    def _record(self, *, logits: bool) -> Any:
         g = self.stream.access_graph()
         record_step(g, self.decoder.kernels, self.config, self.context, self.decoder.weights.view,
-                    self.layout.views(self.buffer), logits=logits, fused=self.decoder.fused, short=short)
+                    self.layout.views(self.buffer), logits=logits, fused=self.decoder.fused)
         return g
 
     def _record_chunk(self, rows: int) -> Any:
@@ -524,10 +495,7 @@ class DecoderSlot:
         """Process one position (replay a recorded graph); returns its Completion."""
         if self._pos >= self.context:
             raise InvalidArgument(f"step: position {self._pos} is past the context of {self.context}")
-        if self._pos < SHORT_ROWS and self.short_step_graph is not None:
-            graph = self.short_step_graph if logits else self.short_prefill_graph
-        else:
-            graph = self.step_graph if logits else self.prefill_graph
+        graph = self.step_graph if logits else self.prefill_graph
         done = graph.launch()
         self._pos += 1
         return done
@@ -647,7 +615,7 @@ class DecoderSlot:
         finally:
             self.step_graph.close()
             self.prefill_graph.close()
-            for graph in (self.chunk_graph, self.small_chunk_graph, self.short_step_graph, self.short_prefill_graph):
+            for graph in (self.chunk_graph, self.small_chunk_graph):
                 if graph is not None:
                     graph.close()
             self.buffer.close()
@@ -660,15 +628,12 @@ class Gpt2Decoder:
     bounds the pool (leasing waits for a free slot beyond it); ``prefill_chunk`` is
     the rows of a batched-prefill chunk (at most the context; 0 runs the prompt one
     position per decode-shaped step, as before batched prefill); ``fused`` records the
-    fused decode step (:mod:`.fused_kernels`), else the step of separate kernels;
-    ``fuse_attention`` (fused steps only) has positions that attend at most SHORT_ROWS
-    rows replay graphs whose QKV kernel also attends (one kernel a layer fewer; the same
-    results).
+    fused decode step (:mod:`.fused_kernels`), else the step of separate kernels.
     """
 
     def __init__(self, weights: Gpt2Weights, device: Any, *, budget: MemoryBudget | None = None,
                  context: int | None = None, max_slots: int = 8, prefill_chunk: int = PREFILL_CHUNK,
-                 fused: bool = True, fuse_attention: bool = True) -> None:
+                 fused: bool = True) -> None:
         cfg = weights.config
         context = cfg.n_positions if context is None else context
         if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= cfg.n_positions:
@@ -679,8 +644,6 @@ class Gpt2Decoder:
             raise InvalidArgument(f"prefill_chunk: expected an int >= 0, got {show(prefill_chunk)}")
         if not isinstance(fused, bool):
             raise InvalidArgument(f"fused: expected a bool, got {show(fused)}")
-        if not isinstance(fuse_attention, bool):
-            raise InvalidArgument(f"fuse_attention: expected a bool, got {show(fuse_attention)}")
         self.kernels = StepKernels.for_device(device.info)
         self.weights = weights
         self.config = cfg
@@ -690,7 +653,6 @@ class Gpt2Decoder:
         self.max_slots = max_slots
         self.prefill_chunk = prefill_chunk
         self.fused = fused
-        self.fuse_attention = fuse_attention
         self._slots: list[DecoderSlot] = []
         self._idle: list[DecoderSlot] = []
         self._cond = threading.Condition()
@@ -700,14 +662,14 @@ class Gpt2Decoder:
     @classmethod
     def load(cls, directory: str | os.PathLike[str], device: Any = None, *, budget: MemoryBudget | None = None,
              context: int | None = None, max_slots: int = 8, prefill_chunk: int = PREFILL_CHUNK,
-             fused: bool = True, fuse_attention: bool = True) -> Gpt2Decoder:
+             fused: bool = True) -> Gpt2Decoder:
         """Load a Hugging Face GPT-2 checkpoint onto ``device`` (default: the best one).
 
         ``directory`` is a checkpoint directory or a Hugging Face repo id (``"gpt2"``),
         resolved through :func:`hrx_models.resolve.resolve_checkpoint` (cache first; offline
         or without network a missing file fails at once, listing what is missing).
         ``budget`` is charged for the weights and every slot; ``context``, ``max_slots``,
-        ``prefill_chunk``, ``fused`` and ``fuse_attention`` as for the constructor.
+        ``prefill_chunk`` and ``fused`` as for the constructor.
         """
         import hrx_core as hrx
 
@@ -723,7 +685,7 @@ class Gpt2Decoder:
             stream.close()  # frees the loader's staging
         try:
             return cls(weights, device, budget=budget, context=context, max_slots=max_slots, prefill_chunk=prefill_chunk,
-                       fused=fused, fuse_attention=fuse_attention)
+                       fused=fused)
         except BaseException:
             weights.close()
             raise

@@ -28,9 +28,8 @@ from hrx_tensor.kernels import _linear_host as _tensor_linear_host
 
 from hrx_core.kernel import Kernel
 
-from .attention_streamed import ATTEND_STREAMED_CUDA
 from .config import MAX_EMBD
-from .kernels import _PRELUDE, _attention_host, _bf, _bias_gelu_host, _layer_norm_host
+from .kernels import _PRELUDE, _bf, _bias_gelu_host, _layer_norm_host
 
 #: Threads of the embedding kernel.
 EMBED_THREADS = 256
@@ -47,17 +46,28 @@ extern "C" __global__ void hrx_gpt2_embed(
 }
 """
 
-#: The layer norm of a fused GEMV's prologue, a device function: the GEMVs below and the
-#: fused QKV + attention kernel share it.
-LN_SHARED_CUDA = f"""
+LN_LINEAR_CUDA = _PRELUDE + GEMV_CUDA + f"""
 #define HRX_MAX_EMBD {MAX_EMBD}u
 """ + r"""
-// xs = bf16(LN(x) g + b) (K BF16 into shared memory) by the whole block (256 threads): x
-// (L2-resident: K floats) read once into registers as 16-byte vectors (at most
-// HRX_MAX_EMBD / 1024 a thread), two passes over those. Ends with a barrier.
-__device__ __forceinline__ void hrx_ln_shared(const float* __restrict__ x, const unsigned short* __restrict__ g,
-                                              const unsigned short* __restrict__ b, uint4* xs, float* red,
-                                              unsigned int K, float eps) {
+// grid and block as hrx_tensor.linear (linear_launch(K, N)): xn = bf16(LN(x) g + b) into
+// shared memory by every block, then y[n] = xn . w[n] (F32), or with gelu set
+// act[n] = bf16(gelu_new(xn . w[n] + bias[n])).
+extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
+        const float* __restrict__ x, const unsigned short* __restrict__ g, const unsigned short* __restrict__ b,
+        const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias,
+        float* __restrict__ y, unsigned short* __restrict__ act,
+        unsigned int K, unsigned int N, float eps, unsigned int ksplit, unsigned int gelu) {
+    hrx_grid_dependencies();
+    __shared__ uint4 xs[HRX_MAX_EMBD / 8u];  // xn, BF16: 16 KiB at K = 8192
+    __shared__ float red[32];
+    __shared__ float partial[32];
+    if (K > HRX_MAX_EMBD || (K & 7u) || K == 0u || blockDim.x != 256u) return;  // the host checks: the whole grid
+    const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
+    const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)(r.active ? r.out : 0u) * K);
+    HrxGemvLoads first;
+    if (r.active) first = hrx_gemv_first(wr, K >> 3, r);  // the weights stream during the prologue
+    // prologue: the layer norm of x (L2-resident: K floats), read once into registers as
+    // 16-byte vectors (at most HRX_MAX_EMBD / 1024 a thread), two passes over those
     const float4* x4 = reinterpret_cast<const float4*>(x);
     const unsigned int n4 = K >> 2;
     float4 xv[HRX_MAX_EMBD / 1024u];
@@ -100,112 +110,12 @@ __device__ __forceinline__ void hrx_ln_shared(const float* __restrict__ x, const
         }
     }
     __syncthreads();
-}
-
-// A fused GEMV's row: the warp's first weight loads (row wr), then xs = ln(x) by the block
-// while they stream, then the dot product, combined across the row's warps (valid in its
-// first warp). Every thread of the block calls it.
-__device__ __forceinline__ float hrx_ln_gemv(const float* __restrict__ x, const unsigned short* __restrict__ g,
-                                             const unsigned short* __restrict__ b, const uint4* wr, uint4* xs,
-                                             float* red, float* partial, unsigned int K, float eps,
-                                             const HrxGemvWarp& r) {
-    HrxGemvLoads first;
-    if (r.active) first = hrx_gemv_first(wr, K >> 3, r);
-    hrx_ln_shared(x, g, b, xs, red, K, eps);
     float s = 0.f;
     if (r.active) s = hrx_gemv_dot<true>(xs, wr, K >> 3, r, first);
-    return hrx_gemv_combine(s, r, partial);
-}
-"""
-
-LN_LINEAR_CUDA = _PRELUDE + GEMV_CUDA + LN_SHARED_CUDA + r"""
-// grid and block as hrx_tensor.linear (linear_launch(K, N)): xn = bf16(LN(x) g + b) into
-// shared memory by every block, then y[n] = xn . w[n] (F32), or with gelu set
-// act[n] = bf16(gelu_new(xn . w[n] + bias[n])).
-extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
-        const float* __restrict__ x, const unsigned short* __restrict__ g, const unsigned short* __restrict__ b,
-        const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias,
-        float* __restrict__ y, unsigned short* __restrict__ act,
-        unsigned int K, unsigned int N, float eps, unsigned int ksplit, unsigned int gelu) {
-    hrx_grid_dependencies();
-    __shared__ uint4 xs[HRX_MAX_EMBD / 8u];  // xn, BF16: 16 KiB at K = 8192
-    __shared__ float red[32];
-    __shared__ float partial[32];
-    if (K > HRX_MAX_EMBD || (K & 7u) || K == 0u || blockDim.x != 256u) return;  // the host checks: the whole grid
-    const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
-    const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)(r.active ? r.out : 0u) * K);
-    const float s = hrx_ln_gemv(x, g, b, wr, xs, red, partial, K, eps, r);
+    s = hrx_gemv_combine(s, r, partial);
     if (r.active && r.piece == 0u && r.lane == 0) {
         if (gelu) act[r.out] = hrx_f32_to_bf16_rn(hrx_gelu_new(s + hrx_bf16_to_f32(bias[r.out])));
         else y[r.out] = s;
-    }
-}
-"""
-
-LN_QKV_ATTENTION_CUDA = ATTEND_STREAMED_CUDA + GEMV_CUDA + LN_SHARED_CUDA + r"""
-// ln_1 + the QKV projection + the decode attention in one kernel (grid and block as
-// hrx_tensor.linear for K = D and N = 3 D: linear_launch(D, 3 D)). The rows go head by
-// head -- block rows j of head j / (3 hd): its hd query, then key, then value rows --
-// so a block's rows are one head's (its rows divide 3 hd). Each block: xn = ln_1(x) into
-// shared memory, its rows qkv[r] = xn . w[r] (F32, no bias: as hrx_gpt2_ln_linear), then
-// it counts itself in sync[head]; the head's last block (sync[head] back to 0) reads the
-// head's 3 hd values (past L1), appends this position's K/V row to the cache and attends
-// rows 0..pos in one block -- hrx_gpt2_attention_streamed's path for one split, the same
-// arithmetic in the same order -- writing out[head * hd..) (BF16). Every position is
-// attended correctly; the decoder replays graphs of this kernel only while pos + 1 <=
-// HRX_ATTN_MIN_ROWS, where the separate kernel has one split a head too.
-#ifndef HRX_QKV_ATTN_MIN_BLOCKS
-#define HRX_QKV_ATTN_MIN_BLOCKS 1
-#endif
-extern "C" __global__ void __launch_bounds__(256, HRX_QKV_ATTN_MIN_BLOCKS) hrx_gpt2_ln_qkv_attention(
-        const float* __restrict__ x, const unsigned short* __restrict__ g, const unsigned short* __restrict__ b,
-        const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias, float* qkv,
-        const unsigned int* __restrict__ state, unsigned short* kc, unsigned short* vc,
-        unsigned short* __restrict__ out, unsigned int* sync,
-        unsigned int K, float eps, unsigned int ksplit, unsigned int hd, unsigned int P, float scale) {
-    hrx_grid_dependencies();
-    __shared__ uint4 xs[HRX_MAX_EMBD / 8u];
-    __shared__ float red[32];
-    __shared__ float partial[32];
-    __shared__ float qh[3u * HRX_MAX_HEAD_DIM];
-    __shared__ float wm[HRX_ATTN_THREADS / 32u];
-    __shared__ float wl[HRX_ATTN_THREADS / 32u];
-    __shared__ float wacc[HRX_ATTN_THREADS / 32u * HRX_MAX_HEAD_DIM];
-    __shared__ unsigned int last;
-    const unsigned int pos = state[0];
-    // the host checks all of these (the whole grid returns alike)
-    if (K > HRX_MAX_EMBD || (K & 7u) || K == 0u || blockDim.x != 256u || hd > HRX_MAX_HEAD_DIM || hd < 8u
-        || (hd & (hd - 1u)) || K % hd || pos >= P || P > HRX_MAX_POSITIONS) return;
-    const unsigned int per_head = 3u * hd, N = 3u * K;
-    const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
-    const unsigned int j = r.active ? r.out : 0u, jh = j / per_head, jr = j - jh * per_head;
-    const unsigned int row = (jr / hd) * K + jh * hd + jr % hd;  // the row's place in qkv and w
-    const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)row * K);
-    const float s = hrx_ln_gemv(x, g, b, wr, xs, red, partial, K, eps, r);
-    if (r.active && r.piece == 0u && r.lane == 0) qkv[row] = s;
-    // count the block in its head's blocks; the last attends
-    const unsigned int rows = (blockDim.x >> 5) / r.ks, head = blockIdx.x * rows / per_head;
-    __threadfence();  // this block's rows, before its count
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(sync + head, 1u) == per_head / rows - 1u;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();  // the other blocks' rows (counted before ours), read past L1
-    const unsigned int base = head * hd;
-    const volatile float* vq = qkv;
-    for (unsigned int i = threadIdx.x; i < per_head; i += blockDim.x)
-        qh[i] = vq[(i / hd) * K + base + i % hd];
-    if (threadIdx.x == 0) sync[head] = 0u;  // for the next launch (stream-ordered after this one)
-    __syncthreads();
-    for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
-        kc[(size_t)pos * K + base + i] = hrx_f32_to_bf16_rn(qh[hd + i] + hrx_bf16_to_f32(bias[K + base + i]));
-        vc[(size_t)pos * K + base + i] = hrx_f32_to_bf16_rn(qh[2u * hd + i] + hrx_bf16_to_f32(bias[2u * K + base + i]));
-    }
-    hrx_attend(qh, hd, bias + base, kc, vc, K, hd, base, pos, 0u, pos + 1u, scale, wm, wl, wacc);
-    float M, l;
-    for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
-        const float a = hrx_attend_combine(i, hd, wm, wl, wacc, &M, &l);
-        out[base + i] = hrx_f32_to_bf16_rn(a / l);
     }
 }
 """
@@ -256,13 +166,6 @@ def _ln_linear_host(x, g, b, w, bias, y, act, k, n, eps, ksplit, gelu) -> None:
         y[: 4 * n].view(np.float32)[:] = out
 
 
-def _ln_qkv_attention_host(x, g, b, w, bias, qkv, state, kc, vc, out, sync, k, eps, ksplit, hd, p, scale) -> None:
-    k = int(k)
-    _ln_linear_host(x, g, b, w, bias, qkv, qkv, k, 3 * k, eps, ksplit, 0)
-    # one split a head: the attention of every row in one pass (part is never used)
-    _attention_host(qkv, bias, state, kc, vc, out, None, sync, k, hd, p, scale, 1)
-
-
 def _linear_residual_host(a, w, bias, x, k, n, ksplit) -> None:
     k, n = int(k), int(n)
     xf = x[: 4 * n].view(np.float32)
@@ -288,12 +191,4 @@ LINEAR_RESIDUAL = Kernel(
     host=_linear_residual_host, cuda=LINEAR_RESIDUAL_CUDA, programmatic=True,
 )
 
-LN_QKV_ATTENTION = Kernel(
-    "hrx_gpt2_ln_qkv_attention",
-    buffers=("read", "read", "read", "read", "read", "read_write", "read", "read_write", "read_write", "write",
-             "read_write"),
-    scalars=(np.uint32, np.float32, np.uint32, np.uint32, np.uint32, np.float32),
-    host=_ln_qkv_attention_host, cuda=LN_QKV_ATTENTION_CUDA, programmatic=True,
-)
-
-FUSED = (EMBED, LN_LINEAR, LINEAR_RESIDUAL, LN_QKV_ATTENTION)
+FUSED = (EMBED, LN_LINEAR, LINEAR_RESIDUAL)
