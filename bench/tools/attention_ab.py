@@ -1,13 +1,16 @@
 """GPT-2 decode with the streamed (the decoder's) and the earlier decode attention, interleaved in one process (cuda).
 
     python bench/tools/attention_ab.py [--shapes gpt2,1b] [--prompts 16,960] [--tokens 63] [--rounds 7]
-                                      [--row-lanes 16,8]
+                                      [--row-lanes 16,8] [--source old.cu]
 
 Decoders of the same random checkpoint: one with the earlier attention kernel
 (``hrx_gpt2_attention``, swapped in through ``StepKernels.attention``), one with the
 decoder's ``hrx_gpt2_attention_streamed`` (:mod:`hrx_models.gpt2.attention_streamed`),
 and one per ``--row-lanes`` variant of the streamed kernel (lanes sharing a K/V row;
-the kernel's own is 16). For each prompt length, greedy decode of ``--tokens`` tokens
+the kernel's own is 16), and one per ``--source`` file: a CUDA source of
+``hrx_gpt2_attention_streamed`` to compare with the shipped one (an earlier revision's,
+say: ``python -c "from hrx_models.gpt2 import attention_streamed as a;
+print(a.ATTENTION_STREAMED_CUDA)" > old.cu`` in a checkout of it). For each prompt length, greedy decode of ``--tokens`` tokens
 by each in alternating rounds: tokens/s per round, the median, and how many greedy
 tokens each agrees on with the first (random weights put steps near ties; the kernels
 add in different orders). A diagnostic for the decoder's choice: it writes no results
@@ -31,6 +34,7 @@ from hrx_models.gpt2 import kernels as K
 from hrx_models.gpt2.attention_streamed import ATTENTION_STREAMED, streamed_variant
 
 import hrx_core as hrx
+from hrx_core.kernel import Kernel
 
 
 def main() -> None:
@@ -41,6 +45,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--engine", default="cuda")
     ap.add_argument("--row-lanes", default="", help="variants of the streamed kernel, e.g. 16,8")
+    ap.add_argument("--source", action="append", default=[], help="a CUDA source of the streamed kernel (repeatable)")
     args = ap.parse_args()
     dev = hrx.device(args.engine)
     prompts = [int(p) for p in args.prompts.split(",")]
@@ -53,13 +58,17 @@ def main() -> None:
             ckpt = write_random_checkpoint(Path(tmp) / shape, config, seed=0, dtype="bf16")
             kernels = {"earlier": K.ATTENTION, "streamed": ATTENTION_STREAMED}
             kernels.update({f"l{n}": streamed_variant(int(n)) for n in filter(None, args.row_lanes.split(","))})
+            for path in args.source:
+                k = ATTENTION_STREAMED
+                kernels[Path(path).stem] = Kernel(k.name, buffers=k.buffer_access, scalars=k.scalar_types,
+                                                  host=k.sources["host"], cuda=Path(path).read_text(), programmatic=True)
             for name, kernel in kernels.items():
                 dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
                 dec.kernels = attrs.evolve(dec.kernels, attention=kernel)
                 slot = dec.acquire()
                 slot.generate([1, 2, 3], 4)  # records and warms the graphs
                 decs.append(dec)
-                slots[f"{name:8s}"] = slot
+                slots[f"{name:18s}"] = slot
         for n in prompts:
             prompt = [(i * 7919 + 13) % config.vocab_size for i in range(n)]
             interleaved(slots, prompt, args.tokens, args.rounds, f"{shape} prompt {n:5d} attention")
