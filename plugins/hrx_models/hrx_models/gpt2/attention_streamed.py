@@ -64,22 +64,6 @@ template <> struct HrxBf16s<8> {
     }
 };
 
-// The loads of one chunk (U steps from row r0) of a lane's K and V pieces (columns col..col
-// + DPL): rows past t1 and row pos (the step's own, taken from qkv) load nothing.
-template <unsigned int DPL, unsigned int U>
-__device__ __forceinline__ void hrx_attend_load(HrxBf16s<DPL>* k, HrxBf16s<DPL>* v, const unsigned short* kc,
-                                                const unsigned short* vc, unsigned int r0, unsigned int step,
-                                                unsigned int t1, unsigned int pos, unsigned int D, unsigned int col) {
-    #pragma unroll
-    for (unsigned int u = 0; u < U; ++u) {
-        const unsigned int t = r0 + u * step;
-        if (t < t1 && t != pos) {
-            k[u].load(kc + (size_t)t * D + col);
-            v[u].load(vc + (size_t)t * D + col);
-        }
-    }
-}
-
 // The attention of one head (columns from ``base``) over rows [t0, t1) of the cache,
 // by every warp of the block at once: a row is L = hd / DPL lanes (DPL dimensions a lane,
 // hd = head_dim, a power of two in 8..256), a warp takes 32 / L rows a step and the
@@ -88,11 +72,8 @@ __device__ __forceinline__ void hrx_attend_load(HrxBf16s<DPL>* k, HrxBf16s<DPL>*
 // running maximum score m, the sum of exp(s - m), and sum exp(s - m) V over its dims);
 // lanes of a warp, then the warps, combine theirs. Row ``pos`` (the step's own key and
 // value) comes from qkv + bias, rounded to BF16 as the cache holds it; the other rows
-// from the cache (written by earlier launches). The first chunk's loads go out before
-// the query is read (they depend on nothing this launch writes, and callers write the
-// step's own cache row after this), so the two round trips overlap. Leaves in wm/wl/wacc
-// (shared: one per warp, wacc hd per warp) the block's m, l and unnormalized sum, after
-// a barrier.
+// from the cache (written by earlier launches). Leaves in wm/wl/wacc (shared: one per
+// warp, wacc hd per warp) the block's m, l and unnormalized sum, after a barrier.
 template <unsigned int DPL, unsigned int U>
 __device__ __forceinline__ void hrx_attend_rows(const float* __restrict__ qkv, const unsigned short* __restrict__ bias,
                                                 const unsigned short* kc, const unsigned short* vc, unsigned int D,
@@ -100,9 +81,6 @@ __device__ __forceinline__ void hrx_attend_rows(const float* __restrict__ qkv, c
                                                 unsigned int t1, float scale, float* wm, float* wl, float* wacc) {
     const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const unsigned int L = hd / DPL, sub = lane / L, d0 = (lane % L) * DPL, step = nwarps * (32u / L);
-    const unsigned int first = t0 + warp * (32u / L);
-    HrxBf16s<DPL> k[U], v[U];
-    hrx_attend_load<DPL, U>(k, v, kc, vc, first + sub, step, t1, pos, D, base + d0);
     float q[DPL], kn[DPL], vn[DPL], acc[DPL];
     #pragma unroll
     for (unsigned int j = 0; j < DPL; ++j) {
@@ -116,8 +94,16 @@ __device__ __forceinline__ void hrx_attend_rows(const float* __restrict__ qkv, c
     // warp-uniform loop: every lane shuffles on every step, lanes past t1 add nothing. A
     // chunk is U steps: its loads are all issued first, its scores reduced together, then
     // one rescale of the running sums by the chunk's maximum.
-    for (unsigned int r0 = first; r0 < t1; r0 += U * step) {
-        if (r0 != first) hrx_attend_load<DPL, U>(k, v, kc, vc, r0 + sub, step, t1, pos, D, base + d0);
+    for (unsigned int r0 = t0 + warp * (32u / L); r0 < t1; r0 += U * step) {
+        HrxBf16s<DPL> k[U], v[U];
+        #pragma unroll
+        for (unsigned int u = 0; u < U; ++u) {
+            const unsigned int t = r0 + u * step + sub;
+            if (t < t1 && t != pos) {
+                k[u].load(kc + (size_t)t * D + base + d0);
+                v[u].load(vc + (size_t)t * D + base + d0);
+            }
+        }
         float s[U];
         #pragma unroll
         for (unsigned int u = 0; u < U; ++u) {
@@ -223,13 +209,8 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention_streamed(
     if (sp.split >= sp.active) return;
     const unsigned int head = sp.head, split = sp.split, active = sp.active, t0 = sp.t0, t1 = sp.t1, n = pos + 1u;
     const unsigned int base = head * hd;
-    // DPL dimensions a lane: HRX_ATTN_ROW_LANES lanes a row where that gives 2..8
-    const unsigned int dpl = hd / HRX_ATTN_ROW_LANES;
-    if (dpl <= 2u) hrx_attend_chunked<2>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
-    else if (dpl == 4u) hrx_attend_chunked<4>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
-    else hrx_attend_chunked<8>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
-    // the split holding row pos appends the new key/value row (BF16), after attending: no
-    // load of this launch reads it back from the cache (hrx_attend_rows takes it from qkv)
+    // the split holding row pos appends the new key/value row (BF16); nothing in this
+    // launch reads it back from the cache (hrx_attend_rows takes it from qkv)
     if (t1 == n) {
         for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
             const unsigned int c = base + i;
@@ -237,6 +218,11 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention_streamed(
             vc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(qkv[2u * D + c] + hrx_bf16_to_f32(bias[2u * D + c]));
         }
     }
+    // DPL dimensions a lane: HRX_ATTN_ROW_LANES lanes a row where that gives 2..8
+    const unsigned int dpl = hd / HRX_ATTN_ROW_LANES;
+    if (dpl <= 2u) hrx_attend_chunked<2>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
+    else if (dpl == 4u) hrx_attend_chunked<4>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
+    else hrx_attend_chunked<8>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
     const unsigned int stride = hd + 2u;
     float M, l;
     if (active == 1u) {
