@@ -168,7 +168,7 @@ def bench_launch(c: Ctx, reps: int, n: int = 4000) -> list[dict]:
         entry("cuda.launch.prepared", "prepared launch (PreparedLaunch.launch) of an empty kernel, host cost per call", "us",
               med["prepared"], peer="raw cffi cuLaunchKernel", peer_value=med["raw"], goal="<= 1.15", command=CMD),
         entry("cuda.dispatch.empty", "eager stream.dispatch of an empty kernel (validation, bookkeeping, packing per call)", "us",
-              med["dispatch"], peer="raw cffi cuLaunchKernel", peer_value=med["raw"], goal="<= 1.5", command=CMD),
+              med["dispatch"], peer="raw cffi cuLaunchKernel", peer_value=med["raw"], goal="<= 1.3", command=CMD),
     ]
     if "cupy" in med:
         out.append(entry("cuda.launch.prepared_vs_cupy", "prepared launch of an empty kernel vs CuPy RawKernel call", "us",
