@@ -47,8 +47,8 @@ import hrx_core as hrx
 
 CMD = "python bench/model.py"
 PROMPT = [464, 2068, 7586, 21831, 18045, 625, 262, 16931]
-#: goals from issue 8 (GPT-2-small only)
-#: issue 18: decode time a token at most 2.5x (GPT-2 small) and 1.3x (1.3B) the weight-bandwidth floor
+#: goals: issue 8 (GPT-2 small against PyTorch) and issue 18 (decode time a token at most
+#: 2.5x the weight-bandwidth floor for GPT-2 small, 1.3x for the 1.3B shape)
 GOALS = {"gpt2": {"graphs": ">= 1.0", "eager": ">= 2.0", "floor": "<= 2.5"}, "1b": {"floor": "<= 1.3"}}
 #: prompt lengths of the prefill figures (issue 18: 128 and 1024)
 PREFILL_PROMPTS = (128, 1024)
