@@ -11,10 +11,10 @@ the kernel's own is 16), and one per ``--source`` file: a CUDA source of
 ``hrx_gpt2_attention_streamed`` to compare with the shipped one (an earlier revision's,
 say: ``python -c "from hrx_models.gpt2 import attention_streamed as a;
 print(a.ATTENTION_STREAMED_CUDA)" > old.cu`` in a checkout of it). For each prompt
-length, greedy decode of ``--tokens`` tokens by each in alternating rounds: tokens/s per round, the median, and how many greedy
-tokens each agrees on with the first (random weights put steps near ties; the kernels
-add in different orders). A diagnostic for the decoder's choice: it writes no results
-file. Kernel times per layer: ``python bench/tools/profile_model.py --prompt 16
+length, greedy decode of ``--tokens`` tokens by each in alternating rounds: tokens/s
+per round, the median, and how many greedy tokens each agrees on with the first
+(random weights put steps near ties; the kernels add in different orders). A
+diagnostic for the decoder's choice: it writes no results file. Kernel times per layer: ``python bench/tools/profile_model.py --prompt 16
 [--attention earlier]`` (and ``--prompt 1000 --steps 8``).
 """
 
