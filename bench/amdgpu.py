@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HRX_AMDF_PROVIDER", "fake")
 
 import hrx_core as hrx  # noqa: E402
-from results_file import entry, report, write_for  # noqa: E402
+from results_file import entry, idle_per_call, report, write_for  # noqa: E402
 
 CMD = "python bench/amdgpu.py"
 EMPTY_SRC = 'extern "C" __global__ void empty() {}'
@@ -82,14 +82,9 @@ def per_call(fn, calls: int, drain, *, idle: bool = False) -> float:
     the device idle, as bench/gpu.py measures the cuda engine's)."""
     drain()
     if idle:
-        total = 0.0
-        for i in range(calls):
-            drain()
-            t = time.thread_time()
-            fn(i)
-            total += time.thread_time() - t
+        us = idle_per_call(fn, drain, calls, clock=time.thread_time)
         drain()
-        return total / calls * 1e6
+        return us
     t = time.thread_time()
     for i in range(calls):
         fn(i)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -28,22 +27,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hrx_core as hrx  # noqa: E402
-from results_file import entry, machine_file, report, write  # noqa: E402
+from results_file import entry, idle_per_call, machine_file, report, rounds, write  # noqa: E402
 
 CMD = "python bench/gpu.py"
 EMPTY_SRC = 'extern "C" __global__ void empty() {}'
 TOUCH_SRC = 'extern "C" __global__ void touch(unsigned int* p, unsigned int v) { if (threadIdx.x == 0 && v == 0xffffffffu) p[0] = v; }'
 EMPTY = hrx.Kernel("empty", buffers=0, cuda=EMPTY_SRC)
 TOUCH = hrx.Kernel("touch", buffers=("read_write",), scalars=(np.uint32,), cuda=TOUCH_SRC)
-
-
-def rounds(fns, reps):
-    """Run each fn once per round, alternating; return the median of each."""
-    samples = [[] for _ in fns]
-    for _ in range(reps):
-        for i, fn in enumerate(fns):
-            samples[i].append(fn())
-    return [statistics.median(x) for x in samples]
 
 
 def hot_path_status() -> dict:
@@ -188,15 +178,10 @@ def idle_launch_cost(c: Ctx, fn, n: int):
     (synchronized before it), so that a queue full of earlier work never throttles
     the issuing thread; returns the mean host cost in us."""
     def run():
-        total = 0.0
-        for i in range(n):
-            c.sync_raw()
-            t = time.perf_counter()
-            fn(i)
-            total += time.perf_counter() - t
+        us = idle_per_call(fn, c.sync_raw, n)
         c.sync_raw()
         c.s.synchronize()
-        return total / n * 1e6
+        return us
     return run
 
 

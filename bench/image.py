@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hrx_image import ImageOps  # noqa: E402
 from results_file import entry, machine_file, report, write  # noqa: E402
-from tensor import _machine, host_cost, rounds  # noqa: E402 - bench/tensor.py's helpers
+from results_file import rounds  # noqa: E402
+from tensor import _machine, host_cost  # noqa: E402 - bench/tensor.py's helpers
 
 import hrx_core as hrx  # noqa: E402
 

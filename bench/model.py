@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hrx_models.gpt2 import SHAPES, Gpt2Config, Gpt2Decoder, write_random_checkpoint
 from results_file import d2d_bandwidth, entry, host_file, host_machine, machine_file, report, write
-from tensor import _machine, rounds
+from results_file import rounds
+from tensor import _machine
 
 import hrx_core as hrx
 

@@ -1,4 +1,5 @@
-"""Writing benchmark figures into bench/results/<machine>.json (../shared/BENCH.md)."""
+"""Writing benchmark figures into bench/results/<machine>.json (../shared/BENCH.md), and the
+timing helpers the benchmarks share (alternating rounds, per-call cost with the device idle)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -111,11 +115,31 @@ def write_for(dev, entries: list[dict[str, Any]], out: str | None = None) -> Pat
     return write(out or machine_file(dev), machine, entries)
 
 
+def rounds(fns, reps):
+    """Run each fn once per round, alternating; return the median of each."""
+    samples = [[] for _ in fns]
+    for _ in range(reps):
+        for i, fn in enumerate(fns):
+            samples[i].append(fn())
+    return [statistics.median(x) for x in samples]
+
+
+def idle_per_call(fn: Callable[[int], Any], idle: Callable[[], Any], calls: int,
+                  clock: Callable[[], float] = time.perf_counter) -> float:
+    """Microseconds per call of ``fn(i)`` (i = 0..calls-1) by ``clock``, each call timed
+    on its own after ``idle()`` (untimed: the device drained, so a queue full of earlier
+    work never throttles the issuing thread)."""
+    total = 0.0
+    for i in range(calls):
+        idle()
+        t = clock()
+        fn(i)
+        total += clock() - t
+    return total / calls * 1e6
+
+
 def d2d_bandwidth(dev, reps: int) -> float:
     """Median D2D copy bandwidth (read + write bytes, TB/s) of 1 GiB on ``dev``."""
-    import statistics
-    import time
-
     s = dev.stream()
     n = 1 << 30
     a, b = dev.allocate(n), dev.allocate(n)

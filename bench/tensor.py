@@ -44,7 +44,7 @@ from ml_dtypes import bfloat16
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hrx_core as hrx  # noqa: E402
-from results_file import d2d_bandwidth, entry, machine_file, report, write  # noqa: E402
+from results_file import d2d_bandwidth, entry, machine_file, report, rounds, write  # noqa: E402
 
 from hrx_tensor import TensorOps  # noqa: E402
 
@@ -60,14 +60,6 @@ SWEEP_ROTATE_BYTES = 128 << 20
 SWEEP_MEASURE_BYTES = 4 << 30  # ~1 ms of GPU time: host clocks and a synchronize are exact enough
 #: Weights from which the linear is compared with the D2D copy bandwidth.
 VS_COPY_BYTES = 128 << 20
-
-
-def rounds(fns, reps):
-    samples = [[] for _ in fns]
-    for _ in range(reps):
-        for i, fn in enumerate(fns):
-            samples[i].append(fn())
-    return [statistics.median(x) for x in samples]
 
 
 def rand_bf16(rng, shape, scale=0.05):

@@ -90,3 +90,24 @@ def test_the_gpu_machine_owns_its_gpu_file():
     name = rf.machine_file(hrx.device("cuda"))
     assert name == rf.gpu_file(hrx.device("cuda").info.name) and name in rf.own_files()
     assert rf.check_file(name) == rf.RESULTS / name  # this machine may write it
+
+
+def test_rounds_alternate_and_take_medians():
+    order: list[str] = []
+
+    def make(name, values):
+        it = iter(values)
+        return lambda: (order.append(name), next(it))[1]
+
+    assert rf.rounds([make("a", [3, 1, 2]), make("b", [10, 30, 20])], 3) == [2, 20]
+    assert order == ["a", "b"] * 3
+
+
+def test_idle_per_call_times_each_call_after_idle():
+    """idle() runs before every call, untimed; the clock's ticks inside the calls are what count."""
+    events: list[object] = []
+    ticks = iter(range(0, 100, 1))
+    clock = lambda: next(ticks) * 1e-6  # noqa: E731 - one microsecond a reading
+    us = rf.idle_per_call(events.append, lambda: events.append("idle"), 3, clock=clock)
+    assert events == ["idle", 0, "idle", 1, "idle", 2]
+    assert us == pytest.approx(1.0)  # each call spans one tick of the clock

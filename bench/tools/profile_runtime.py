@@ -19,10 +19,11 @@ import cProfile
 import io
 import pstats
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from results_file import idle_per_call  # noqa: E402 - bench/results_file.py
 
 
 def profile(label: str, fn, idle, calls: int, top: int) -> None:
@@ -31,13 +32,7 @@ def profile(label: str, fn, idle, calls: int, top: int) -> None:
     for i in range(200):
         idle()
         fn(i)
-    total = 0.0
-    for i in range(calls):
-        idle()
-        t = time.perf_counter()
-        fn(i)
-        total += time.perf_counter() - t
-    print(f"{label}: {total / calls * 1e6:.2f} us per call (idle before each)")
+    print(f"{label}: {idle_per_call(fn, idle, calls):.2f} us per call (idle before each)")
     prof = cProfile.Profile()
     for i in range(calls):
         idle()
