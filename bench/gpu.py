@@ -1,6 +1,6 @@
 """The cuda engine against raw CUDA, cuda-bindings, CuPy and PyTorch, in one run.
 
-    python bench/gpu.py [--reps 9] [--only launch|graph|graph_allocs|transfer|d2d|memops]
+    python bench/gpu.py [--reps 9] [--only launch|graph|graph_allocs|transfer|d2d|memops[,...]]
 
 Writes ids cuda.* into bench/results/h200.json (or --out). Every HRX figure is
 measured alternately with its peer in the same process; values are medians of
@@ -439,18 +439,25 @@ def machine(c: Ctx) -> str:
     return f"{info.name}, driver {drv}, {os.cpu_count()} cores"
 
 
+PARTS = ("launch", "graph", "graph_allocs", "transfer", "d2d", "memops")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--out", default=None, help="results file (default: named for this machine's GPU, e.g. h200.json)")
-    ap.add_argument("--only", choices=["launch", "graph", "graph_allocs", "transfer", "d2d", "memops"], default=None)
+    ap.add_argument("--only", default=None, help="comma-separated parts to run (default: all): " + ", ".join(PARTS)
+                    + "; parts in one process see the same host state (graph,graph_allocs)")
     args = ap.parse_args()
+    only = set(args.only.split(",")) if args.only else set(PARTS)
+    if only - set(PARTS):
+        ap.error(f"--only: unknown part(s) {', '.join(sorted(only - set(PARTS)))}; choose from {', '.join(PARTS)}")
     c = Ctx()
     results: list[dict] = []
     failed = False
     for name, fn in (("launch", bench_launch), ("graph", bench_graph), ("graph_allocs", bench_graph_allocs),
                      ("transfer", bench_transfer), ("d2d", bench_d2d), ("memops", bench_memops)):
-        if args.only not in (None, name):
+        if name not in only:
             continue
         try:
             results += fn(c, args.reps)

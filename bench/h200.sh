@@ -4,11 +4,11 @@
 # write bench/results/h200.json, each under its own time limit. Carry pyelftools and
 # msgpack wheels as well (hrx-amdf's dependencies, installed here without --deps).
 #
-#   bash bench/h200.sh [tests] [hot] [launch] [graph] [runtime] [tensor] [tensor-sweep] [image] [model] [npu] [artifacts] [amdgpu] [gpu-rest] [attention] [pdl] [none]
+#   bash bench/h200.sh [tests] [hot] [launch] [graph] [runtime] [tensor] [tensor-sweep] [image] [model] [npu] [artifacts] [amdgpu] [gpu-rest] [attention] [pdl] [occupancy] [none]
 #
 # (none: install only, for a diagnostic run after it; attention: the GPT-2 kernel tests
-# and bench/tools/attention_ab.py; pdl: bench/tools/pdl_ab.py's variants; neither is part
-# of the default run)
+# and bench/tools/attention_ab.py; pdl: bench/tools/pdl_ab.py's variants; occupancy:
+# bench/tools/occupancy_ab.py; none of these is part of the default run)
 #
 # With no argument it runs everything. Logs and the results file go to $OUT (or ./h200-out).
 # A copy of the tree whose git metadata is not current (a remote device's) records a
@@ -40,8 +40,7 @@ for step in $steps; do
     hot) HRX_HOT_PATH=0 run tests-no-hot-path 120 python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 60 \
            tests/test_properties.py tests/test_records.py tests/test_graphs.py plugins/hrx_gpu/tests/test_cuda_hot.py ;;
     launch) run gpu-launch 90 python3 bench/gpu.py --only launch --reps 7 ;;
-    graph) run gpu-graph 90 python3 bench/gpu.py --only graph --reps 7 ;
-           run gpu-graph-allocs 90 python3 bench/gpu.py --only graph_allocs --reps 5 ;;
+    graph) run gpu-graph 150 python3 bench/gpu.py --only graph,graph_allocs --reps 7 ;;  # one process: comparable raw peers
     runtime) run runtime 90 python3 bench/runtime.py --reps 7 ;;
     tensor) run tensor 150 python3 bench/tensor.py --engine cuda --only base ;;
     tensor-sweep) run tensor-sweep 150 python3 bench/tensor.py --engine cuda --only sweep ;;
@@ -58,6 +57,7 @@ for step in $steps; do
                  run "attention-profile-$a-$p" 120 python3 bench/tools/profile_model.py --prompt $p --steps 8 --attention $a
                done; done ;;
     pdl) run pdl-ab 300 python3 bench/tools/pdl_ab.py --early --late --rounds 5 ;;  # decode with and without PDL variants
+    occupancy) run occupancy-ab 300 python3 bench/tools/occupancy_ab.py ;;  # the fused GEMVs at other register budgets
     none) ;;  # install only (for diagnostics run after it)
     *) echo "unknown step $step"; exit 2 ;;
   esac
