@@ -11,8 +11,11 @@ a thread (8 at the shipped MAX_EMBD of 8192) whatever the model's width. Variant
 * ``shipped``: the decoder's kernels;
 * ``narrow``: ``ln_linear`` compiled for the model's width rounded up to 1024
   (``HRX_MAX_EMBD``), so it keeps only the vectors it uses;
-* ``narrow+lbN``: that, and both kernels declared ``__launch_bounds__(256, N)``
-  (at least N blocks an SM: the compiler caps registers at 65536 / (256 N)).
+* ``+lbN``: both kernels declared ``__launch_bounds__(256, N)`` (at least N blocks an
+  SM: the compiler caps registers at 65536 / (256 N));
+* ``+uN``: both kernels with HRX_GEMV_UNROLL = N (loads in flight a lane; 4 shipped).
+
+Variants join parts with ``+``, e.g. ``narrow+lb6+u2``.
 
 Each variant is its own decoder of the same random checkpoint; greedy decode of
 ``--tokens`` tokens by each in alternating rounds (bench/tools/ab.py), with the
@@ -41,9 +44,9 @@ from hrx_core.kernel import Kernel
 BOUNDS = "__launch_bounds__(256) hrx_gpt2_"
 
 
-def variant_kernel(k: Kernel, width: int | None, blocks: int | None) -> Kernel:
-    """``k`` with HRX_MAX_EMBD set to ``width`` (ln_linear) and/or ``blocks`` as its
-    launch bounds' minimum blocks an SM."""
+def variant_kernel(k: Kernel, width: int | None, blocks: int | None, unroll: int | None = None) -> Kernel:
+    """``k`` with HRX_MAX_EMBD set to ``width`` (ln_linear), ``blocks`` as its launch
+    bounds' minimum blocks an SM and/or HRX_GEMV_UNROLL set to ``unroll``."""
     src = k.sources["cuda"]
     if width is not None and k.name == "hrx_gpt2_ln_linear":
         src, n = re.subn(r"#define HRX_MAX_EMBD \d+u", f"#define HRX_MAX_EMBD {width}u", src)
@@ -51,23 +54,27 @@ def variant_kernel(k: Kernel, width: int | None, blocks: int | None) -> Kernel:
     if blocks is not None:
         assert src.count(BOUNDS) == 1, k.name
         src = src.replace(BOUNDS, f"__launch_bounds__(256, {blocks}) hrx_gpt2_")
+    if unroll is not None:
+        src = f"#define HRX_GEMV_UNROLL {unroll}\n" + src
     return Kernel(k.name, buffers=k.buffer_access, scalars=k.scalar_types, cuda=src, programmatic=True)
 
 
-def parse(name: str, n_embd: int) -> tuple[int | None, int | None]:
-    """(HRX_MAX_EMBD, minimum blocks) of a variant name."""
+def parse(name: str, n_embd: int) -> tuple[int | None, int | None, int | None]:
+    """(HRX_MAX_EMBD, minimum blocks, unroll) of a variant name: ``shipped`` or
+    ``+``-joined parts ``narrow``, ``lbN``, ``uN``."""
+    width = blocks = unroll = None
     if name == "shipped":
-        return None, None
-    width = -(-n_embd // 1024) * 1024
-    if name == "narrow":
-        return width, None
-    m = re.fullmatch(r"narrow\+lb(\d)", name)
-    if m:
-        return width, int(m.group(1))
-    m = re.fullmatch(r"lb(\d)", name)
-    if m:
-        return None, int(m.group(1))
-    raise SystemExit(f"unknown variant {name!r}")
+        return width, blocks, unroll
+    for part in name.split("+"):
+        if part == "narrow":
+            width = -(-n_embd // 1024) * 1024
+        elif re.fullmatch(r"lb\d", part):
+            blocks = int(part[2:])
+        elif re.fullmatch(r"u(2|4|8|16)", part):
+            unroll = int(part[1:])
+        else:
+            raise SystemExit(f"unknown variant {name!r}")
+    return width, blocks, unroll
 
 
 def registers(k: Kernel) -> str:
@@ -100,9 +107,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             ckpt = write_random_checkpoint(Path(tmp) / shape, config, seed=0, dtype="bf16")
             for name in args.variants.split(","):
-                width, blocks = parse(name, config.n_embd)
-                ln = variant_kernel(FK.LN_LINEAR, width, blocks)
-                lr = variant_kernel(FK.LINEAR_RESIDUAL, None, blocks)
+                width, blocks, unroll = parse(name, config.n_embd)
+                ln = variant_kernel(FK.LN_LINEAR, width, blocks, unroll)
+                lr = variant_kernel(FK.LINEAR_RESIDUAL, None, blocks, unroll)
                 print(f"{shape} {name}: ln_linear {registers(ln)}; linear_residual {registers(lr)}", flush=True)
                 dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
                 if name != "shipped":
