@@ -15,7 +15,8 @@ a thread (8 at the shipped MAX_EMBD of 8192) whatever the model's width. Variant
   SM: the compiler caps registers at 65536 / (256 N));
 * ``+uN``: both kernels with HRX_GEMV_UNROLL = N (loads in flight a lane; 4 shipped).
 
-Variants join parts with ``+``, e.g. ``narrow+lb6+u2``.
+Variants join parts with ``+``, e.g. ``narrow+lb6+u2``; ``A/B`` gives ``ln_linear``
+the parts of A and ``linear_residual`` those of B (``narrow+lb6/lb8+u2``).
 
 Each variant is its own decoder of the same random checkpoint; greedy decode of
 ``--tokens`` tokens by each in alternating rounds (bench/tools/ab.py), with the
@@ -107,9 +108,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             ckpt = write_random_checkpoint(Path(tmp) / shape, config, seed=0, dtype="bf16")
             for name in args.variants.split(","):
-                width, blocks, unroll = parse(name, config.n_embd)
-                ln = variant_kernel(FK.LN_LINEAR, width, blocks, unroll)
-                lr = variant_kernel(FK.LINEAR_RESIDUAL, None, blocks, unroll)
+                ln_name, _, lr_name = name.partition("/")
+                ln = variant_kernel(FK.LN_LINEAR, *parse(ln_name, config.n_embd))
+                lr = variant_kernel(FK.LINEAR_RESIDUAL, *parse(lr_name or ln_name, config.n_embd))
                 print(f"{shape} {name}: ln_linear {registers(ln)}; linear_residual {registers(lr)}", flush=True)
                 dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
                 if name != "shipped":
@@ -117,7 +118,7 @@ def main() -> None:
                 slot = dec.acquire()
                 slot.generate(prompt, 4)
                 decs.append(dec)
-                slots[f"{name:12s}"] = slot
+                slots[f"{name:18s}"] = slot
         interleaved(slots, prompt, args.tokens, args.rounds, shape)
         for d in decs:
             d.close()
