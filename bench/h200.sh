@@ -57,7 +57,7 @@ for step in $steps; do
                  run "attention-profile-$a-$p" 120 python3 bench/tools/profile_model.py --prompt $p --steps 8 --attention $a
                done; done ;;
     pdl) run pdl-ab 300 python3 bench/tools/pdl_ab.py --early --late --rounds 5 ;;  # decode with and without PDL variants
-    occupancy) run occupancy-ab 300 python3 bench/tools/occupancy_ab.py ;;  # the fused GEMVs at other register budgets
+    occupancy) run occupancy-ab 300 python3 bench/tools/occupancy_ab.py --shapes gpt2,gpt2-medium,1b ;;  # the fused GEMVs at other register budgets
     none) ;;  # install only (for diagnostics run after it)
     *) echo "unknown step $step"; exit 2 ;;
   esac

@@ -1,27 +1,26 @@
 """GPT-2 decode with the fused GEMVs at other register budgets, interleaved in one process (cuda).
 
-    python bench/tools/occupancy_ab.py [--shapes gpt2,1b] [--tokens 128] [--rounds 5] [--variants ...]
+    python bench/tools/occupancy_ab.py [--shapes gpt2,1b] [--tokens 128] [--rounds 5] [--variants plan,generic,b6,b8]
 
 The fused decode GEMVs (``hrx_gpt2_ln_linear``, ``hrx_gpt2_linear_residual``) stream
-their weights with one warp a row; how many blocks an SM holds is set by their
-registers (``ln_linear``: 64 a thread, so 4 blocks of 256 threads an SM). Most of
-``ln_linear``'s registers hold the layer norm's input: ``HRX_MAX_EMBD / 1024`` float4
-a thread (8 at the shipped MAX_EMBD of 8192) whatever the model's width. Variants:
+their weights with one warp a row (or a share of one); how many blocks an SM holds is
+set by their registers. On CUDA the decoder dispatches each GEMV specialized for one of
+two budgets (hrx_models.gpt2.fused_kernels: ``specialize``, ``fused_gemv_blocks``):
+six blocks an SM with four loads in flight a lane, or eight with two. Variants:
 
-* ``shipped``: the decoder's kernels;
-* ``narrow``: ``ln_linear`` compiled for the model's width rounded up to 1024
-  (``HRX_MAX_EMBD``), so it keeps only the vectors it uses;
-* ``+lbN``: both kernels declared ``__launch_bounds__(256, N)`` (at least N blocks an
-  SM: the compiler caps registers at 65536 / (256 N));
-* ``+uN``: both kernels with HRX_GEMV_UNROLL = N (loads in flight a lane; 4 shipped).
-
-Variants join parts with ``+``, e.g. ``narrow+lb6+u2``; ``A/B`` gives ``ln_linear``
-the parts of A and ``linear_residual`` those of B (``narrow+lb6/lb8+u2``).
+* ``plan``: the decoder as shipped (each GEMV's budget chosen from its grid);
+* ``generic``: the unspecialized kernels (``ln_linear`` compiled for any width up to
+  MAX_EMBD: 64 registers, four blocks an SM);
+* ``b6``, ``b8``: every fused GEMV at that budget; ``bX/bY``: ``ln_linear`` at X and
+  ``linear_residual`` at Y.
 
 Each variant is its own decoder of the same random checkpoint; greedy decode of
 ``--tokens`` tokens by each in alternating rounds (bench/tools/ab.py), with the
-registers and spills of each variant's kernels (CuPy) where CuPy is installed. A
-diagnostic for issue 18: it writes no results file.
+registers and local (spill) bytes of each budget's kernels (CuPy) where CuPy is
+installed. A diagnostic for issue 18: it writes no results file. Measured on the H200
+(2026-12-02, before the plan existed, as variants of the then-shipped kernels), us a
+token for generic / b6 / b8: GPT-2 small 272.6 / 237.5 / 248.1, gpt2-medium 726.5 /
+609.9 / 549.8, 1.3B 1265.5 / 1204.7 / 1131.5.
 """
 
 from __future__ import annotations
@@ -42,44 +41,21 @@ from hrx_models.gpt2 import fused_kernels as FK
 import hrx_core as hrx
 from hrx_core.kernel import Kernel
 
-BOUNDS = "__launch_bounds__(256) hrx_gpt2_"
 
-
-def variant_kernel(k: Kernel, width: int | None, blocks: int | None, unroll: int | None = None) -> Kernel:
-    """``k`` with HRX_MAX_EMBD set to ``width`` (ln_linear), ``blocks`` as its launch
-    bounds' minimum blocks an SM and/or HRX_GEMV_UNROLL set to ``unroll``."""
-    src = k.sources["cuda"]
-    if width is not None and k.name == "hrx_gpt2_ln_linear":
-        src, n = re.subn(r"#define HRX_MAX_EMBD \d+u", f"#define HRX_MAX_EMBD {width}u", src)
-        assert n == 1, k.name
-    if blocks is not None:
-        assert src.count(BOUNDS) == 1, k.name
-        src = src.replace(BOUNDS, f"__launch_bounds__(256, {blocks}) hrx_gpt2_")
-    if unroll is not None:
-        src = f"#define HRX_GEMV_UNROLL {unroll}\n" + src
-    return Kernel(k.name, buffers=k.buffer_access, scalars=k.scalar_types, cuda=src, programmatic=True)
-
-
-def parse(name: str, n_embd: int) -> tuple[int | None, int | None, int | None]:
-    """(HRX_MAX_EMBD, minimum blocks, unroll) of a variant name: ``shipped`` or
-    ``+``-joined parts ``narrow``, ``lbN``, ``uN``."""
-    width = blocks = unroll = None
-    if name == "shipped":
-        return width, blocks, unroll
-    for part in name.split("+"):
-        if part == "narrow":
-            width = -(-n_embd // 1024) * 1024
-        elif re.fullmatch(r"lb\d", part):
-            blocks = int(part[2:])
-        elif re.fullmatch(r"u(2|4|8|16)", part):
-            unroll = int(part[1:])
-        else:
-            raise SystemExit(f"unknown variant {name!r}")
-    return width, blocks, unroll
+def budgets(name: str) -> tuple[int, int] | None:
+    """(ln_linear's, linear_residual's) budget of a forced variant, None for plan/generic."""
+    if name in ("plan", "generic"):
+        return None
+    m = re.fullmatch(r"b(\d)(?:/b(\d))?", name)
+    if not m or int(m.group(1)) not in FK.FUSED_GEMV_BUDGETS \
+            or (m.group(2) and int(m.group(2)) not in FK.FUSED_GEMV_BUDGETS):
+        raise SystemExit(f"unknown variant {name!r}: plan, generic, bX or bX/bY with X, Y in "
+                         f"{sorted(FK.FUSED_GEMV_BUDGETS)}")
+    return int(m.group(1)), int(m.group(2) or m.group(1))
 
 
 def registers(k: Kernel) -> str:
-    """``regs/spill bytes`` of the kernel compiled by CuPy's NVRTC, or why not."""
+    """``regs, local bytes`` of the kernel compiled by CuPy's NVRTC, or why not."""
     try:
         import cupy as cp
 
@@ -96,32 +72,43 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--prompt", type=int, default=16)
-    ap.add_argument("--variants", default="shipped,narrow,narrow+lb5,narrow+lb6,narrow+lb8")
+    ap.add_argument("--variants", default="plan,generic,b6,b8")
     args = ap.parse_args()
+    names = args.variants.split(",")
+    for name in names:
+        budgets(name)  # refuse unknown names before loading anything
     dev = hrx.device("cuda")
     for shape in args.shapes.split(","):
         config = SHAPES[shape]
+        d = config.n_embd
+        for blocks in FK.FUSED_GEMV_BUDGETS:
+            print(f"{shape} budget {blocks}: ln_linear {registers(FK.specialize(FK.LN_LINEAR, blocks=blocks, width=d))}; "
+                  f"linear_residual {registers(FK.specialize(FK.LINEAR_RESIDUAL, blocks=blocks))}", flush=True)
+        print(f"{shape} generic: ln_linear {registers(FK.LN_LINEAR)}; linear_residual {registers(FK.LINEAR_RESIDUAL)}")
         prompt = [(i * 7919 + 13) % config.vocab_size for i in range(args.prompt)]
         context = args.prompt + args.tokens + 1
         slots = {}
         decs = []
         with tempfile.TemporaryDirectory() as tmp:
             ckpt = write_random_checkpoint(Path(tmp) / shape, config, seed=0, dtype="bf16")
-            for name in args.variants.split(","):
-                ln_name, _, lr_name = name.partition("/")
-                ln = variant_kernel(FK.LN_LINEAR, *parse(ln_name, config.n_embd))
-                lr = variant_kernel(FK.LINEAR_RESIDUAL, *parse(lr_name or ln_name, config.n_embd))
-                print(f"{shape} {name}: ln_linear {registers(ln)}; linear_residual {registers(lr)}", flush=True)
+            for name in names:
                 dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
-                if name != "shipped":
-                    dec.kernels = attrs.evolve(dec.kernels, ln_linear=ln, linear_residual=lr)
+                forced = budgets(name)
+                if name == "plan" and not dec.kernels.gemv_sms:
+                    print(f"{shape}: the plan specializes nothing on this device (no multiprocessor count)")
+                if name == "generic":
+                    dec.kernels = attrs.evolve(dec.kernels, gemv_sms=0)
+                elif forced is not None:
+                    dec.kernels = attrs.evolve(dec.kernels, gemv_sms=0,
+                                               ln_linear=FK.specialize(FK.LN_LINEAR, blocks=forced[0], width=d),
+                                               linear_residual=FK.specialize(FK.LINEAR_RESIDUAL, blocks=forced[1]))
                 slot = dec.acquire()
                 slot.generate(prompt, 4)
                 decs.append(dec)
-                slots[f"{name:18s}"] = slot
+                slots[f"{name:8s}"] = slot
         interleaved(slots, prompt, args.tokens, args.rounds, shape)
-        for d in decs:
-            d.close()
+        for d_ in decs:
+            d_.close()
 
 
 if __name__ == "__main__":

@@ -47,9 +47,24 @@ def gelu_new(v):
 LN_CASES = [(768, 2304), (768, 3072), (1600, 300), (200, 72), (2048, 40), (4096, 64), (8192, 33), (768, 50257)]
 
 
+def budget_kernel(dev, kernel, blocks, width=None):
+    """``kernel`` as the decoder dispatches it at register budget ``blocks`` (None: as
+    given); the budgets change only CUDA code, so they run on cuda alone."""
+    if blocks is None:
+        return kernel
+    if dev.info.engine != "cuda":
+        pytest.skip("register budgets specialize CUDA code only (the host mirror is the base kernel's)")
+    return FK.specialize(kernel, blocks=blocks, width=width)
+
+
+BUDGETS = [None, *FK.FUSED_GEMV_BUDGETS]
+BUDGET_IDS = ["generic", *(f"b{b}" for b in FK.FUSED_GEMV_BUDGETS)]
+
+
+@pytest.mark.parametrize("blocks", BUDGETS, ids=BUDGET_IDS)
 @pytest.mark.parametrize("gelu", [0, 1], ids=["y", "gelu"])
 @pytest.mark.parametrize("k,n", LN_CASES, ids=[f"K{k}xN{n}-split{linear_launch(k, n)[2]}" for k, n in LN_CASES])
-def test_ln_linear(dev, k, n, gelu):
+def test_ln_linear(dev, k, n, gelu, blocks):
     rng = np.random.default_rng(k * 3 + n)
     eps = np.float32(1e-5)
     x = (rng.standard_normal(k) * 2 + 0.5).astype(np.float32)
@@ -58,7 +73,8 @@ def test_ln_linear(dev, k, n, gelu):
     r = Run(dev)
     y, act = r.buf(np.zeros(n, np.float32)), r.buf(np.zeros(n, bfloat16))
     grid, block, ks = linear_launch(k, n)
-    r.s.dispatch(FK.LN_LINEAR, grid, [r.buf(x), r.buf(g), r.buf(b), r.buf(w), r.buf(bias), y, act], block=block,
+    kernel = budget_kernel(dev, FK.LN_LINEAR, blocks, k)
+    r.s.dispatch(kernel, grid, [r.buf(x), r.buf(g), r.buf(b), r.buf(w), r.buf(bias), y, act], block=block,
                  scalars=(k, n, eps, ks, gelu))
     xd = f64(x)
     # xn as the device rounds it (BF16 of the F32 layer norm), then the float64 GEMV
@@ -81,15 +97,17 @@ def test_ln_linear(dev, k, n, gelu):
 RES_CASES = [(768, 768), (3072, 768), (6400, 1600), (200, 200), (16384, 64)]
 
 
+@pytest.mark.parametrize("blocks", BUDGETS, ids=BUDGET_IDS)
 @pytest.mark.parametrize("k,n", RES_CASES, ids=[f"K{k}xN{n}-split{linear_launch(k, n)[2]}" for k, n in RES_CASES])
-def test_linear_residual(dev, k, n):
+def test_linear_residual(dev, k, n, blocks):
     rng = np.random.default_rng(k + 5 * n)
     a, w, bias = bf16(rng, k), bf16(rng, (n, k), 0.05), bf16(rng, n, 0.5)
     x0 = rng.standard_normal(n).astype(np.float32)
     r = Run(dev)
     x = r.buf(x0)
     grid, block, ks = linear_launch(k, n)
-    r.s.dispatch(FK.LINEAR_RESIDUAL, grid, [r.buf(a), r.buf(w), r.buf(bias), x], block=block, scalars=(k, n, ks))
+    r.s.dispatch(budget_kernel(dev, FK.LINEAR_RESIDUAL, blocks), grid, [r.buf(a), r.buf(w), r.buf(bias), x], block=block,
+                 scalars=(k, n, ks))
     got = f64(r.get(x, np.float32))
     want = f64(x0) + f64(w) @ f64(a) + f64(bias)
     mag = np.abs(f64(x0)) + np.abs(f64(w)) @ np.abs(f64(a)) + np.abs(f64(bias))
@@ -168,3 +186,117 @@ def test_streamed_attention_decoder_equals_default(dev, tiny_dir, reference):
     finally:
         default.close()
         streamed.close()
+
+
+# -- register budgets of the fused GEMVs (the plan: fused_gemv_blocks, specialize) ------
+
+
+@pytest.mark.parametrize("grid,sms,want", [
+    (96, 132, 6), (288, 132, 6), (384, 132, 6), (792, 132, 6),  # one wave at six blocks an SM
+    (793, 132, 8), (1024, 132, 8), (1056, 132, 8),              # one wave at eight, two at six
+    (1536, 132, 6),                                             # two waves either way
+    (2048, 132, 8), (6283, 132, 8), (1, 1, 6), (6, 1, 6), (7, 1, 8), (8, 1, 8), (9, 1, 6),
+])
+def test_fused_gemv_blocks(grid, sms, want):
+    assert FK.fused_gemv_blocks(grid, sms) == want
+
+
+@pytest.mark.parametrize("grid,sms", [(0, 132), (10, 0), (-1, 4)])
+def test_fused_gemv_blocks_refuses(grid, sms):
+    with pytest.raises(ValueError, match="must be positive"):
+        FK.fused_gemv_blocks(grid, sms)
+
+
+def test_specialize():
+    ln = FK.specialize(FK.LN_LINEAR, blocks=8, width=1600)
+    assert ln.name == "hrx_gpt2_ln_linear_w2048_b8" and ln.entry == ln.name
+    assert FK.specialize(FK.LN_LINEAR, blocks=8, width=2048) is ln  # one kernel a width class and budget
+    src = ln.sources["cuda"]
+    assert src.startswith("#define HRX_GEMV_UNROLL 2\n") and "#define HRX_MAX_EMBD 2048u\n" in src
+    assert "__launch_bounds__(256, 8) hrx_gpt2_ln_linear_w2048_b8(" in src and "hrx_gpt2_ln_linear(" not in src
+    assert src.replace("#define HRX_GEMV_UNROLL 2\n", "", 1).replace("2048u", "8192u").replace(
+        "__launch_bounds__(256, 8) hrx_gpt2_ln_linear_w2048_b8(", "__launch_bounds__(256) hrx_gpt2_ln_linear(") \
+        == FK.LN_LINEAR.sources["cuda"]  # nothing else changes
+    assert ln.sources["host"] is FK.LN_LINEAR.sources["host"]
+    assert (ln.buffer_access, ln.scalar_types, ln.programmatic) == \
+        (FK.LN_LINEAR.buffer_access, FK.LN_LINEAR.scalar_types, FK.LN_LINEAR.programmatic)
+    lr = FK.specialize(FK.LINEAR_RESIDUAL, blocks=6)
+    assert lr.name == "hrx_gpt2_linear_residual_b6"
+    assert lr.sources["cuda"].startswith("#define HRX_GEMV_UNROLL 4\n")
+    assert "__launch_bounds__(256, 6) hrx_gpt2_linear_residual_b6(" in lr.sources["cuda"]
+    assert FK.specialize(FK.LN_LINEAR, blocks=6, width=768).name == "hrx_gpt2_ln_linear_w1024_b6"
+    # the generic kernels keep the compiler's register choice and the widest layer norm
+    assert "__launch_bounds__(256) hrx_gpt2_ln_linear(" in FK.LN_LINEAR.sources["cuda"]
+
+
+@pytest.mark.parametrize("kernel,kwargs,match", [
+    (FK.LN_LINEAR, {"blocks": 7, "width": 768}, "blocks 7"),
+    (FK.LN_LINEAR, {"blocks": 6}, "width is for ln_linear"),
+    (FK.LINEAR_RESIDUAL, {"blocks": 6, "width": 768}, "width is for ln_linear"),
+    (FK.EMBED, {"blocks": 6}, "no CUDA source with a register budget"),
+    (FK.LN_LINEAR, {"blocks": 6, "width": 8193}, "n_embd 8193"),
+])
+def test_specialize_refuses(kernel, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        FK.specialize(kernel, **kwargs)
+
+
+def test_step_kernels_budget_plan():
+    """The decoder's kernels choose a budget per GEMV on CUDA (the multiprocessor count
+    of the device info) and none elsewhere."""
+    from types import SimpleNamespace
+
+    import attrs
+    from hrx_models.gpt2 import SHAPES
+    from hrx_models.gpt2.decoder import StepKernels
+
+    cuda = StepKernels.for_device(SimpleNamespace(engine="cuda", properties={"compute_capability": "9.0",
+                                                                             "multiprocessors": 132}))
+    assert cuda.gemv_sms == 132 and cuda.tensor_cores
+    assert StepKernels.for_device(SimpleNamespace(engine="cuda", properties={"compute_capability": "9.0"})).gemv_sms == 0
+    host = StepKernels.for_device(SimpleNamespace(engine="host", properties={"multiprocessors": 132}))
+    assert host.gemv_sms == 0 and host.fused_gemv_kernels(SHAPES["gpt2"]) == []
+    assert host.fused_gemv(FK.LN_LINEAR, 1024, 768) is FK.LN_LINEAR
+    # GPT-2 small: grids of 96-384 blocks at six blocks an SM, the 6283-block logits at eight
+    assert [x.name for x in cuda.fused_gemv_kernels(SHAPES["gpt2"])] == [
+        "hrx_gpt2_ln_linear_w1024_b6", "hrx_gpt2_linear_residual_b6", "hrx_gpt2_ln_linear_w1024_b8"]
+    # 1.3B: QKV (1536 blocks) at six, the rest at eight
+    assert [x.name for x in cuda.fused_gemv_kernels(SHAPES["1b"])] == [
+        "hrx_gpt2_ln_linear_w2048_b6", "hrx_gpt2_linear_residual_b8", "hrx_gpt2_ln_linear_w2048_b8"]
+    loaded = object()
+    k2 = attrs.evolve(cuda, gemv_loaded={"hrx_gpt2_linear_residual_b8": loaded})
+    assert k2.fused_gemv(FK.LINEAR_RESIDUAL, 1024) is loaded  # a session's loaded kernel wins
+    assert k2 == cuda  # what a session loaded is not part of the kernels' identity
+
+
+def test_budget_plan_decoder(dev, tiny_dir, reference):
+    """A decoder whose GEMVs are specialized (on the host engine: forced, as on a device of
+    two multiprocessors) records the specialized kernels, and decodes as the generic ones
+    (exactly on the host, whose mirrors are the same; within BF16 tolerance on cuda)."""
+    import attrs
+
+    plan = Gpt2Decoder.load(tiny_dir, dev)
+    generic = Gpt2Decoder.load(tiny_dir, dev)
+    try:
+        if not plan.kernels.gemv_sms:
+            plan.kernels = attrs.evolve(plan.kernels, gemv_sms=2)
+        generic.kernels = attrs.evolve(generic.kernels, gemv_sms=0)
+        want = {k.name for k in plan.kernels.fused_gemv_kernels(plan.config)}
+        assert want
+        with plan.slot() as a, generic.slot() as b:
+            names = {n.params["executable"].name for n in a.step_graph.nodes if n.kind == "dispatch"}
+            assert want <= names and not names & {FK.LN_LINEAR.name, FK.LINEAR_RESIDUAL.name}
+            names = {n.params["executable"].name for n in b.step_graph.nodes if n.kind == "dispatch"}
+            assert {FK.LN_LINEAR.name, FK.LINEAR_RESIDUAL.name} <= names
+        prompt = [3, 1, 4, 1, 5]
+        ids = prompt + list(range(30, 50))
+        got, ref = step_logits(plan, ids), step_logits(generic, ids)
+        for t in range(len(ids)):
+            check_logits(got[t], ref[t], f"position {t}: register budgets vs generic kernels")
+        a_tokens, b_tokens = plan.generate(prompt, 24).tokens, generic.generate(prompt, 24).tokens
+        if dev.info.engine == "host":
+            assert a_tokens == b_tokens
+        check_greedy(reference, prompt, a_tokens, b_tokens)
+    finally:
+        plan.close()
+        generic.close()

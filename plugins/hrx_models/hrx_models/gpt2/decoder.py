@@ -174,6 +174,32 @@ class StepKernels:
     #: PK.ATTENTION_ROWS_MMA (for the head dimensions it has) and the tiled GEMMs of
     #: PK.GEMM_TILED, chosen per projection shape
     tensor_cores: bool = False
+    #: multiprocessors of a CUDA device: each fused GEMV then dispatches ``ln_linear`` /
+    #: ``linear_residual`` specialized for the register budget its grid fills best
+    #: (fused_kernels.specialize, fused_gemv_blocks); 0: the kernels as given
+    gemv_sms: int = 0
+    #: specialized kernels already loaded (a model session's), by name
+    gemv_loaded: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
+
+    def fused_gemv(self, base: Any, grid: int, width: int | None = None) -> Any:
+        """The kernel a fused GEMV of ``grid`` blocks dispatches: ``base``
+        (``ln_linear``, with the model's ``width``, or ``linear_residual``) specialized
+        for its register budget where ``gemv_sms`` is set, else ``base``."""
+        if not self.gemv_sms:
+            return base
+        spec = FK.specialize(base, blocks=FK.fused_gemv_blocks(grid, self.gemv_sms), width=width)
+        return self.gemv_loaded.get(spec.name, spec)
+
+    def fused_gemv_kernels(self, cfg: Gpt2Config) -> list[Any]:
+        """The specialized kernels the fused step of ``cfg`` dispatches (none where
+        ``gemv_sms`` is 0): what a model session loads beside the others."""
+        if not self.gemv_sms:
+            return []
+        found: dict[str, Any] = {}
+        for base, k, n, width in _fused_gemv_shapes(self, cfg):
+            spec = self.fused_gemv(base, linear_launch(k, n)[0], width)
+            found.setdefault(spec.name, spec)
+        return list(found.values())
 
     @classmethod
     def for_device(cls, info: Any) -> StepKernels:
@@ -183,6 +209,9 @@ class StepKernels:
         cc = str(info.properties.get("compute_capability", "")) if info.engine == "cuda" else ""
         if cc and int(cc.split(".")[0]) >= 8:
             kernels = attrs.evolve(kernels, tensor_cores=True)
+        sms = info.properties.get("multiprocessors", 0) if info.engine == "cuda" else 0
+        if isinstance(sms, int) and sms > 0:
+            kernels = attrs.evolve(kernels, gemv_sms=sms)
         return kernels
 
     @classmethod
@@ -268,6 +297,14 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
     finish()
 
 
+def _fused_gemv_shapes(k: StepKernels, cfg: Gpt2Config) -> list[tuple[Any, int, int, int | None]]:
+    """(base kernel, K, N, width) of every fused GEMV of a step: what
+    :func:`_record_fused_layers` dispatches."""
+    d = cfg.n_embd
+    return [(k.ln_linear, d, 3 * d, d), (k.linear_residual, d, d, None), (k.ln_linear, d, 4 * d, d),
+            (k.linear_residual, 4 * d, d, None), (k.ln_linear, d, cfg.vocab_size, d)]
+
+
 def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[str], Any], s: Mapping[str, Any],
                          attention: Callable[[int], None], *, logits: bool) -> None:
     """The fused step up to the logits: embeddings, then per layer ln_1 + QKV, attention,
@@ -278,12 +315,13 @@ def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[s
     def ln_linear(ln: str, weight: str, bias: str, out: Any, n: int, gelu: int) -> None:
         grid, block, ksplit = linear_launch(d, n)
         # ``out`` is bound as both outputs (F32 y, BF16 act): the kernel writes the one ``gelu`` selects
-        g.dispatch(k.ln_linear, grid, [s["x"], w(ln + ".weight"), w(ln + ".bias"), w(weight), w(bias), out, out],
+        g.dispatch(k.fused_gemv(k.ln_linear, grid, d), grid,
+                   [s["x"], w(ln + ".weight"), w(ln + ".bias"), w(weight), w(bias), out, out],
                    block=block, scalars=(np.uint32(d), np.uint32(n), eps, np.uint32(ksplit), np.uint32(gelu)))
 
     def linear_residual(a: Any, weight: str, bias: str, kdim: int) -> None:
         grid, block, ksplit = linear_launch(kdim, d)
-        g.dispatch(k.linear_residual, grid, [a, w(weight), w(bias), s["x"]], block=block,
+        g.dispatch(k.fused_gemv(k.linear_residual, grid), grid, [a, w(weight), w(bias), s["x"]], block=block,
                    scalars=(np.uint32(kdim), np.uint32(d), np.uint32(ksplit)))
 
     g.dispatch(k.embed, -(-d // FK.EMBED_THREADS), [w("wte.weight"), w("wpe.weight"), s["emb_idx"], s["x"]],

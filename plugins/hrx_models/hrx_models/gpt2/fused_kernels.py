@@ -22,6 +22,8 @@ only the order of the layer norm's sums differs (a block of 256 threads here).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from hrx_tensor.kernels import GEMV_CUDA
 from hrx_tensor.kernels import _linear_host as _tensor_linear_host
@@ -192,3 +194,75 @@ LINEAR_RESIDUAL = Kernel(
 )
 
 FUSED = (EMBED, LN_LINEAR, LINEAR_RESIDUAL)
+
+
+# -- register budgets of the fused GEMVs (CUDA) ---------------------------------------
+
+#: The two budgets a CUDA plan chooses between: minimum blocks an SM ->
+#: HRX_GEMV_UNROLL (16-byte weight loads a lane has in flight). Six blocks of 256
+#: threads fit 40 registers a thread (four loads in flight), eight fit 32 (two).
+#: ``ln_linear`` reaches 40 only compiled for the model's width (HRX_MAX_EMBD): at
+#: the generic 8192 it holds eight float4 of x a thread and takes 64 registers (four
+#: blocks an SM). Measured on the H200 (bench/tools/occupancy_ab.py, greedy decode,
+#: us a token, generic kernels / both at six blocks / both at eight): GPT-2 small
+#: 272.6 / 237.5 / 248.1, gpt2-medium 726.5 / 609.9 / 549.8, 1.3B 1265.5 / 1204.7 /
+#: 1131.5; eight blocks with four loads spill (small 275.2, 1.3B 1641.4).
+FUSED_GEMV_BUDGETS = {6: 4, 8: 2}
+
+
+def fused_gemv_blocks(grid: int, sms: int) -> int:
+    """The budget (minimum blocks an SM, a key of FUSED_GEMV_BUDGETS) of a fused GEMV of
+    ``grid`` blocks on ``sms`` multiprocessors: eight where that runs the grid in fewer
+    waves than six, else six (four loads in flight a lane; GPT-2 small's grids of 96-384
+    blocks fit in one wave either way and lose with two loads a lane)."""
+    if grid <= 0 or sms <= 0:
+        raise ValueError(f"grid {grid} and sms {sms} must be positive")
+    waves = {blocks: -(-grid // (blocks * sms)) for blocks in FUSED_GEMV_BUDGETS}
+    return 8 if waves[8] < waves[6] else 6
+
+
+def width_class(n_embd: int) -> int:
+    """HRX_MAX_EMBD of a specialized ``ln_linear`` for widths up to ``n_embd``: the
+    width rounded up to a multiple of 1024 (at most MAX_EMBD)."""
+    if not 0 < n_embd <= MAX_EMBD:
+        raise ValueError(f"n_embd {n_embd} is not in 1..{MAX_EMBD}")
+    return -(-n_embd // 1024) * 1024
+
+
+_SPECIALIZED: dict[tuple[Any, ...], Kernel] = {}
+
+
+def specialize(kernel: Kernel, *, blocks: int, width: int | None = None) -> Kernel:
+    """``kernel`` (``ln_linear`` or ``linear_residual``, or a variant of either's source)
+    compiled for a register budget: at least ``blocks`` blocks an SM with
+    FUSED_GEMV_BUDGETS[blocks] loads in flight a lane, and (``ln_linear``) layer norms of
+    at most width_class(``width``) values. A kernel of its own name (``..._w2048_b8``), so that
+    sessions hold several; the host mirror is the base kernel's (the budget changes
+    only the CUDA code). Cached: equal requests get the same Kernel."""
+    if blocks not in FUSED_GEMV_BUDGETS:
+        raise ValueError(f"blocks {blocks}: expected one of {sorted(FUSED_GEMV_BUDGETS)}")
+    src = kernel.sources.get("cuda")
+    bounds = f"__launch_bounds__(256) {kernel.name}("
+    if kernel.entry != kernel.name or not isinstance(src, str) or src.count(bounds) != 1:
+        raise ValueError(f"kernel {kernel.name!r} has no CUDA source with a register budget to specialize")
+    embd = f"#define HRX_MAX_EMBD {MAX_EMBD}u\n"
+    ln = embd in src
+    if ln != (width is not None):
+        raise ValueError(f"kernel {kernel.name!r}: width is for ln_linear (and required there)")
+    if ln:
+        width = width_class(width)  # type: ignore[arg-type]
+    key = (kernel.name, src, blocks, width)
+    found = _SPECIALIZED.get(key)
+    if found is not None:
+        return found
+    name = f"{kernel.name}_w{width}_b{blocks}" if ln else f"{kernel.name}_b{blocks}"
+    body = src.replace(bounds, f"__launch_bounds__(256, {blocks}) {name}(")
+    if ln:
+        body = body.replace(embd, f"#define HRX_MAX_EMBD {width}u\n")
+    # (GEMV_CUDA takes HRX_GEMV_UNROLL from a definition before it)
+    body = f"#define HRX_GEMV_UNROLL {FUSED_GEMV_BUDGETS[blocks]}\n" + body
+    sources = {**kernel.sources, "cuda": body}
+    found = Kernel(name, buffers=kernel.buffer_access, scalars=kernel.scalar_types, sources=sources,
+                   options=kernel.options, programmatic=kernel.programmatic)
+    _SPECIALIZED[key] = found
+    return found

@@ -82,7 +82,11 @@ class Gpt2Definition:
                     loaded[k.name] = session.kernel(k.name)
                 stream = context.device.stream()
                 weights = load_weights(Path(directory), stream, budget=charge_to)
+                gemv_loaded = {}
                 try:
+                    for k in kernels.fused_gemv_kernels(weights.config):  # register budgets (CUDA)
+                        session.load_kernel(k)
+                        gemv_loaded[k.name] = session.kernel(k.name)
                     session.adopt(WEIGHTS, weights.buffer)  # already charged to charge_to: not again
                 finally:
                     weights.buffer.close()  # the session holds the allocation now
@@ -96,7 +100,8 @@ class Gpt2Definition:
                              loaded[kernels.residual_ln.name], loaded[kernels.attention.name],
                              loaded[kernels.bias_gelu.name], loaded[kernels.argmax.name], loaded[kernels.advance.name],
                              embed=loaded[kernels.embed.name], ln_linear=loaded[kernels.ln_linear.name],
-                             linear_residual=loaded[kernels.linear_residual.name], tensor_cores=kernels.tensor_cores)
+                             linear_residual=loaded[kernels.linear_residual.name], tensor_cores=kernels.tensor_cores,
+                             gemv_sms=kernels.gemv_sms, gemv_loaded=gemv_loaded)
         return cls(definition, weights.config, shared, session)
 
     def slot_factory(self, context_len: int, chunk: int = 0) -> Any:
