@@ -18,9 +18,11 @@ Each variant is its own decoder of the same random checkpoint; greedy decode of
 ``--tokens`` tokens by each in alternating rounds (bench/tools/ab.py), with the
 registers and local (spill) bytes of each budget's kernels (CuPy) where CuPy is
 installed. A diagnostic for issue 18: it writes no results file. Measured on the H200
-(2026-12-02, before the plan existed, as variants of the then-shipped kernels), us a
-token for generic / b6 / b8: GPT-2 small 272.6 / 237.5 / 248.1, gpt2-medium 726.5 /
-609.9 / 549.8, 1.3B 1265.5 / 1204.7 / 1131.5.
+(2026-12-02, 5 rounds of 128 tokens), us a token for generic / b6 / b8: GPT-2 small
+272.6 / 238.0 / 246.3, gpt2-medium 722.6 / 609.6 / 550.2, 1.3B 1261.4 / 1200.7 /
+1133.7; a first plan (six blocks wherever both budgets needed as many waves) ran
+238.3, 559.6 and 1142.7, and the plan now ships eight there unless a lane's share of
+a row takes more steps with two loads (fused_kernels.fused_gemv_blocks).
 """
 
 from __future__ import annotations

@@ -191,20 +191,26 @@ def test_streamed_attention_decoder_equals_default(dev, tiny_dir, reference):
 # -- register budgets of the fused GEMVs (the plan: fused_gemv_blocks, specialize) ------
 
 
-@pytest.mark.parametrize("grid,sms,want", [
-    (96, 132, 6), (288, 132, 6), (384, 132, 6), (792, 132, 6),  # one wave at six blocks an SM
-    (793, 132, 8), (1024, 132, 8), (1056, 132, 8),              # one wave at eight, two at six
-    (1536, 132, 6),                                             # two waves either way
-    (2048, 132, 8), (6283, 132, 8), (1, 1, 6), (6, 1, 6), (7, 1, 8), (8, 1, 8), (9, 1, 6),
+@pytest.mark.parametrize("grid,sms,share,want", [
+    (96, 132, 3, 6), (288, 132, 3, 6), (792, 132, 3, 6),  # one wave at six, two loads take two steps
+    (792, 132, 4, 6), (1, 1, 3, 6), (6, 1, 5, 6),
+    (768, 132, 2, 8), (256, 132, 1, 8),                    # one wave, but two loads take one step too
+    (793, 132, 3, 8), (1536, 132, 4, 8), (6283, 132, 3, 8), (7, 1, 3, 8),  # more than a wave at six
 ])
-def test_fused_gemv_blocks(grid, sms, want):
-    assert FK.fused_gemv_blocks(grid, sms) == want
+def test_fused_gemv_blocks(grid, sms, share, want):
+    assert FK.fused_gemv_blocks(grid, sms, share) == want
 
 
-@pytest.mark.parametrize("grid,sms", [(0, 132), (10, 0), (-1, 4)])
-def test_fused_gemv_blocks_refuses(grid, sms):
+@pytest.mark.parametrize("grid,sms,share", [(0, 132, 3), (10, 0, 3), (-1, 4, 3), (10, 4, 0)])
+def test_fused_gemv_blocks_refuses(grid, sms, share):
     with pytest.raises(ValueError, match="must be positive"):
-        FK.fused_gemv_blocks(grid, sms)
+        FK.fused_gemv_blocks(grid, sms, share)
+
+
+@pytest.mark.parametrize("k,ksplit,want", [(768, 1, 3), (1024, 2, 2), (2048, 1, 8), (2048, 2, 4), (8192, 8, 4),
+                                           (1600, 2, 4), (200, 1, 1), (3072, 4, 3)])
+def test_lane_share(k, ksplit, want):
+    assert FK.lane_share(k, ksplit) == want
 
 
 def test_specialize():
@@ -256,16 +262,17 @@ def test_step_kernels_budget_plan():
     assert StepKernels.for_device(SimpleNamespace(engine="cuda", properties={"compute_capability": "9.0"})).gemv_sms == 0
     host = StepKernels.for_device(SimpleNamespace(engine="host", properties={"multiprocessors": 132}))
     assert host.gemv_sms == 0 and host.fused_gemv_kernels(SHAPES["gpt2"]) == []
-    assert host.fused_gemv(FK.LN_LINEAR, 1024, 768) is FK.LN_LINEAR
+    assert host.fused_gemv(FK.LN_LINEAR, 768, 2304, 768) is FK.LN_LINEAR
     # GPT-2 small: grids of 96-384 blocks at six blocks an SM, the 6283-block logits at eight
     assert [x.name for x in cuda.fused_gemv_kernels(SHAPES["gpt2"])] == [
         "hrx_gpt2_ln_linear_w1024_b6", "hrx_gpt2_linear_residual_b6", "hrx_gpt2_ln_linear_w1024_b8"]
-    # 1.3B: QKV (1536 blocks) at six, the rest at eight
-    assert [x.name for x in cuda.fused_gemv_kernels(SHAPES["1b"])] == [
-        "hrx_gpt2_ln_linear_w2048_b6", "hrx_gpt2_linear_residual_b8", "hrx_gpt2_ln_linear_w2048_b8"]
+    # gpt2-medium and 1.3B: every GEMV at eight
+    for shape, width in (("gpt2-medium", 1024), ("1b", 2048)):
+        assert [x.name for x in cuda.fused_gemv_kernels(SHAPES[shape])] == [
+            f"hrx_gpt2_ln_linear_w{width}_b8", "hrx_gpt2_linear_residual_b8"], shape
     loaded = object()
     k2 = attrs.evolve(cuda, gemv_loaded={"hrx_gpt2_linear_residual_b8": loaded})
-    assert k2.fused_gemv(FK.LINEAR_RESIDUAL, 1024) is loaded  # a session's loaded kernel wins
+    assert k2.fused_gemv(FK.LINEAR_RESIDUAL, 2048, 2048) is loaded  # a session's loaded kernel wins
     assert k2 == cuda  # what a session loaded is not part of the kernels' identity
 
 

@@ -181,13 +181,15 @@ class StepKernels:
     #: specialized kernels already loaded (a model session's), by name
     gemv_loaded: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
 
-    def fused_gemv(self, base: Any, grid: int, width: int | None = None) -> Any:
-        """The kernel a fused GEMV of ``grid`` blocks dispatches: ``base``
+    def fused_gemv(self, base: Any, k: int, n: int, width: int | None = None) -> Any:
+        """The kernel a fused GEMV of K = ``k`` and ``n`` rows dispatches: ``base``
         (``ln_linear``, with the model's ``width``, or ``linear_residual``) specialized
         for its register budget where ``gemv_sms`` is set, else ``base``."""
         if not self.gemv_sms:
             return base
-        spec = FK.specialize(base, blocks=FK.fused_gemv_blocks(grid, self.gemv_sms), width=width)
+        grid, _block, ksplit = linear_launch(k, n)
+        blocks = FK.fused_gemv_blocks(grid, self.gemv_sms, FK.lane_share(k, ksplit))
+        spec = FK.specialize(base, blocks=blocks, width=width)
         return self.gemv_loaded.get(spec.name, spec)
 
     def fused_gemv_kernels(self, cfg: Gpt2Config) -> list[Any]:
@@ -197,7 +199,7 @@ class StepKernels:
             return []
         found: dict[str, Any] = {}
         for base, k, n, width in _fused_gemv_shapes(self, cfg):
-            spec = self.fused_gemv(base, linear_launch(k, n)[0], width)
+            spec = self.fused_gemv(base, k, n, width)
             found.setdefault(spec.name, spec)
         return list(found.values())
 
@@ -315,13 +317,13 @@ def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[s
     def ln_linear(ln: str, weight: str, bias: str, out: Any, n: int, gelu: int) -> None:
         grid, block, ksplit = linear_launch(d, n)
         # ``out`` is bound as both outputs (F32 y, BF16 act): the kernel writes the one ``gelu`` selects
-        g.dispatch(k.fused_gemv(k.ln_linear, grid, d), grid,
+        g.dispatch(k.fused_gemv(k.ln_linear, d, n, d), grid,
                    [s["x"], w(ln + ".weight"), w(ln + ".bias"), w(weight), w(bias), out, out],
                    block=block, scalars=(np.uint32(d), np.uint32(n), eps, np.uint32(ksplit), np.uint32(gelu)))
 
     def linear_residual(a: Any, weight: str, bias: str, kdim: int) -> None:
         grid, block, ksplit = linear_launch(kdim, d)
-        g.dispatch(k.fused_gemv(k.linear_residual, grid), grid, [a, w(weight), w(bias), s["x"]], block=block,
+        g.dispatch(k.fused_gemv(k.linear_residual, kdim, d), grid, [a, w(weight), w(bias), s["x"]], block=block,
                    scalars=(np.uint32(kdim), np.uint32(d), np.uint32(ksplit)))
 
     g.dispatch(k.embed, -(-d // FK.EMBED_THREADS), [w("wte.weight"), w("wpe.weight"), s["emb_idx"], s["x"]],

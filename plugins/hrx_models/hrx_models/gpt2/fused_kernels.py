@@ -204,21 +204,38 @@ FUSED = (EMBED, LN_LINEAR, LINEAR_RESIDUAL)
 #: ``ln_linear`` reaches 40 only compiled for the model's width (HRX_MAX_EMBD): at
 #: the generic 8192 it holds eight float4 of x a thread and takes 64 registers (four
 #: blocks an SM). Measured on the H200 (bench/tools/occupancy_ab.py, greedy decode,
-#: us a token, generic kernels / both at six blocks / both at eight): GPT-2 small
-#: 272.6 / 237.5 / 248.1, gpt2-medium 726.5 / 609.9 / 549.8, 1.3B 1265.5 / 1204.7 /
-#: 1131.5; eight blocks with four loads spill (small 275.2, 1.3B 1641.4).
+#: us a token, generic kernels / every GEMV at six / every GEMV at eight): GPT-2
+#: small 272.6 / 238.0 / 246.3, gpt2-medium 722.6 / 609.6 / 550.2, 1.3B 1261.4 /
+#: 1200.7 / 1133.7; eight blocks with four loads spill (small 275.2, 1.3B 1641.4).
 FUSED_GEMV_BUDGETS = {6: 4, 8: 2}
 
 
-def fused_gemv_blocks(grid: int, sms: int) -> int:
+def fused_gemv_blocks(grid: int, sms: int, share: int) -> int:
     """The budget (minimum blocks an SM, a key of FUSED_GEMV_BUDGETS) of a fused GEMV of
-    ``grid`` blocks on ``sms`` multiprocessors: eight where that runs the grid in fewer
-    waves than six, else six (four loads in flight a lane; GPT-2 small's grids of 96-384
-    blocks fit in one wave either way and lose with two loads a lane)."""
-    if grid <= 0 or sms <= 0:
-        raise ValueError(f"grid {grid} and sms {sms} must be positive")
-    waves = {blocks: -(-grid // (blocks * sms)) for blocks in FUSED_GEMV_BUDGETS}
-    return 8 if waves[8] < waves[6] else 6
+    ``grid`` blocks on ``sms`` multiprocessors whose lanes each stream at most ``share``
+    16-byte vectors of a row (``ceil(K / 8 / (32 * ksplit))``).
+
+    Eight blocks an SM, unless the grid fits in one wave at six and two loads a lane
+    would take more steps than four (``ceil(share / 2) > ceil(share / 4)``): then
+    nothing is gained from the room and each warp waits for memory once more. Beyond
+    one wave, eight blocks an SM run fewer waves or a smaller last one; within one, the
+    room left lets the next kernel's blocks start (programmatic dependent launch). On
+    the H200 this picks six for GPT-2 small's grids of 96-384 blocks (three vectors a
+    lane) and eight for the rest of the measured GEMVs, the faster budget for each
+    model (table above; a plan that took six wherever both budgets needed as many
+    waves ran 1.3B at 1142.7 us a token and gpt2-medium at 559.6)."""
+    if grid <= 0 or sms <= 0 or share <= 0:
+        raise ValueError(f"grid {grid}, sms {sms} and share {share} must be positive")
+    steps = {blocks: -(-share // unroll) for blocks, unroll in FUSED_GEMV_BUDGETS.items()}
+    if grid <= 6 * sms and steps[8] > steps[6]:
+        return 6
+    return 8
+
+
+def lane_share(k: int, ksplit: int) -> int:
+    """16-byte vectors of a row of ``k`` BF16 values that one lane of a GEMV warp streams
+    when ``ksplit`` warps share the row (at most; the last lanes may stream one fewer)."""
+    return -(-(k // 8) // (32 * ksplit))
 
 
 def width_class(n_embd: int) -> int:
