@@ -4,7 +4,8 @@
 
 For each K x N shape (BF16 weights [N, K], one input row) and each launch variant --
 warps per block (4 or 8) times warps per output row (ks: 1, 2, 4, 8; at most the warps), times the 16-byte
-loads a lane keeps in flight (``--unroll``, HRX_GEMV_UNROLL; 4 is the shipped kernel) -- the GPU time per
+loads a lane keeps in flight (``--unroll``, HRX_GEMV_UNROLL; 4 is the shipped kernel; ``2b8``: two, and
+``__launch_bounds__(256, 8)``, at least eight blocks an SM) -- the GPU time per
 kernel from CUDA events around ``--reps`` back-to-back prepared launches over weights
 rotated through 768 MiB (none served from L2), and torch's F.linear the same way. The
 variant the plan picks (``linear_launch``, or on Hopper ``linear_bulk_launch``) is marked;
@@ -17,6 +18,7 @@ profile: it writes no results file.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 import numpy as np
@@ -74,7 +76,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="K x N pairs, comma-separated (default: %(default)s)")
     ap.add_argument("--reps", type=int, default=200, help="launches per timing (default: %(default)s)")
-    ap.add_argument("--unroll", default="4", help="HRX_GEMV_UNROLL values, comma-separated (default: %(default)s)")
+    ap.add_argument("--unroll", default="4", help="HRX_GEMV_UNROLL values, comma-separated, each optionally with a "
+                    "register budget: 2b8 = two loads, __launch_bounds__(256, 8) (default: %(default)s)")
     ap.add_argument("--rows", default="", help="also the row-looping candidate with these blocks per SM, comma-separated")
     ap.add_argument("--bulk", default="", help="also the bulk-copy candidate: stages:chunk:threads:blocks_per_sm "
                     "configurations of hrx_tensor_linear_bulk, comma-separated (shipped: 2:8192:128:8)")
@@ -87,10 +90,18 @@ def main() -> int:
     ops = TensorOps(dev)
     s = ops.stream
     kernels = {}
-    for u in (int(v) for v in args.unroll.split(",")):
-        kernels[u] = ops._kernels[LINEAR.name] if u == 4 else Kernel(
-            LINEAR.name, buffers=LINEAR.buffer_access, scalars=LINEAR.scalar_types,
-            cuda=f"#define HRX_GEMV_UNROLL {u}\n" + LINEAR.sources["cuda"], programmatic=LINEAR.programmatic)
+    for u in args.unroll.split(","):
+        m = re.fullmatch(r"(2|4|8|16)(?:b(\d))?", u)
+        if not m:
+            ap.error(f"--unroll: {u!r} is not an unroll (2, 4, 8, 16) with an optional b<blocks an SM>")
+        src = f"#define HRX_GEMV_UNROLL {m.group(1)}\n" + LINEAR.sources["cuda"]
+        if m.group(2):  # a register budget: at least that many blocks an SM
+            bounds = "__launch_bounds__(256)\nhrx_tensor_linear("
+            assert src.count(bounds) == 1
+            src = src.replace(bounds, f"__launch_bounds__(256, {m.group(2)})\nhrx_tensor_linear(")
+        kernels[u] = ops._kernels[LINEAR.name] if u == "4" else Kernel(
+            LINEAR.name, buffers=LINEAR.buffer_access, scalars=LINEAR.scalar_types, cuda=src,
+            programmatic=LINEAR.programmatic)
     rows_kernel = Kernel("hrx_gemv_rows", buffers=("read", "read", "write"), scalars=(np.uint32,) * 3,
                          cuda=LINEAR.sources["cuda"] + ROWS_CUDA)
     bulk_kernels = {}
@@ -152,8 +163,8 @@ def main() -> int:
                     launches[i % count].launch()
 
             h = min(timed(hrx_run, ext) for _ in range(3))
-            mark = " <- plan" if (grid, block, ks) == planned and u == 4 else ""
-            rows.append(f"  unroll {u:2d} warps {warps} ks {ks}: {h:7.2f} us {wbytes / h / 1e6:5.2f} TB/s  "
+            mark = " <- plan" if (grid, block, ks) == planned and u == "4" else ""
+            rows.append(f"  unroll {u:>4s} warps {warps} ks {ks}: {h:7.2f} us {wbytes / h / 1e6:5.2f} TB/s  "
                         f"{t / h:5.2f}x torch{mark}")
             for p in launches:
                 p.close()
