@@ -191,26 +191,13 @@ def test_streamed_attention_decoder_equals_default(dev, tiny_dir, reference):
 # -- register budgets of the fused GEMVs (the plan: fused_gemv_blocks, specialize) ------
 
 
-@pytest.mark.parametrize("grid,sms,share,want", [
-    (96, 132, 3, 6), (288, 132, 3, 6), (792, 132, 3, 6),  # one wave at six, two loads take two steps
-    (792, 132, 4, 6), (1, 1, 3, 6), (6, 1, 5, 6),
-    (768, 132, 2, 8), (256, 132, 1, 8),                    # one wave, but two loads take one step too
-    (793, 132, 3, 8), (1536, 132, 4, 8), (6283, 132, 3, 8), (7, 1, 3, 8),  # more than a wave at six
-])
-def test_fused_gemv_blocks(grid, sms, share, want):
-    assert FK.fused_gemv_blocks(grid, sms, share) == want
+def test_fused_gemvs_share_the_tensor_gemv_budgets():
+    """The fused GEMVs are hrx_tensor's GEMV body: the same budgets and the same rule
+    (tested in hrx_tensor's test_linear_variants)."""
+    from hrx_tensor import kernels as tk
 
-
-@pytest.mark.parametrize("grid,sms,share", [(0, 132, 3), (10, 0, 3), (-1, 4, 3), (10, 4, 0)])
-def test_fused_gemv_blocks_refuses(grid, sms, share):
-    with pytest.raises(ValueError, match="must be positive"):
-        FK.fused_gemv_blocks(grid, sms, share)
-
-
-@pytest.mark.parametrize("k,ksplit,want", [(768, 1, 3), (1024, 2, 2), (2048, 1, 8), (2048, 2, 4), (8192, 8, 4),
-                                           (1600, 2, 4), (200, 1, 1), (3072, 4, 3)])
-def test_lane_share(k, ksplit, want):
-    assert FK.lane_share(k, ksplit) == want
+    assert FK.FUSED_GEMV_BUDGETS is tk.GEMV_BUDGETS
+    assert FK.fused_gemv_blocks is tk.gemv_budget and FK.lane_share is tk.gemv_lane_share
 
 
 def test_specialize():

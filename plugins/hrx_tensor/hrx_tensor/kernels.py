@@ -14,7 +14,10 @@ sums per lane, a warp-shuffle reduction, then the row's ``ksplit`` partials summ
 warp order through shared memory (deterministic), and round to nearest even for BF16
 output (the bit-exact equivalent of ``__float2bfloat16_rn``, written out so NVRTC
 needs no cuda_bf16.h include path). :func:`linear_launch` picks ``ksplit`` and the
-grid from the shape (the plan's choice, not a trial per call).
+grid from the shape (the plan's choice, not a trial per call). On CUDA the plan also
+picks a register budget (:func:`gemv_budget`): ``hrx_tensor_linear_b8`` is the same
+kernel with two loads a lane and launch bounds of eight blocks an SM (32 registers
+against 40), for grids that eight blocks an SM fill better.
 
 ``hrx_tensor_gather`` copies ``n`` rows of ``row_units`` units of ``width`` bytes
 (16, 8, 4, 2 or 1 -- the widest dividing the row size and both offsets) from table
@@ -28,6 +31,7 @@ portable streaming load there).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -510,6 +514,58 @@ def linear_launch(k: int, n: int) -> tuple[int, int, int]:
     return -(-n // (LINEAR_WARPS // ks)), LINEAR_WARPS * 32, ks
 
 
+#: Register budgets of the warp GEMV on CUDA: minimum blocks of 256 threads an SM ->
+#: HRX_GEMV_UNROLL (16-byte weight loads a lane keeps in flight). ``hrx_tensor_linear``
+#: as written takes 40 registers with four loads (six blocks an SM); eight blocks fit
+#: 32 registers, two loads (``hrx_tensor_linear_b8``; four loads at eight blocks spill).
+#: Measured on the H200 (bench/tools/gemv_variants.py --unroll 4,4b6,2b8, GPU time, the
+#: plan's split): 4096x4096 12.55 / 12.07 us, 8192x2048 12.67 / 12.09, 8192x8192 35.79
+#: / 35.70 (six / eight); GPT-2 decode's fused GEMVs share the rule (hrx_models).
+GEMV_BUDGETS = {6: 4, 8: 2}
+
+
+def gemv_lane_share(k: int, ksplit: int) -> int:
+    """16-byte vectors of a row of ``k`` BF16 values that one lane of a GEMV warp streams
+    when ``ksplit`` warps share the row (at most; the last lanes may stream one fewer)."""
+    return -(-(k // 8) // (32 * ksplit))
+
+
+def gemv_budget(grid: int, sms: int, share: int) -> int:
+    """The register budget (minimum blocks an SM, a key of GEMV_BUDGETS) of a warp GEMV
+    of ``grid`` blocks on ``sms`` multiprocessors whose lanes each stream at most
+    ``share`` vectors of a row (:func:`gemv_lane_share`).
+
+    Eight blocks an SM, unless the grid fits in one wave at six and two loads a lane
+    would take more steps than four (``ceil(share / 2) > ceil(share / 4)``): then the
+    room gains nothing and each warp waits for memory once more. Beyond one wave, eight
+    blocks an SM run fewer waves or a smaller last one; within one, the room left lets
+    the next kernel's blocks start early (programmatic dependent launch). Measured on
+    the H200 with GPT-2 decode (hrx_models' fused GEMVs, us a token, every GEMV at six /
+    at eight / this rule): GPT-2 small 238.0 / 246.3 / 238.3 (its GEMVs: three vectors a
+    lane, 96-384 blocks), gpt2-medium 609.6 / 550.2 / eight everywhere, 1.3B 1200.7 /
+    1133.7 / eight everywhere; a rule taking six wherever both needed as many waves ran
+    gpt2-medium at 559.6 and 1.3B at 1142.7."""
+    if grid <= 0 or sms <= 0 or share <= 0:
+        raise ValueError(f"grid {grid}, sms {sms} and share {share} must be positive")
+    steps = {blocks: -(-share // unroll) for blocks, unroll in GEMV_BUDGETS.items()}
+    if grid <= 6 * sms and steps[8] > steps[6]:
+        return 6
+    return 8
+
+
+def budget_source(src: str, name: str, new_name: str, blocks: int) -> str:
+    """CUDA source ``src`` of kernel ``name`` (declared ``__launch_bounds__(256) name(``,
+    once) as kernel ``new_name`` at register budget ``blocks``: at least that many
+    blocks an SM, GEMV_BUDGETS[blocks] loads a lane (HRX_GEMV_UNROLL, defined first)."""
+    if blocks not in GEMV_BUDGETS:
+        raise ValueError(f"blocks {blocks}: expected one of {sorted(GEMV_BUDGETS)}")
+    bounds = re.compile(r"__launch_bounds__\(256\)(\s+)" + re.escape(name) + r"\(")
+    if len(bounds.findall(src)) != 1:
+        raise ValueError(f"kernel {name!r} has no CUDA source with a register budget to set")
+    body = bounds.sub(lambda m: f"__launch_bounds__(256, {blocks}){m.group(1)}{new_name}(", src)
+    return f"#define HRX_GEMV_UNROLL {GEMV_BUDGETS[blocks]}\n" + body
+
+
 def linear_bulk_chunk(k: int, limit: int = LINEAR_BULK_CHUNK) -> int:
     """Bytes a bulk copy of the Hopper GEMV moves: the largest divisor of a row (K * 2
     bytes) that is a multiple of 16 and at most ``limit``, a ring stage (K is a multiple of 8)."""
@@ -589,6 +645,12 @@ _LINEAR_DECLARATION: dict[str, Any] = {
 
 LINEAR = Kernel("hrx_tensor_linear", cuda=LINEAR_CUDA, **_LINEAR_DECLARATION)
 
+#: cuda only: LINEAR at eight blocks an SM with two loads a lane (the plan picks it,
+#: gemv_budget); same buffers, scalars and results within rounding (another order of a
+#: lane's partial sums).
+LINEAR_B8 = Kernel("hrx_tensor_linear_b8", cuda=budget_source(LINEAR_CUDA, LINEAR.name, "hrx_tensor_linear_b8", 8),
+                   **_LINEAR_DECLARATION)
+
 #: Hopper only (cuda, compute capability 9.0+): the plan picks it (linear_bulk_launch);
 #: same buffers and scalars as LINEAR, the last one the chunk size in place of ksplit.
 LINEAR_BULK = Kernel("hrx_tensor_linear_bulk", cuda=LINEAR_BULK_CUDA, **_LINEAR_DECLARATION)
@@ -611,5 +673,5 @@ def kernels_for(engine: str) -> dict[str, Kernel]:
     if engine not in ENGINES:
         return {}
     if engine == "cuda":
-        return {LINEAR.name: LINEAR, GATHER.name: GATHER, LINEAR_BULK.name: LINEAR_BULK}
+        return {LINEAR.name: LINEAR, GATHER.name: GATHER, LINEAR_BULK.name: LINEAR_BULK, LINEAR_B8.name: LINEAR_B8}
     return {LINEAR.name: LINEAR, GATHER.name: GATHER}

@@ -154,6 +154,10 @@ class TensorOps(OpFamily):
     #: Let the plan choose the bulk-copy GEMV on Hopper (tests compare both kernels by
     #: setting it False before creating a TensorOps).
     use_bulk_linear = True
+    #: Let the plan choose the warp GEMV's register budget on CUDA (kernels.gemv_budget:
+    #: ``hrx_tensor_linear_b8`` where eight blocks an SM fill the grid better; tests
+    #: compare both kernels by setting it False before creating a TensorOps).
+    use_budget_linear = True
 
     def __init__(self, device: Any, *, plan_cache: PlanCache | None = None, stream: Stream | None = None) -> None:
         super().__init__(device, plan_cache=plan_cache, stream=stream)
@@ -162,13 +166,19 @@ class TensorOps(OpFamily):
         # Hopper's bulk-copy GEMV for long rows (the plan's choice, linear_bulk_launch):
         # only beside this distribution's own linear kernel, on compute capability 9.0+
         self._linear_bulk: Kernel | None = None
+        # and the warp GEMV at eight blocks an SM (the plan's choice, gemv_budget), also
+        # only beside this distribution's own kernel, where the SM count is known
+        self._linear_b8: Kernel | None = None
         self._sms = 0
-        if self.use_bulk_linear and self.engine == "cuda" and self._linear is _kernels.LINEAR:
+        if self.engine == "cuda" and self._linear is _kernels.LINEAR:
             props = getattr(device.info, "properties", {})
+            sms = props.get("multiprocessors", 0)
+            self._sms = sms if isinstance(sms, int) and sms > 0 else 0
             major = str(props.get("compute_capability", "0")).split(".")[0]
-            if major.isdigit() and int(major) >= 9 and int(props.get("multiprocessors", 0) or 0) > 0:
+            if self.use_bulk_linear and self._sms and major.isdigit() and int(major) >= 9:
                 self._linear_bulk = _kernels.LINEAR_BULK
-                self._sms = int(props["multiprocessors"])
+            if self.use_budget_linear and self._sms:
+                self._linear_b8 = _kernels.LINEAR_B8
         # per-call spec dicts: call shapes -> what the checks and the plan derive from them
         self._linear_specs: dict[Any, tuple[Any, ...]] = {}
         self._gather_specs: dict[Any, tuple[Any, ...]] = {}
@@ -267,6 +277,9 @@ class TensorOps(OpFamily):
             kernel, (grid, block, last) = self._linear_bulk, bulk  # last: chunk bytes
         else:
             grid, block, last = _kernels.linear_launch(k, sum(ns))  # last: warps a row
+            if self._linear_b8 is not None and \
+                    _kernels.gemv_budget(grid, self._sms, _kernels.gemv_lane_share(k, last)) == 8:
+                kernel = self._linear_b8
         scalars = (np.uint32(k), *(np.uint32(n) for n in n3), np.uint32(_OUT_DTYPES[out_dtype]), np.uint32(last))
         return kernel, grid, block, scalars
 

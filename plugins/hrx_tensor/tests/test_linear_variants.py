@@ -37,8 +37,76 @@ def test_the_plan_carries_the_split(dev):
     ops = TensorOps(dev)
     for k, n, ks in SPLITS[:6]:
         kernel, grid, block, scalars = ops._linear_geometry(k, [n], np.dtype(np.float32))
-        assert kernel is ops._linear
+        assert kernel in (ops._linear, ops._linear_b8)
         assert int(scalars[-1]) == ks and (grid, block) == tk.linear_launch(k, n)[:2]
+
+
+# -- register budgets (kernels.gemv_budget: hrx_tensor_linear or hrx_tensor_linear_b8) --
+
+@pytest.mark.parametrize("grid,sms,share,want", [
+    (96, 132, 3, 6), (288, 132, 3, 6), (792, 132, 3, 6),  # one wave at six, two loads take two steps
+    (792, 132, 4, 6), (1, 1, 3, 6), (6, 1, 5, 6),
+    (768, 132, 2, 8), (256, 132, 1, 8),                    # one wave, but two loads take one step too
+    (793, 132, 3, 8), (1536, 132, 4, 8), (6283, 132, 3, 8), (7, 1, 3, 8),  # more than a wave at six
+])
+def test_gemv_budget(grid, sms, share, want):
+    assert tk.gemv_budget(grid, sms, share) == want
+
+
+@pytest.mark.parametrize("grid,sms,share", [(0, 132, 3), (10, 0, 3), (-1, 4, 3), (10, 4, 0)])
+def test_gemv_budget_refuses(grid, sms, share):
+    with pytest.raises(ValueError, match="must be positive"):
+        tk.gemv_budget(grid, sms, share)
+
+
+@pytest.mark.parametrize("k,ksplit,want", [(768, 1, 3), (1024, 2, 2), (2048, 1, 8), (2048, 2, 4), (8192, 8, 4),
+                                           (1600, 2, 4), (200, 1, 1), (3072, 4, 3)])
+def test_gemv_lane_share(k, ksplit, want):
+    assert tk.gemv_lane_share(k, ksplit) == want
+
+
+def test_budget_kernel_source():
+    """hrx_tensor_linear_b8 is hrx_tensor_linear with two loads a lane, launch bounds of
+    eight blocks an SM and its own name: nothing else differs."""
+    src = tk.LINEAR_B8.sources["cuda"]
+    assert src.startswith("#define HRX_GEMV_UNROLL 2\n")
+    back = src.removeprefix("#define HRX_GEMV_UNROLL 2\n").replace(
+        "__launch_bounds__(256, 8)\nhrx_tensor_linear_b8(", "__launch_bounds__(256)\nhrx_tensor_linear(")
+    assert back == tk.LINEAR.sources["cuda"]
+    assert (tk.LINEAR_B8.buffer_access, tk.LINEAR_B8.scalar_types, tk.LINEAR_B8.programmatic) == \
+        (tk.LINEAR.buffer_access, tk.LINEAR.scalar_types, tk.LINEAR.programmatic)
+    assert tk.LINEAR_B8.sources["host"] is tk.LINEAR.sources["host"]
+    assert tk.kernels_for("cuda")[tk.LINEAR_B8.name] is tk.LINEAR_B8
+    assert tk.LINEAR_B8.name not in tk.kernels_for("host") and tk.LINEAR_B8.name not in tk.kernels_for("amdgpu")
+    with pytest.raises(ValueError, match="blocks 7"):
+        tk.budget_source(tk.LINEAR.sources["cuda"], tk.LINEAR.name, "x", 7)
+    with pytest.raises(ValueError, match="no CUDA source with a register budget"):
+        tk.budget_source('extern "C" __global__ void __launch_bounds__(128) k() {}', "k", "x", 8)
+
+
+def test_the_budget_kernel_is_planned_on_cuda_only(dev, monkeypatch):
+    """On cuda (a multiprocessor count known) the plan takes hrx_tensor_linear_b8 where
+    gemv_budget says eight; elsewhere, or with use_budget_linear off, never. The host
+    engine runs the choice as well when forced (the same host function)."""
+    ops = TensorOps(dev)
+    sms = dev.info.properties.get("multiprocessors", 0) if dev.info.engine == "cuda" else 0
+    assert (ops._linear_b8 is tk.LINEAR_B8) == bool(sms)
+    if not sms:
+        ops._linear_b8, ops._sms = tk.LINEAR_B8, 132  # forced: the choice is engine-neutral
+    for k, n in ((768, 2304), (768, 50257), (4096, 4096), (8192, 2048), (2048, 8192), (1024, 64)):
+        grid, _block, ks = tk.linear_launch(k, n)
+        kernel = ops._linear_geometry(k, [n], np.dtype(np.float32))[0]
+        want = tk.LINEAR_B8 if tk.gemv_budget(grid, ops._sms, tk.gemv_lane_share(k, ks)) == 8 else ops._linear
+        assert kernel is want, (k, n)
+    if not sms:  # a forced plan runs on the host: the same numerics
+        rng = np.random.default_rng(3)
+        x, w = rand_bf16(rng, (1, 768)), rand_bf16(rng, (8000, 768))  # 1000 blocks: eight an SM
+        ref, mag = reference(x, w)
+        with ops.upload(x) as xt, ops.upload(w) as wt, ops.linear(xt, wt, out_dtype="f32") as y:
+            assert ops._linear_geometry(768, [8000], np.dtype(np.float32))[0] is tk.LINEAR_B8
+            check_f32(y.numpy()[0], ref, mag)
+    monkeypatch.setattr(TensorOps, "use_budget_linear", False)
+    assert TensorOps(dev)._linear_b8 is None
 
 
 @pytest.mark.parametrize("k", [8, 16, 512, 1016, 1536, 2560, 4096, 4104, 6144, 8192, 8200, 12288, 16384, 16392, 24576])
@@ -265,3 +333,33 @@ def test_recorded_bulk_linears_run_one_after_another(dev, monkeypatch):
         g.close()
         for wt in wts:
             wt.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k,n", [(k, n) for k, n, _ in SPLITS if n >= 64],
+                         ids=[f"K{k}xN{n}" for k, n, _ in SPLITS if n >= 64])
+def test_budget_and_generic_kernels_agree_through_the_op(cuda_ops, k, n):
+    """The same call through the plan (hrx_tensor_linear_b8 where it picks eight blocks
+    an SM) and with the budget switched off: both within the F32 bound of the float64
+    reference, eager and recorded."""
+    if cuda_ops._linear_b8 is None:
+        pytest.skip("no multiprocessor count: the plan keeps one budget")
+    TensorOps.use_budget_linear = False
+    try:
+        generic = TensorOps(cuda_ops.device)
+    finally:
+        TensorOps.use_budget_linear = True
+    rng = np.random.default_rng(k + 7 * n)
+    x = rand_bf16(rng, (1, k))
+    w = (rng.standard_normal((n, k), dtype=np.float32) * 0.02).astype(bfloat16)
+    ref, mag = reference(x, w)
+    with cuda_ops.upload(x) as xt, cuda_ops.upload(w) as wt:
+        for o in (cuda_ops, generic):
+            with o.linear(xt, wt, out_dtype="f32") as y:
+                check_f32(y.numpy()[0], ref, mag)
+        g = cuda_ops.stream.access_graph()  # recorded: the same plan
+        out = cuda_ops.record_linear(g, xt, wt, out_dtype="f32")
+        g.launch()
+        check_f32(out.numpy()[0], ref, mag)
+        out.close()
+        g.close()

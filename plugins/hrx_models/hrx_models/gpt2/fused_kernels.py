@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from hrx_tensor.kernels import GEMV_CUDA
+from hrx_tensor.kernels import GEMV_BUDGETS, GEMV_CUDA, budget_source, gemv_budget, gemv_lane_share
 from hrx_tensor.kernels import _linear_host as _tensor_linear_host
 
 from hrx_core.kernel import Kernel
@@ -198,44 +198,19 @@ FUSED = (EMBED, LN_LINEAR, LINEAR_RESIDUAL)
 
 # -- register budgets of the fused GEMVs (CUDA) ---------------------------------------
 
-#: The two budgets a CUDA plan chooses between: minimum blocks an SM ->
-#: HRX_GEMV_UNROLL (16-byte weight loads a lane has in flight). Six blocks of 256
-#: threads fit 40 registers a thread (four loads in flight), eight fit 32 (two).
-#: ``ln_linear`` reaches 40 only compiled for the model's width (HRX_MAX_EMBD): at
-#: the generic 8192 it holds eight float4 of x a thread and takes 64 registers (four
-#: blocks an SM). Measured on the H200 (bench/tools/occupancy_ab.py, greedy decode,
-#: us a token, generic kernels / every GEMV at six / every GEMV at eight): GPT-2
-#: small 272.6 / 238.0 / 246.3, gpt2-medium 722.6 / 609.6 / 550.2, 1.3B 1261.4 /
-#: 1200.7 / 1133.7; eight blocks with four loads spill (small 275.2, 1.3B 1641.4).
-FUSED_GEMV_BUDGETS = {6: 4, 8: 2}
-
-
-def fused_gemv_blocks(grid: int, sms: int, share: int) -> int:
-    """The budget (minimum blocks an SM, a key of FUSED_GEMV_BUDGETS) of a fused GEMV of
-    ``grid`` blocks on ``sms`` multiprocessors whose lanes each stream at most ``share``
-    16-byte vectors of a row (``ceil(K / 8 / (32 * ksplit))``).
-
-    Eight blocks an SM, unless the grid fits in one wave at six and two loads a lane
-    would take more steps than four (``ceil(share / 2) > ceil(share / 4)``): then
-    nothing is gained from the room and each warp waits for memory once more. Beyond
-    one wave, eight blocks an SM run fewer waves or a smaller last one; within one, the
-    room left lets the next kernel's blocks start (programmatic dependent launch). On
-    the H200 this picks six for GPT-2 small's grids of 96-384 blocks (three vectors a
-    lane) and eight for the rest of the measured GEMVs, the faster budget for each
-    model (table above; a plan that took six wherever both budgets needed as many
-    waves ran 1.3B at 1142.7 us a token and gpt2-medium at 559.6)."""
-    if grid <= 0 or sms <= 0 or share <= 0:
-        raise ValueError(f"grid {grid}, sms {sms} and share {share} must be positive")
-    steps = {blocks: -(-share // unroll) for blocks, unroll in FUSED_GEMV_BUDGETS.items()}
-    if grid <= 6 * sms and steps[8] > steps[6]:
-        return 6
-    return 8
-
-
-def lane_share(k: int, ksplit: int) -> int:
-    """16-byte vectors of a row of ``k`` BF16 values that one lane of a GEMV warp streams
-    when ``ksplit`` warps share the row (at most; the last lanes may stream one fewer)."""
-    return -(-(k // 8) // (32 * ksplit))
+#: The budgets a CUDA plan chooses between (hrx_tensor's, the same GEMV body): minimum
+#: blocks of 256 threads an SM -> 16-byte weight loads a lane keeps in flight; six fit
+#: 40 registers with four loads, eight fit 32 with two. ``ln_linear`` reaches 40 only
+#: compiled for the model's width (HRX_MAX_EMBD): at the generic 8192 it holds eight
+#: float4 of x a thread and takes 64 registers (four blocks an SM). Measured on the H200
+#: (bench/tools/occupancy_ab.py, greedy decode, us a token, generic kernels / every GEMV
+#: at six / every GEMV at eight): GPT-2 small 272.6 / 238.0 / 246.3, gpt2-medium 722.6
+#: / 609.6 / 550.2, 1.3B 1261.4 / 1200.7 / 1133.7; eight blocks with four loads spill
+#: (small 275.2, 1.3B 1641.4). Which budget a GEMV takes: fused_gemv_blocks
+#: (hrx_tensor.kernels.gemv_budget, whose doc has the rule and its measurements).
+FUSED_GEMV_BUDGETS = GEMV_BUDGETS
+fused_gemv_blocks = gemv_budget
+lane_share = gemv_lane_share
 
 
 def width_class(n_embd: int) -> int:
@@ -253,14 +228,13 @@ def specialize(kernel: Kernel, *, blocks: int, width: int | None = None) -> Kern
     """``kernel`` (``ln_linear`` or ``linear_residual``, or a variant of either's source)
     compiled for a register budget: at least ``blocks`` blocks an SM with
     FUSED_GEMV_BUDGETS[blocks] loads in flight a lane, and (``ln_linear``) layer norms of
-    at most width_class(``width``) values. A kernel of its own name (``..._w2048_b8``), so that
-    sessions hold several; the host mirror is the base kernel's (the budget changes
-    only the CUDA code). Cached: equal requests get the same Kernel."""
+    at most width_class(``width``) values. A kernel of its own name (``..._w2048_b8``),
+    so that sessions hold several; the host mirror is the base kernel's (the budget
+    changes only the CUDA code). Cached: equal requests get the same Kernel."""
     if blocks not in FUSED_GEMV_BUDGETS:
         raise ValueError(f"blocks {blocks}: expected one of {sorted(FUSED_GEMV_BUDGETS)}")
     src = kernel.sources.get("cuda")
-    bounds = f"__launch_bounds__(256) {kernel.name}("
-    if kernel.entry != kernel.name or not isinstance(src, str) or src.count(bounds) != 1:
+    if kernel.entry != kernel.name or not isinstance(src, str):
         raise ValueError(f"kernel {kernel.name!r} has no CUDA source with a register budget to specialize")
     embd = f"#define HRX_MAX_EMBD {MAX_EMBD}u\n"
     ln = embd in src
@@ -273,11 +247,12 @@ def specialize(kernel: Kernel, *, blocks: int, width: int | None = None) -> Kern
     if found is not None:
         return found
     name = f"{kernel.name}_w{width}_b{blocks}" if ln else f"{kernel.name}_b{blocks}"
-    body = src.replace(bounds, f"__launch_bounds__(256, {blocks}) {name}(")
+    try:
+        body = budget_source(src, kernel.name, name, blocks)
+    except ValueError:
+        raise ValueError(f"kernel {kernel.name!r} has no CUDA source with a register budget to specialize") from None
     if ln:
         body = body.replace(embd, f"#define HRX_MAX_EMBD {width}u\n")
-    # (GEMV_CUDA takes HRX_GEMV_UNROLL from a definition before it)
-    body = f"#define HRX_GEMV_UNROLL {FUSED_GEMV_BUDGETS[blocks]}\n" + body
     sources = {**kernel.sources, "cuda": body}
     found = Kernel(name, buffers=kernel.buffer_access, scalars=kernel.scalar_types, sources=sources,
                    options=kernel.options, programmatic=kernel.programmatic)
