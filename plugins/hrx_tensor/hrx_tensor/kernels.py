@@ -518,9 +518,12 @@ def linear_launch(k: int, n: int) -> tuple[int, int, int]:
 #: HRX_GEMV_UNROLL (16-byte weight loads a lane keeps in flight). ``hrx_tensor_linear``
 #: as written takes 40 registers with four loads (six blocks an SM); eight blocks fit
 #: 32 registers, two loads (``hrx_tensor_linear_b8``; four loads at eight blocks spill).
-#: Measured on the H200 (bench/tools/gemv_variants.py --unroll 4,4b6,2b8, GPU time, the
-#: plan's split): 4096x4096 12.55 / 12.07 us, 8192x2048 12.67 / 12.09, 8192x8192 35.79
-#: / 35.70 (six / eight); GPT-2 decode's fused GEMVs share the rule (hrx_models).
+#: Measured on the H200 (bench/tools/budget_ab.py: GPU time per launch at the plan's
+#: grid and split, weights rotated through 768 MiB) at the 63 shapes of the tensor sweep
+#: where gemv_budget picks eight: six / eight 1.062 in geometric mean, up to 1.25
+#: (16384x1024: 13.91 against 11.11 us; 2560x4096 10.01 / 8.08), worst 0.968 (2048x1536,
+#: 6 MiB: 5.53 / 5.71; grids of one wave with two vectors a lane lose 2-3% when launched
+#: alone, where GPT-2 decode's graphs gain); GPT-2 decode's fused GEMVs share the rule.
 GEMV_BUDGETS = {6: 4, 8: 2}
 
 
