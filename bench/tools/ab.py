@@ -1,11 +1,44 @@
 """Interleaved decode rounds of several decoder slots in one process: the shared loop of
-the A/B diagnostics (pdl_ab.py, attention_ab.py)."""
+the A/B diagnostics (pdl_ab.py, attention_ab.py, occupancy_ab.py), and the decoders they
+compare (:func:`decoder_slots`)."""
 
 from __future__ import annotations
 
+import contextlib
 import statistics
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+
+@contextlib.contextmanager
+def decoder_slots(dev: Any, shape: str, context: int, variants: Mapping[str, Callable[[Any], None]],
+                  warm: Sequence[int] = (1, 2, 3)) -> Iterator[dict[str, Any]]:
+    """One GPT-2 decoder a variant, each of the same random BF16 checkpoint of ``shape``
+    (hrx_models.gpt2.SHAPES) with ``context`` positions and one slot: ``configure(decoder)``
+    sets its kernels (or the device's settings read when its graphs are built) before
+    the slot is acquired and warmed by decoding 4 tokens after ``warm`` (its graphs
+    recorded). Yields the slots by label;
+    closes the decoders on exit."""
+    from hrx_models.gpt2 import SHAPES, Gpt2Decoder, write_random_checkpoint
+
+    decs = []
+    try:
+        slots = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            ckpt = write_random_checkpoint(Path(tmp) / shape, SHAPES[shape], seed=0, dtype="bf16")
+            for label, configure in variants.items():
+                dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
+                decs.append(dec)
+                configure(dec)
+                slot = dec.acquire()
+                slot.generate(list(warm), 4)  # records and warms the graphs
+                slots[label] = slot
+        yield slots
+    finally:
+        for d in decs:
+            d.close()
 
 
 def interleaved(slots: Mapping[str, Any], prompt: Sequence[int], tokens: int, rounds: int, label: str) -> None:

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import attrs
-from ab import interleaved  # bench/tools/ab.py
-from hrx_models.gpt2 import SHAPES, Gpt2Decoder, write_random_checkpoint
+from ab import decoder_slots, interleaved  # bench/tools/ab.py
+from hrx_models.gpt2 import SHAPES
 from hrx_models.gpt2 import kernels as K
 from hrx_models.gpt2.attention_streamed import ATTENTION_STREAMED, streamed_variant
 
@@ -52,29 +51,24 @@ def main() -> None:
     for shape in args.shapes.split(","):
         config = SHAPES[shape]
         context = min(config.n_positions, max(prompts) + args.tokens + 1)
-        slots = {}
-        decs = []
-        with tempfile.TemporaryDirectory() as tmp:
-            ckpt = write_random_checkpoint(Path(tmp) / shape, config, seed=0, dtype="bf16")
-            kernels = {"earlier": K.ATTENTION, "streamed": ATTENTION_STREAMED}
-            kernels.update({f"l{n}": streamed_variant(int(n)) for n in filter(None, args.row_lanes.split(","))})
-            for path in args.source:
-                k = ATTENTION_STREAMED
-                kernels[Path(path).stem] = Kernel(k.name, buffers=k.buffer_access, scalars=k.scalar_types,
-                                                  host=k.sources["host"], cuda=Path(path).read_text(), programmatic=True)
-            for name, kernel in kernels.items():
-                dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
-                dec.kernels = attrs.evolve(dec.kernels, attention=kernel)
-                slot = dec.acquire()
-                slot.generate([1, 2, 3], 4)  # records and warms the graphs
-                decs.append(dec)
-                slots[f"{name:18s}"] = slot
-        for n in prompts:
-            prompt = [(i * 7919 + 13) % config.vocab_size for i in range(n)]
-            interleaved(slots, prompt, args.tokens, args.rounds, f"{shape} prompt {n:5d} attention")
-        for d in decs:
-            d.close()
+        kernels = {"earlier": K.ATTENTION, "streamed": ATTENTION_STREAMED}
+        kernels.update({f"l{n}": streamed_variant(int(n)) for n in filter(None, args.row_lanes.split(","))})
+        for path in args.source:
+            k = ATTENTION_STREAMED
+            kernels[Path(path).stem] = Kernel(k.name, buffers=k.buffer_access, scalars=k.scalar_types,
+                                              host=k.sources["host"], cuda=Path(path).read_text(), programmatic=True)
+        variants = {f"{name:18s}": with_attention(kernel) for name, kernel in kernels.items()}
+        with decoder_slots(dev, shape, context, variants) as slots:
+            for n in prompts:
+                prompt = [(i * 7919 + 13) % config.vocab_size for i in range(n)]
+                interleaved(slots, prompt, args.tokens, args.rounds, f"{shape} prompt {n:5d} attention")
 
+
+def with_attention(kernel: Kernel):
+    """A decoder's kernels with ``kernel`` as its decode attention."""
+    def apply(dec) -> None:
+        dec.kernels = attrs.evolve(dec.kernels, attention=kernel)
+    return apply
 
 if __name__ == "__main__":
     main()

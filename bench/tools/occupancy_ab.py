@@ -30,14 +30,13 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import attrs
-from ab import interleaved  # bench/tools/ab.py
-from hrx_models.gpt2 import SHAPES, Gpt2Decoder, write_random_checkpoint
+from ab import decoder_slots, interleaved  # bench/tools/ab.py
+from hrx_models.gpt2 import SHAPES
 from hrx_models.gpt2 import fused_kernels as FK
 
 import hrx_core as hrx
@@ -88,29 +87,25 @@ def main() -> None:
                   f"linear_residual {registers(FK.specialize(FK.LINEAR_RESIDUAL, blocks=blocks))}", flush=True)
         print(f"{shape} generic: ln_linear {registers(FK.LN_LINEAR)}; linear_residual {registers(FK.LINEAR_RESIDUAL)}")
         prompt = [(i * 7919 + 13) % config.vocab_size for i in range(args.prompt)]
-        context = args.prompt + args.tokens + 1
-        slots = {}
-        decs = []
-        with tempfile.TemporaryDirectory() as tmp:
-            ckpt = write_random_checkpoint(Path(tmp) / shape, config, seed=0, dtype="bf16")
-            for name in names:
-                dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
-                forced = budgets(name)
-                if name == "plan" and not dec.kernels.gemv_sms:
-                    print(f"{shape}: the plan specializes nothing on this device (no multiprocessor count)")
-                if name == "generic":
-                    dec.kernels = attrs.evolve(dec.kernels, gemv_sms=0)
-                elif forced is not None:
-                    dec.kernels = attrs.evolve(dec.kernels, gemv_sms=0,
-                                               ln_linear=FK.specialize(FK.LN_LINEAR, blocks=forced[0], width=d),
-                                               linear_residual=FK.specialize(FK.LINEAR_RESIDUAL, blocks=forced[1]))
-                slot = dec.acquire()
-                slot.generate(prompt, 4)
-                decs.append(dec)
-                slots[f"{name:8s}"] = slot
-        interleaved(slots, prompt, args.tokens, args.rounds, shape)
-        for d_ in decs:
-            d_.close()
+        variants = {f"{name:8s}": configure(name, d) for name in names}
+        with decoder_slots(dev, shape, args.prompt + args.tokens + 1, variants, warm=prompt) as slots:
+            interleaved(slots, prompt, args.tokens, args.rounds, shape)
+
+
+def configure(name: str, width: int):
+    """What variant ``name`` sets on a decoder of n_embd ``width``."""
+    forced = budgets(name)
+
+    def apply(dec) -> None:
+        if name == "plan" and not dec.kernels.gemv_sms:
+            print("the plan specializes nothing on this device (no multiprocessor count)")
+        if name == "generic":
+            dec.kernels = attrs.evolve(dec.kernels, gemv_sms=0)
+        elif forced is not None:
+            dec.kernels = attrs.evolve(dec.kernels, gemv_sms=0,
+                                       ln_linear=FK.specialize(FK.LN_LINEAR, blocks=forced[0], width=width),
+                                       linear_residual=FK.specialize(FK.LINEAR_RESIDUAL, blocks=forced[1]))
+    return apply
 
 
 if __name__ == "__main__":

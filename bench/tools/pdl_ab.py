@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import attrs
-from ab import interleaved  # bench/tools/ab.py
-from hrx_models.gpt2 import SHAPES, Gpt2Decoder, write_random_checkpoint
+from ab import decoder_slots, interleaved  # bench/tools/ab.py
+from hrx_models.gpt2 import SHAPES
 from hrx_models.gpt2 import fused_kernels as FK
 
 import hrx_core as hrx
@@ -93,37 +92,32 @@ def main() -> None:
                     "their main loop (with PDL; with --early, also both together)")
     args = ap.parse_args()
     dev = hrx.device("cuda")
+    variants = [("shipped", False), ("shipped", True)]
+    if args.early:
+        variants += [("early", False), ("early", True)]
+    if args.late:
+        variants += [("late", True)] + ([("late+early", True)] if args.early else [])
     for shape in args.shapes.split(","):
         config = SHAPES[shape]
         prompt = [(i * 7919 + 13) % config.vocab_size for i in range(args.prompt)]
-        context = args.prompt + args.tokens + 1
-        slots = {}
-        with tempfile.TemporaryDirectory() as tmp:
-            ckpt = write_random_checkpoint(Path(tmp) / shape, config, seed=0, dtype="bf16")
-            decs = []
-            variants = [("shipped", False), ("shipped", True)]
-            if args.early:
-                variants += [("early", False), ("early", True)]
-            if args.late:
-                variants += [("late", True)] + ([("late+early", True)] if args.early else [])
-            for variant, pdl in variants:
-                dev.programmatic_edges = pdl  # read when a graph is built (the first launch)
-                dec = Gpt2Decoder.load(ckpt, dev, context=context, max_slots=1)
-                ln, lr = FK.LN_LINEAR, FK.LINEAR_RESIDUAL
-                if "early" in variant:
-                    ln, lr = early_weights(ln), early_weights(lr)
-                if "late" in variant:
-                    ln, lr = late_trigger(ln), late_trigger(lr)
-                if variant != "shipped":
-                    dec.kernels = attrs.evolve(dec.kernels, ln_linear=ln, linear_residual=lr)
-                slot = dec.acquire()
-                slot.generate(prompt, 4)
-                decs.append(dec)
-                slots[f"{variant:11s} pdl={int(pdl)}"] = slot
-        interleaved(slots, prompt, args.tokens, args.rounds, shape)
-        for d in decs:
-            d.close()
+        configure = {f"{variant:11s} pdl={int(pdl)}": variant_of(dev, variant, pdl) for variant, pdl in variants}
+        with decoder_slots(dev, shape, args.prompt + args.tokens + 1, configure, warm=prompt) as slots:
+            interleaved(slots, prompt, args.tokens, args.rounds, shape)
 
+
+def variant_of(dev, variant: str, pdl: bool):
+    """What a variant sets: the device's programmatic edges (read when a decoder's graphs
+    are built, at its first launch) and the fused GEMVs' kernels."""
+    def apply(dec) -> None:
+        dev.programmatic_edges = pdl
+        ln, lr = FK.LN_LINEAR, FK.LINEAR_RESIDUAL
+        if "early" in variant:
+            ln, lr = early_weights(ln), early_weights(lr)
+        if "late" in variant:
+            ln, lr = late_trigger(ln), late_trigger(lr)
+        if variant != "shipped":
+            dec.kernels = attrs.evolve(dec.kernels, ln_linear=ln, linear_residual=lr)
+    return apply
 
 if __name__ == "__main__":
     main()

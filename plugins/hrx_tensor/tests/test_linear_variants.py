@@ -281,17 +281,24 @@ def test_bulk_and_warp_kernels_agree_through_the_op(cuda_ops, k, n):
     if cuda_ops._linear_bulk is None:
         pytest.skip("the bulk-copy GEMV needs compute capability 9.0+")
     assert cuda_ops._linear_geometry(k, [n], np.dtype(np.float32))[0] is tk.LINEAR_BULK
-    TensorOps.use_bulk_linear = False
+    agrees_with_the_choice_off(cuda_ops, "use_bulk_linear", k, n, k * n)
+
+
+def agrees_with_the_choice_off(cuda_ops, switch, k, n, seed):
+    """A K x N linear through the plan of ``cuda_ops`` and through a TensorOps made with
+    the plan's choice ``switch`` (a class attribute) off: both within the F32 bound of
+    the float64 reference, eager, and the plan's also recorded."""
+    setattr(TensorOps, switch, False)
     try:
-        warp_ops = TensorOps(cuda_ops.device)
+        other = TensorOps(cuda_ops.device)
     finally:
-        TensorOps.use_bulk_linear = True
-    rng = np.random.default_rng(k * n)
+        setattr(TensorOps, switch, True)
+    rng = np.random.default_rng(seed)
     x = rand_bf16(rng, (1, k))
     w = (rng.standard_normal((n, k), dtype=np.float32) * 0.02).astype(bfloat16)
     ref, mag = reference(x, w)
     with cuda_ops.upload(x) as xt, cuda_ops.upload(w) as wt:
-        for o in (cuda_ops, warp_ops):
+        for o in (cuda_ops, other):
             with o.linear(xt, wt, out_dtype="f32") as y:
                 check_f32(y.numpy()[0], ref, mag)
         g = cuda_ops.stream.access_graph()  # recorded: the same plan
@@ -344,22 +351,4 @@ def test_budget_and_generic_kernels_agree_through_the_op(cuda_ops, k, n):
     reference, eager and recorded."""
     if cuda_ops._linear_b8 is None:
         pytest.skip("no multiprocessor count: the plan keeps one budget")
-    TensorOps.use_budget_linear = False
-    try:
-        generic = TensorOps(cuda_ops.device)
-    finally:
-        TensorOps.use_budget_linear = True
-    rng = np.random.default_rng(k + 7 * n)
-    x = rand_bf16(rng, (1, k))
-    w = (rng.standard_normal((n, k), dtype=np.float32) * 0.02).astype(bfloat16)
-    ref, mag = reference(x, w)
-    with cuda_ops.upload(x) as xt, cuda_ops.upload(w) as wt:
-        for o in (cuda_ops, generic):
-            with o.linear(xt, wt, out_dtype="f32") as y:
-                check_f32(y.numpy()[0], ref, mag)
-        g = cuda_ops.stream.access_graph()  # recorded: the same plan
-        out = cuda_ops.record_linear(g, xt, wt, out_dtype="f32")
-        g.launch()
-        check_f32(out.numpy()[0], ref, mag)
-        out.close()
-        g.close()
+    agrees_with_the_choice_off(cuda_ops, "use_budget_linear", k, n, k + 7 * n)

@@ -1,0 +1,67 @@
+"""bench/tools/ab.py's decoder_slots and the variants the GPU A/B tools build with it
+(occupancy_ab.py, pdl_ab.py), run on the host engine with the tiny GPT-2 shape: what
+can be checked without a GPU of tools that otherwise only run on one."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("hrx_models", reason="hrx-models is not installed: pip install -e plugins/hrx_models")
+
+import hrx_core as hrx  # noqa: E402
+
+TOOLS = Path(__file__).resolve().parent.parent / "bench" / "tools"
+
+
+@pytest.fixture(scope="module")
+def tools():
+    sys.path.insert(0, str(TOOLS))
+    try:
+        import ab
+        import occupancy_ab
+        import pdl_ab
+
+        yield ab, occupancy_ab, pdl_ab
+    finally:
+        sys.path.remove(str(TOOLS))
+
+
+def test_decoder_slots_configure_warm_and_close(tools, capsys):
+    ab, occupancy_ab, pdl_ab = tools
+    from hrx_models.gpt2 import fused_kernels as FK
+
+    dev = hrx.device("host")
+    seen = []
+    variants = {
+        "plan": occupancy_ab.configure("plan", 128),
+        "b8/b6": occupancy_ab.configure("b8/b6", 128),
+        "pdl shipped": pdl_ab.variant_of(dev, "shipped", False),
+        "probe": seen.append,
+    }
+    with ab.decoder_slots(dev, "tiny", 32, variants, warm=[5, 6]) as slots:
+        assert list(slots) == list(variants)
+        decs = {label: slot.decoder for label, slot in slots.items()}
+        assert seen == [decs["probe"]]  # configured before its slot was acquired
+        k = decs["b8/b6"].kernels
+        assert k.gemv_sms == 0 and k.ln_linear.name == "hrx_gpt2_ln_linear_w1024_b8"
+        assert k.linear_residual.name == "hrx_gpt2_linear_residual_b6"
+        assert decs["plan"].kernels.ln_linear is FK.LN_LINEAR  # the plan, unchanged (host: no budgets)
+        ab.interleaved(slots, [1, 2, 3], 3, 1, "tiny")
+        out = capsys.readouterr().out
+        assert "the plan specializes nothing on this device" in out
+        assert out.count("tokens agree 3/3") == len(variants)  # the host mirrors are the same for every budget
+    assert all(d._closed for d in decs.values())
+
+
+@pytest.mark.parametrize("name,want", [("plan", None), ("generic", None), ("b6", (6, 6)), ("b8/b6", (8, 6))])
+def test_occupancy_variant_names(tools, name, want):
+    assert tools[1].budgets(name) == want
+
+
+@pytest.mark.parametrize("name", ["b7", "b6/b5", "wide", "b"])
+def test_occupancy_refuses_unknown_variants(tools, name):
+    with pytest.raises(SystemExit, match="unknown variant"):
+        tools[1].budgets(name)
