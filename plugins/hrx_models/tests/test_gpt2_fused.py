@@ -247,6 +247,11 @@ def test_step_kernels_budget_plan():
                                                                              "multiprocessors": 132}))
     assert cuda.gemv_sms == 132 and cuda.tensor_cores
     assert StepKernels.for_device(SimpleNamespace(engine="cuda", properties={"compute_capability": "9.0"})).gemv_sms == 0
+    for odd in ("many", None, -4):
+        info = SimpleNamespace(engine="cuda", properties={"compute_capability": "9.0", "multiprocessors": odd})
+        assert StepKernels.for_device(info).gemv_sms == 0
+    info = SimpleNamespace(engine="cuda", properties={"compute_capability": "9.0", "multiprocessors": "132"})
+    assert StepKernels.for_device(info).gemv_sms == 132
     host = StepKernels.for_device(SimpleNamespace(engine="host", properties={"multiprocessors": 132}))
     assert host.gemv_sms == 0 and host.fused_gemv_kernels(SHAPES["gpt2"]) == []
     assert host.fused_gemv(FK.LN_LINEAR, 768, 2304, 768) is FK.LN_LINEAR

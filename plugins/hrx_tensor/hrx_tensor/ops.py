@@ -172,8 +172,10 @@ class TensorOps(OpFamily):
         self._sms = 0
         if self.engine == "cuda" and self._linear is _kernels.LINEAR:
             props = getattr(device.info, "properties", {})
-            sms = props.get("multiprocessors", 0)
-            self._sms = sms if isinstance(sms, int) and sms > 0 else 0
+            try:
+                self._sms = max(0, int(props.get("multiprocessors", 0) or 0))
+            except (TypeError, ValueError):  # not a count: neither choice is made
+                self._sms = 0
             major = str(props.get("compute_capability", "0")).split(".")[0]
             if self.use_bulk_linear and self._sms and major.isdigit() and int(major) >= 9:
                 self._linear_bulk = _kernels.LINEAR_BULK

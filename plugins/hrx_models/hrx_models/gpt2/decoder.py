@@ -211,8 +211,11 @@ class StepKernels:
         cc = str(info.properties.get("compute_capability", "")) if info.engine == "cuda" else ""
         if cc and int(cc.split(".")[0]) >= 8:
             kernels = attrs.evolve(kernels, tensor_cores=True)
-        sms = info.properties.get("multiprocessors", 0) if info.engine == "cuda" else 0
-        if isinstance(sms, int) and sms > 0:
+        try:
+            sms = int(info.properties.get("multiprocessors", 0) or 0) if info.engine == "cuda" else 0
+        except (TypeError, ValueError):  # not a count: the kernels as given
+            sms = 0
+        if sms > 0:
             kernels = attrs.evolve(kernels, gemv_sms=sms)
         return kernels
 
