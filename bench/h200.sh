@@ -4,11 +4,12 @@
 # write bench/results/h200.json, each under its own time limit. Carry pyelftools and
 # msgpack wheels as well (hrx-amdf's dependencies, installed here without --deps).
 #
-#   bash bench/h200.sh [tests] [hot] [launch] [graph] [runtime] [tensor] [tensor-sweep] [image] [model] [npu] [artifacts] [amdgpu] [gpu-rest] [attention] [pdl] [occupancy] [none]
+#   bash bench/h200.sh [tests] [hot] [launch] [graph] [runtime] [tensor] [tensor-sweep] [image] [model] [npu] [artifacts] [amdgpu] [gpu-rest] [attention] [pdl] [occupancy] [budget] [none]
 #
 # (none: install only, for a diagnostic run after it; attention: the GPT-2 kernel tests
 # and bench/tools/attention_ab.py; pdl: bench/tools/pdl_ab.py's variants; occupancy:
-# bench/tools/occupancy_ab.py; none of these is part of the default run)
+# bench/tools/occupancy_ab.py; budget: bench/tools/budget_ab.py and the GEMV's splits at
+# each register budget (gemv_variants.py); none of these is part of the default run)
 #
 # With no argument it runs everything. Logs and the results file go to $OUT (or ./h200-out).
 # A copy of the tree whose git metadata is not current (a remote device's) records a
@@ -58,6 +59,9 @@ for step in $steps; do
                done; done ;;
     pdl) run pdl-ab 300 python3 bench/tools/pdl_ab.py --early --late --rounds 5 ;;  # decode with and without PDL variants
     occupancy) run occupancy-ab 300 python3 bench/tools/occupancy_ab.py --shapes gpt2,gpt2-medium,1b ;;  # the fused GEMVs at other register budgets
+    budget) run budget-ab 120 python3 bench/tools/budget_ab.py --all ;  # hrx_tensor's GEMV at both budgets, every warp-kernel sweep shape
+            run budget-splits 240 python3 bench/tools/gemv_variants.py --unroll 4,2b8 --reps 100 \
+              --shapes 1024x8192,2048x4096,2048x8192,2560x8192,4096x2048,4096x4096,6144x2048,8192x2048,16384x1024 ;;  # splits at each budget
     none) ;;  # install only (for diagnostics run after it)
     *) echo "unknown step $step"; exit 2 ;;
   esac
