@@ -550,10 +550,9 @@ def gemv_budget(grid: int, sms: int, share: int) -> int:
     gpt2-medium at 559.6 and 1.3B at 1142.7."""
     if grid <= 0 or sms <= 0 or share <= 0:
         raise ValueError(f"grid {grid}, sms {sms} and share {share} must be positive")
+    few, many = min(GEMV_BUDGETS), max(GEMV_BUDGETS)
     steps = {blocks: -(-share // unroll) for blocks, unroll in GEMV_BUDGETS.items()}
-    if grid <= 6 * sms and steps[8] > steps[6]:
-        return 6
-    return 8
+    return few if grid <= few * sms and steps[many] > steps[few] else many
 
 
 def budget_source(src: str, name: str, new_name: str, blocks: int) -> str:
