@@ -24,11 +24,11 @@ import sys
 import numpy as np
 from hrx_tensor import TensorOps
 from hrx_tensor.kernels import (
+    BULK_BY_THREADS,
     LINEAR,
     LINEAR_BULK,
     LINEAR_BULK_CHUNK,
     LINEAR_BULK_STAGES,
-    LINEAR_BULK_THREADS,
     linear_bulk_chunk,
     linear_bulk_launch,
     linear_bulk_source,
@@ -80,7 +80,7 @@ def main() -> int:
                     "register budget: 2b8 = two loads, __launch_bounds__(256, 8) (default: %(default)s)")
     ap.add_argument("--rows", default="", help="also the row-looping candidate with these blocks per SM, comma-separated")
     ap.add_argument("--bulk", default="", help="also the bulk-copy candidate: stages:chunk:threads:blocks_per_sm "
-                    "configurations of hrx_tensor_linear_bulk, comma-separated (shipped: 2:8192:128:8)")
+                    "configurations of hrx_tensor_linear_bulk, comma-separated (shipped: 2:8192:128:8, 2:8192:256:8)")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -107,9 +107,9 @@ def main() -> int:
     bulk_kernels = {}
     for cfg in (c for c in args.bulk.split(",") if c):
         stages, chunk, threads, per_sm = (int(v) for v in cfg.split(":"))
-        kern = LINEAR_BULK if (threads, stages, chunk) == (LINEAR_BULK_THREADS, LINEAR_BULK_STAGES, LINEAR_BULK_CHUNK) \
-            else Kernel(LINEAR_BULK.name, buffers=LINEAR_BULK.buffer_access, scalars=LINEAR_BULK.scalar_types,
-                        cuda=linear_bulk_source(threads, stages, chunk), programmatic=True)
+        shipped = BULK_BY_THREADS.get(threads) if (stages, chunk) == (LINEAR_BULK_STAGES, LINEAR_BULK_CHUNK) else None
+        kern = shipped or Kernel(LINEAR_BULK.name, buffers=LINEAR_BULK.buffer_access, scalars=LINEAR_BULK.scalar_types,
+                                 cuda=linear_bulk_source(threads, stages, chunk), programmatic=True)
         bulk_kernels[cfg] = (kern, chunk, threads, per_sm)
     ext = torch.cuda.ExternalStream(s.native_queue().native_handle())
     cur = torch.cuda.current_stream()
@@ -198,7 +198,7 @@ def main() -> int:
             got = s.download(out).view(np.float32)[:n]
             err = float(np.max(np.abs(got - want_np)) / (np.max(np.abs(want_np)) + 1e-9))
             launches = [s.prepare(kern, grid, [x, w, w, w, out], block=threads, scalars=scalars) for w in ws]
-            mark = " <- plan" if kern is LINEAR_BULK and bulk_plan == (grid, threads, chunk) else ""
+            mark = " <- plan" if kern is BULK_BY_THREADS.get(threads) and bulk_plan == (grid, threads, chunk) else ""
             def bulk_run(reps: int, launches=launches, count=count) -> None:
                 for i in range(reps):
                     launches[i % count].launch()

@@ -75,11 +75,27 @@ LINEAR_LONGER_ROW_MIN_N = 2048
 #: 12288x4096 28.1 / 28.6, 12288x8192 50.1 / 51.9, 12288x16384 95.0 / 98.4, 16384x6144
 #: 51.2 / 52.2, 16384x12288 96.4 / 99.0, 16384x4096 36.5 / 36.4; slower for fewer rows
 #: (16384x2048 21.5 / 21.1, 8192x4096 22.1 / 20.0). Chosen for rows of
-#: LINEAR_BULK_MIN_K or more with at least LINEAR_BULK_MIN_N of them.
+#: LINEAR_BULK_MIN_K or more with at least LINEAR_BULK_MIN_N of them, and (fourteenth
+#: session, 256 threads a block against the eight-block warp kernel, two runs) for
+#: LINEAR_BULK_WIDE_MIN_N rows or more of LINEAR_BULK_WIDE_MIN_K or more: 8192x16384
+#: 64.41 / 66.33 and 64.50 / 66.36 us, 8192x12288 49.96 / 51.05, 6144x16384 50.64 /
+#: 51.58; even at 4096x16384 (35.69 / 35.65) and 4096x12288 (28.05 / 28.05).
 LINEAR_BULK_MIN_K = 12288
 LINEAR_BULK_MIN_N = 4096
+LINEAR_BULK_WIDE_MIN_K = 6144
+LINEAR_BULK_WIDE_MIN_N = 12288
 LINEAR_BULK_BLOCKS_PER_SM = 8
+#: Threads a block of the bulk GEMV: 256 (``hrx_tensor_linear_bulk_t256``), or
+#: LINEAR_BULK_THREADS for rows of LINEAR_BULK_SMALL_MIN_K or more with at least
+#: LINEAR_BULK_SMALL_MIN_N of them. Measured on the H200 (gemv_variants.py ``--bulk``,
+#: 128 / 256 threads, us): 16384x4096 36.80 / 34.86 and 36.17 / 35.03, 12288x12288 71.66
+#: / 71.08, 8192x16384 65.18 / 64.50, 12288x6144 38.77 / 38.57, 12288x8192 49.61 / 49.92;
+#: but 16384x16384 122.71 / 125.04 and 16384x8192 64.73 / 65.31. 512 threads, 4 KiB
+#: chunks, four blocks an SM or a third stage were 1-25% slower.
 LINEAR_BULK_THREADS = 128
+LINEAR_BULK_WIDE_THREADS = 256
+LINEAR_BULK_SMALL_MIN_K = 16384
+LINEAR_BULK_SMALL_MIN_N = 8192
 LINEAR_BULK_STAGES = 2
 LINEAR_BULK_CHUNK = 8192
 #: Threads per block of the CUDA gather (at most; fewer when all rows need fewer).
@@ -325,7 +341,7 @@ __device__ __forceinline__ void hrx_bulk_wait(unsigned int bar, unsigned int pha
 // across the block in warp order (deterministic) once its last chunk is read, and thread
 // 0 refills the stage once every thread is done with it.
 extern "C" __global__ void __launch_bounds__(%(threads)d)
-hrx_tensor_linear_bulk(const uint4* __restrict__ x, const unsigned char* __restrict__ w0,
+%(name)s(const uint4* __restrict__ x, const unsigned char* __restrict__ w0,
                        const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
                        unsigned char* __restrict__ y, unsigned int K, unsigned int N0, unsigned int N1,
                        unsigned int N2, unsigned int out_f32, unsigned int chunk) {
@@ -385,14 +401,19 @@ hrx_tensor_linear_bulk(const uint4* __restrict__ x, const unsigned char* __restr
 
 
 def linear_bulk_source(threads: int = LINEAR_BULK_THREADS, stages: int = LINEAR_BULK_STAGES,
-                       chunk: int = LINEAR_BULK_CHUNK) -> str:
-    """CUDA source of ``hrx_tensor_linear_bulk`` with ``threads`` a block, ``stages``
-    ring stages of ``chunk`` bytes (the shipped kernel: the LINEAR_BULK_* constants;
+                       chunk: int = LINEAR_BULK_CHUNK, name: str = "hrx_tensor_linear_bulk") -> str:
+    """CUDA source of the bulk-copy GEMV as kernel ``name`` with ``threads`` a block,
+    ``stages`` ring stages of ``chunk`` bytes (the shipped kernels: the LINEAR_BULK_*
+    constants at LINEAR_BULK_THREADS and LINEAR_BULK_WIDE_THREADS threads;
     bench/tools/gemv_variants.py measures others)."""
-    return GEMV_CUDA + BF16_RN_CUDA + _LINEAR_BULK_BODY % {"threads": threads, "stages": stages, "chunk": chunk}
+    if threads % 32 or not 32 <= threads <= 1024:
+        raise ValueError(f"threads {threads}: expected a multiple of 32 from 32 to 1024")
+    body = _LINEAR_BULK_BODY % {"threads": threads, "stages": stages, "chunk": chunk, "name": name}
+    return GEMV_CUDA + BF16_RN_CUDA + body
 
 
 LINEAR_BULK_CUDA = linear_bulk_source()
+LINEAR_BULK_T256_CUDA = linear_bulk_source(LINEAR_BULK_WIDE_THREADS, name="hrx_tensor_linear_bulk_t256")
 
 GATHER_CUDA = GRID_DEPENDENCIES_CUDA + r"""
 // Row ``row`` of the output is row idx[row] of the table, copied in units of T (the
@@ -583,10 +604,15 @@ def linear_bulk_chunk(k: int, limit: int = LINEAR_BULK_CHUNK) -> int:
 def linear_bulk_launch(k: int, n: int, sms: int) -> tuple[int, int, int] | None:
     """(grid, block, chunk bytes) of the Hopper bulk-copy GEMV for K = ``k`` and ``n``
     output rows on ``sms`` multiprocessors, or None where the warp-per-row kernel is
-    the plan's choice (shorter or fewer rows)."""
-    if k < LINEAR_BULK_MIN_K or n < LINEAR_BULK_MIN_N:
+    the plan's choice (shorter or fewer rows). The block is LINEAR_BULK_THREADS or
+    LINEAR_BULK_WIDE_THREADS threads: the kernel of that many (:data:`BULK_BY_THREADS`)."""
+    long_rows = k >= LINEAR_BULK_MIN_K and n >= LINEAR_BULK_MIN_N
+    many_rows = k >= LINEAR_BULK_WIDE_MIN_K and n >= LINEAR_BULK_WIDE_MIN_N
+    if not (long_rows or many_rows):
         return None
-    return min(n, sms * LINEAR_BULK_BLOCKS_PER_SM), LINEAR_BULK_THREADS, linear_bulk_chunk(k)
+    small = k >= LINEAR_BULK_SMALL_MIN_K and n >= LINEAR_BULK_SMALL_MIN_N
+    threads = LINEAR_BULK_THREADS if small else LINEAR_BULK_WIDE_THREADS
+    return min(n, sms * LINEAR_BULK_BLOCKS_PER_SM), threads, linear_bulk_chunk(k)
 
 
 def _linear_host(x: np.ndarray, w0: np.ndarray, w1: np.ndarray, w2: np.ndarray, y: np.ndarray,
@@ -656,6 +682,11 @@ LINEAR_B8 = Kernel("hrx_tensor_linear_b8", cuda=budget_source(LINEAR_CUDA, LINEA
 #: Hopper only (cuda, compute capability 9.0+): the plan picks it (linear_bulk_launch);
 #: same buffers and scalars as LINEAR, the last one the chunk size in place of ksplit.
 LINEAR_BULK = Kernel("hrx_tensor_linear_bulk", cuda=LINEAR_BULK_CUDA, **_LINEAR_DECLARATION)
+#: The same at LINEAR_BULK_WIDE_THREADS threads a block (the plan's choice but for the
+#: longest rows, linear_bulk_launch); same buffers, scalars and results within rounding.
+LINEAR_BULK_T256 = Kernel("hrx_tensor_linear_bulk_t256", cuda=LINEAR_BULK_T256_CUDA, **_LINEAR_DECLARATION)
+#: The bulk GEMV kernel of each block size linear_bulk_launch plans.
+BULK_BY_THREADS = {LINEAR_BULK_THREADS: LINEAR_BULK, LINEAR_BULK_WIDE_THREADS: LINEAR_BULK_T256}
 
 GATHER = Kernel(
     "hrx_tensor_gather",
@@ -675,5 +706,6 @@ def kernels_for(engine: str) -> dict[str, Kernel]:
     if engine not in ENGINES:
         return {}
     if engine == "cuda":
-        return {LINEAR.name: LINEAR, GATHER.name: GATHER, LINEAR_BULK.name: LINEAR_BULK, LINEAR_B8.name: LINEAR_B8}
+        return {LINEAR.name: LINEAR, GATHER.name: GATHER, LINEAR_BULK.name: LINEAR_BULK,
+                LINEAR_BULK_T256.name: LINEAR_BULK_T256, LINEAR_B8.name: LINEAR_B8}
     return {LINEAR.name: LINEAR, GATHER.name: GATHER}

@@ -45,6 +45,8 @@ from .tensor import DeviceTensor, SharedHold, as_dtype
 BF16 = np.dtype(bfloat16)
 F32 = np.dtype(np.float32)
 _OUT_DTYPES = {BF16: 0, F32: 1}
+#: The bulk-copy GEMV kernels (one per block size): recorded one after another.
+_BULK_NAMES = frozenset(k.name for k in _kernels.BULK_BY_THREADS.values())
 MAX_PROJECTIONS = 3
 #: K must be a multiple of 8: weight rows are whole 16-byte vectors (the kernels read
 #: rows in 16-byte loads and handle any number of them, tails included).
@@ -276,7 +278,8 @@ class TensorOps(OpFamily):
         kernel = self._linear
         bulk = _kernels.linear_bulk_launch(k, sum(ns), self._sms) if self._linear_bulk is not None else None
         if bulk is not None:
-            kernel, (grid, block, last) = self._linear_bulk, bulk  # last: chunk bytes
+            grid, block, last = bulk  # last: chunk bytes
+            kernel = _kernels.BULK_BY_THREADS[block]
         else:
             grid, block, last = _kernels.linear_launch(k, sum(ns))  # last: warps a row
             if self._linear_b8 is not None and \
@@ -400,19 +403,17 @@ class TensorOps(OpFamily):
         return out
 
     def _record_dispatch(self, g: Graph, launch: tuple[tuple[Any, ...], dict[str, Any]]) -> None:
-        """Record a linear's dispatch into ``g``. A bulk-copy GEMV is a persistent grid
-        sized to fill the GPU: two of them running concurrently interleave their blocks
-        and both finish late (measured on the H200, two 12288x16384 projections in one
+        """Record a linear's dispatch into ``g``. A bulk-copy GEMV (of either block size)
+        is a persistent grid sized to fill the GPU: two of them running concurrently
+        interleave their blocks and both finish late (measured on the H200, two 12288x16384 projections in one
         graph: 219 us as branches against 186 us one after the other), so one recorded
         after another in the same graph waits for it (an explicit edge beside those the
         declared access gives)."""
         (kernel, *rest), kw = launch
         deps = None
-        bulk = self._linear_bulk
-        if bulk is not None and kernel is bulk:
-            exe = bulk.executable(self.device)
+        if self._linear_bulk is not None and kernel.name in _BULK_NAMES:
             for node in reversed(g.nodes):
-                if node.kind == "dispatch" and node.params["executable"] is exe:
+                if node.kind == "dispatch" and node.params["executable"].name in _BULK_NAMES:
                     deps = [node]
                     break
         if deps is None:

@@ -122,17 +122,31 @@ def test_bulk_chunk_refuses_rows_of_partial_vectors(k):
         tk.linear_bulk_chunk(k)
 
 
-# (K, N, bulk?): rows of 12288 or more, at least 4096 of them, stream through bulk copies
-BULK = [(16384, 16384, True), (16384, 4096, True), (12288, 6144, True), (12288, 4096, True), (16384, 4095, False),
-        (8192, 8192, False), (4096, 16384, False), (16384, 2048, False), (12280, 8192, False)]
+# (K, N, threads a block or None): rows of 12288 or more, at least 4096 of them, or
+# 12288 rows or more of 6144 or more, stream through bulk copies; 128 threads a block
+# for rows of 16384 or more, at least 8192 of them, else 256
+BULK = [(16384, 16384, 128), (16384, 8192, 128), (16384, 4096, 256), (12288, 6144, 256), (12288, 4096, 256),
+        (12288, 16384, 256), (8192, 16384, 256), (6144, 12288, 256), (16384, 4095, None), (8192, 8192, None),
+        (4096, 16384, None), (6136, 16384, None), (8192, 12280, None), (16384, 2048, None), (12280, 8192, None)]
 
 
-@pytest.mark.parametrize("k,n,bulk", BULK, ids=[f"K{k}xN{n}" for k, n, _ in BULK])
-def test_bulk_is_chosen_by_shape_class(k, n, bulk):
+@pytest.mark.parametrize("k,n,threads", BULK, ids=[f"K{k}xN{n}" for k, n, _ in BULK])
+def test_bulk_is_chosen_by_shape_class(k, n, threads):
     got = tk.linear_bulk_launch(k, n, 132)
-    assert (got is not None) == bulk
-    if bulk:
-        assert got == (min(n, 132 * tk.LINEAR_BULK_BLOCKS_PER_SM), tk.LINEAR_BULK_THREADS, tk.linear_bulk_chunk(k))
+    assert (got is not None) == (threads is not None)
+    if threads is not None:
+        assert got == (min(n, 132 * tk.LINEAR_BULK_BLOCKS_PER_SM), threads, tk.linear_bulk_chunk(k))
+        assert tk.BULK_BY_THREADS[threads].name == ("hrx_tensor_linear_bulk" if threads == 128
+                                                    else "hrx_tensor_linear_bulk_t256")
+
+
+def test_bulk_source_sets_the_block_size_and_name():
+    src = tk.linear_bulk_source(256, name="hrx_bulk_probe")
+    assert "__launch_bounds__(256)\nhrx_bulk_probe(" in src and "#define HRX_BULK_THREADS 256" in src
+    assert tk.LINEAR_BULK_T256.sources["cuda"].count("hrx_tensor_linear_bulk_t256(") == 1
+    for bad in (0, 48, 2048):
+        with pytest.raises(ValueError):
+            tk.linear_bulk_source(bad)
 
 
 def test_the_bulk_kernel_is_planned_only_on_hopper_cuda(dev):
@@ -141,12 +155,15 @@ def test_the_bulk_kernel_is_planned_only_on_hopper_cuda(dev):
     hopper = dev.info.engine == "cuda" and int(str(props.get("compute_capability", "0")).split(".")[0]) >= 9
     assert (ops._linear_bulk is tk.LINEAR_BULK) == hopper
     kernel, grid, block, scalars = ops._linear_geometry(16384, [8192, 8192], np.dtype(np.float32))
+    wide = ops._linear_geometry(16384, [4096], np.dtype(np.float32))
     if hopper:
         sms = int(props["multiprocessors"])
         assert kernel is tk.LINEAR_BULK and (grid, block) == (min(16384, 8 * sms), tk.LINEAR_BULK_THREADS)
         assert int(scalars[-1]) == tk.linear_bulk_chunk(16384)
+        assert wide[0] is tk.LINEAR_BULK_T256 and wide[1:3] == (min(4096, 8 * sms), 256)
     else:
         assert kernel is ops._linear and (grid, block) == tk.linear_launch(16384, 16384)[:2]
+        assert wide[0] in (ops._linear, tk.LINEAR_B8) and wide[1:3] == tk.linear_launch(16384, 4096)[:2]
     TensorOps.use_bulk_linear = False
     try:
         assert TensorOps(dev)._linear_bulk is None
@@ -242,9 +259,10 @@ BULK_DIRECT = [(8200, [5, 0, 7], 3), (8, [9, 4, 0], 2), (4096, [33, 1, 2], 40), 
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("threads", sorted(tk.BULK_BY_THREADS))
 @pytest.mark.parametrize("out_dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("k,ns,grid", BULK_DIRECT, ids=[f"K{k}xN{'+'.join(map(str, ns))}-grid{g}" for k, ns, g in BULK_DIRECT])
-def test_the_bulk_kernel_matches_the_reference(cuda_ops, k, ns, grid, out_dtype):
+def test_the_bulk_kernel_matches_the_reference(cuda_ops, k, ns, grid, out_dtype, threads):
     if cuda_ops._linear_bulk is None:
         pytest.skip("the bulk-copy GEMV needs compute capability 9.0+")
     rng = np.random.default_rng(k + sum(ns))
@@ -259,7 +277,7 @@ def test_the_bulk_kernel_matches_the_reference(cuda_ops, k, ns, grid, out_dtype)
         n3 = list(ns) + [0] * (3 - len(ns))
         views = [t.view for t in tensors] + [tensors[1].view] * (4 - len(tensors))
         scalars = tuple(np.uint32(v) for v in (k, *n3, dt == np.float32, tk.linear_bulk_chunk(k)))
-        s.dispatch(tk.LINEAR_BULK, grid, [*views[:4], y], block=tk.LINEAR_BULK_THREADS, scalars=scalars)
+        s.dispatch(tk.BULK_BY_THREADS[threads], grid, [*views[:4], y], block=threads, scalars=scalars)
         got = s.download(y).view(dt)[: sum(ns)]
     finally:
         for t in tensors:
@@ -274,13 +292,16 @@ def test_the_bulk_kernel_matches_the_reference(cuda_ops, k, ns, grid, out_dtype)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("k,n", [(16384, 4096), (12288, 6144)], ids=["K16384xN4096", "K12288xN6144"])
+@pytest.mark.parametrize("k,n", [(16384, 4096), (12288, 6144), (16384, 8192), (6144, 12288)],
+                         ids=["K16384xN4096", "K12288xN6144", "K16384xN8192", "K6144xN12288"])
 def test_bulk_and_warp_kernels_agree_through_the_op(cuda_ops, k, n):
-    """The same call through the plan's bulk kernel and, with it switched off, the
-    warp-per-row kernel: both within the F32 bound of the float64 reference."""
+    """The same call through the plan's bulk kernel (of the block size it plans) and,
+    with it switched off, the warp-per-row kernel: both within the F32 bound of the
+    float64 reference."""
     if cuda_ops._linear_bulk is None:
         pytest.skip("the bulk-copy GEMV needs compute capability 9.0+")
-    assert cuda_ops._linear_geometry(k, [n], np.dtype(np.float32))[0] is tk.LINEAR_BULK
+    threads = tk.linear_bulk_launch(k, n, cuda_ops._sms)[1]
+    assert cuda_ops._linear_geometry(k, [n], np.dtype(np.float32))[0] is tk.BULK_BY_THREADS[threads]
     agrees_with_the_choice_off(cuda_ops, "use_bulk_linear", k, n, k * n)
 
 
@@ -315,6 +336,8 @@ def test_recorded_bulk_linears_run_one_after_another(dev, monkeypatch):
     engine (the host runs the same numerics for either kernel)."""
     monkeypatch.setattr(tk, "LINEAR_BULK_MIN_K", 64)
     monkeypatch.setattr(tk, "LINEAR_BULK_MIN_N", 8)
+    monkeypatch.setattr(tk, "LINEAR_BULK_SMALL_MIN_K", 64)  # N = 24: 128 threads, 16 and 8: 256
+    monkeypatch.setattr(tk, "LINEAR_BULK_SMALL_MIN_N", 20)
     if dev.info.engine == "amdgpu":
         pytest.skip("the bulk-copy GEMV is Hopper PTX: gfx1151 has no build of it")
     ops = TensorOps(dev)
@@ -324,14 +347,13 @@ def test_recorded_bulk_linears_run_one_after_another(dev, monkeypatch):
         ops._linear_bulk, ops._sms = tk.LINEAR_BULK, 2
     rng = np.random.default_rng(5)
     x = rand_bf16(rng, (1, 64))
-    ws = [rand_bf16(rng, (n, 64), 0.05) for n in (16, 24, 4, 8)]  # N = 4: the warp kernel
+    ws = [rand_bf16(rng, (n, 64), 0.05) for n in (24, 16, 4, 8)]  # N = 4: the warp kernel
     with ops.upload(x) as xt:
         wts = [ops.upload(w) for w in ws]
         g = ops.stream.access_graph()
         outs = [ops.record_linear(g, xt, wt, out_dtype="f32") for wt in wts]
-        bulk_exe = tk.LINEAR_BULK.executable(dev)
-        kinds = [n.params["executable"] is bulk_exe for n in g.nodes]
-        assert kinds == [True, True, False, True]
+        kinds = [n.params["executable"].name for n in g.nodes]
+        assert kinds == [tk.LINEAR_BULK.name, tk.LINEAR_BULK_T256.name, ops._linear.name, tk.LINEAR_BULK_T256.name]
         assert [n.deps for n in g.nodes] == [(), (0,), (), (1,)]
         g.launch()
         for w, o in zip(ws, outs):
