@@ -69,7 +69,12 @@ SWEEP_DIMS = (1024, 1536, 2048, 2560, 4096, 6144, 8192, 12288, 16384)
 SWEEP_MIN_BYTES = 4 << 20
 #: Weights a sweep shape rotates over (an H200's L2 is 50 MiB), and bytes a measurement reads.
 SWEEP_ROTATE_BYTES = 128 << 20
-SWEEP_MEASURE_BYTES = 4 << 30  # ~1 ms of GPU time: host clocks and a synchronize are exact enough
+#: 16 GiB: ~4 ms of GPU time a timing. At 4 GiB (~1 ms; 4 replays of the largest
+#: shapes' graphs) the costs of starting and ending a timing -- the first launch's
+#: latency, the final wait -- weighed 3-5% there: on the H200 16384x16384's graph ran at
+#: 0.922x torch's in the sweep while 64 replays back to back ran at 0.969x
+#: (bench/tools/graph_timeline.py --wall: 260.8 against 252.7 us a replay).
+SWEEP_MEASURE_BYTES = 16 << 30
 #: Weights from which the linear is compared with the D2D copy bandwidth.
 VS_COPY_BYTES = 128 << 20
 
