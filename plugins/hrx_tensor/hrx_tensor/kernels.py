@@ -75,15 +75,15 @@ LINEAR_LONGER_ROW_MIN_N = 2048
 #: 12288x4096 28.1 / 28.6, 12288x8192 50.1 / 51.9, 12288x16384 95.0 / 98.4, 16384x6144
 #: 51.2 / 52.2, 16384x12288 96.4 / 99.0, 16384x4096 36.5 / 36.4; slower for fewer rows
 #: (16384x2048 21.5 / 21.1, 8192x4096 22.1 / 20.0). Chosen for rows of
-#: LINEAR_BULK_MIN_K or more with at least LINEAR_BULK_MIN_N of them, and (fourteenth
-#: session, 256 threads a block against the eight-block warp kernel, two runs) for
-#: LINEAR_BULK_WIDE_MIN_N rows or more of LINEAR_BULK_WIDE_MIN_K or more: 8192x16384
-#: 64.41 / 66.33 and 64.50 / 66.36 us, 8192x12288 49.96 / 51.05, 6144x16384 50.64 /
-#: 51.58; even at 4096x16384 (35.69 / 35.65) and 4096x12288 (28.05 / 28.05).
+#: LINEAR_BULK_MIN_K or more with at least LINEAR_BULK_MIN_N of them. Not for many rows
+#: of medium length: alone the 256-thread kernel beat the eight-block warp kernel there
+#: (gemv_variants.py, us: 8192x16384 64.41 / 66.33 and 64.50 / 66.36, 8192x12288 49.96 /
+#: 51.05, 6144x16384 50.64 / 51.58), but two projections in one runtime region, which
+#: the warp kernels run as concurrent branches and bulk kernels one after another, ran
+#: slower (bench/tools/plan_ab.py, weight TB/s, bulk / warp: 6144x12288 3.568 / 3.659,
+#: 6144x16384 3.709 / 3.781, 8192x16384 3.795 / 3.859, 8192x12288 3.839 / 3.833).
 LINEAR_BULK_MIN_K = 12288
 LINEAR_BULK_MIN_N = 4096
-LINEAR_BULK_WIDE_MIN_K = 6144
-LINEAR_BULK_WIDE_MIN_N = 12288
 LINEAR_BULK_BLOCKS_PER_SM = 8
 #: Threads a block of the bulk GEMV: 256 (``hrx_tensor_linear_bulk_t256``), or
 #: LINEAR_BULK_THREADS for rows of LINEAR_BULK_SMALL_MIN_K or more with at least
@@ -606,9 +606,7 @@ def linear_bulk_launch(k: int, n: int, sms: int) -> tuple[int, int, int] | None:
     output rows on ``sms`` multiprocessors, or None where the warp-per-row kernel is
     the plan's choice (shorter or fewer rows). The block is LINEAR_BULK_THREADS or
     LINEAR_BULK_WIDE_THREADS threads: the kernel of that many (:data:`BULK_BY_THREADS`)."""
-    long_rows = k >= LINEAR_BULK_MIN_K and n >= LINEAR_BULK_MIN_N
-    many_rows = k >= LINEAR_BULK_WIDE_MIN_K and n >= LINEAR_BULK_WIDE_MIN_N
-    if not (long_rows or many_rows):
+    if k < LINEAR_BULK_MIN_K or n < LINEAR_BULK_MIN_N:
         return None
     small = k >= LINEAR_BULK_SMALL_MIN_K and n >= LINEAR_BULK_SMALL_MIN_N
     threads = LINEAR_BULK_THREADS if small else LINEAR_BULK_WIDE_THREADS
