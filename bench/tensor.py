@@ -473,7 +473,7 @@ def graph_pair(ops, dev, x, ws, tx, tw, wbytes, shape, reps):
         _, o = ops.linear_fragment(g2, x, w)
         outs.append(o)
     rt.submit(g2).wait(timeout=60)
-    loops = max(2, int(2e9 // (wbytes * len(ws))))
+    loops = max(2, SWEEP_MEASURE_BYTES // (wbytes * len(ws)))  # as the sweep: ~4 ms a timing
 
     def hrx_graph():
         return hrx_replay_rate(rt, g, wbytes * len(ws), loops)
