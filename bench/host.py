@@ -143,7 +143,8 @@ def bench_bandwidth(s, reps, nbytes):
     for name, fn, what in (
         ("host.copy.1gib", dev_copy, "stream.copy of 1 GiB between device buffers"),
         ("host.upload.1gib", upload, "upload_blocking of 1 GiB from pageable numpy memory (the host queue reads it directly)"),
-        ("host.upload_staged.1gib", upload_staged, "upload (returns once the data is captured) of 1 GiB through 64 MiB staging chunks, then wait"),
+        ("host.upload_staged.1gib", upload_staged, "upload (returns once the data is captured) of 1 GiB, then wait: on an idle queue "
+         "one copy on the calling thread (DeviceInfo.host_memory), else through 64 MiB staging chunks"),
         ("host.download.1gib", download, "download of 1 GiB into pageable numpy memory (the host queue writes it directly)"),
     ):
         h, p = median_pair(fn, numpy_copy, reps)

@@ -130,6 +130,11 @@ class DeviceInfo:
     #: timeline value, and none can be reported failed by another's failure that it
     #: would not have failed by itself.
     sticky_failures: bool = False
+    #: Ordinary buffers are plain host memory that the device's queues use coherently,
+    #: with no cache maintenance (the host engine): :meth:`Stream.upload` then copies
+    #: into an idle queue's destination on the calling thread, one copy instead of a
+    #: staging copy and a queued one. Needs ``host_mappable``.
+    host_memory: bool = False
     #: Free-form facts shown by ``hrx doctor`` (compute capability, driver, ...).
     properties: Mapping[str, Any] = attrs.field(factory=dict)
 

@@ -47,6 +47,8 @@ def check_device(engine: str, native: Any, options: Mapping[str, Any]) -> None:
     targets = info.targets
     if not isinstance(targets, tuple) or not targets or not all(isinstance(t, str) and t for t in targets):
         raise _fail(engine, f"DeviceInfo.targets must be a nonempty tuple of target names, got {show(targets)}")
+    if info.host_memory and not info.host_mappable:
+        raise _fail(engine, "DeviceInfo.host_memory needs host_mappable=True: the core writes uploads through host_view()")
     families = info.queue_families
     names = [f.name for f in families]
     if not families or len(set(names)) != len(names) or any(f.count < 1 for f in families):

@@ -636,7 +636,38 @@ class Stream:
         """
         da, start, src = self._upload_target(dst, data)
         with self._transfer_lock:
+            if self.device.info.host_memory:
+                done = self._upload_now(da, start, src)
+                if done is not None:
+                    return done
             return self._upload_locked([(da, start, src.nbytes, functools.partial(_copy_fill, src))])
+
+    def _upload_now(self, da: Allocation, start: int, src: np.ndarray) -> Completion | None:
+        """Devices whose buffers are plain host memory (``DeviceInfo.host_memory``):
+        copy ``src`` into the destination on this thread if everything encoded on this
+        stream's queue has finished (under the queue's lock, so nothing is encoded
+        meanwhile), which is where the queued copy would run; returns a complete
+        completion, or None (work is pending: the staged path orders after it)."""
+        slot = self.slot
+        timeline = slot._timeline or slot.timeline
+        done: Sequence[Any] = ()
+        try:
+            with slot.lock:
+                if slot.closed:
+                    raise InvalidArgument(f"{slot.name}: device is closed")
+                if slot.unsignaled_ops:
+                    done = slot._flush_locked()  # owners of finished work: released below
+                if timeline.completed() < slot.signaled:
+                    return None
+                view = da.native.host_view()
+                if view is None:
+                    return None
+                np.copyto(view[start : start + src.nbytes], src, casting="no")
+        finally:
+            if done:
+                slot.release_retired(done)
+        self.device.stats.upload_bytes += src.nbytes
+        return Completion(slot, 0)
 
     def upload_file(self, dst: Buffer | View | Binding, file: Any, offset: int = 0, nbytes: int | None = None) -> Completion:
         """Copy ``nbytes`` of a file (a path, a file descriptor or an open binary file)

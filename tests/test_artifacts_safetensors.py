@@ -456,7 +456,7 @@ def test_load_subset_uploads_only_its_ranges(
 def test_load_charges_budget_before_allocating(sample_file: Path, host_stream: Any) -> None:
     dev, s = host_stream
     with s.allocate(16) as warm:  # the stream's staging ring exists before any budget is set
-        s.upload(warm, np.zeros(16, np.uint8))
+        s.upload_file(warm, sample_file, 0, 16)  # (file reads always stage)
         s.synchronize()
     gc.collect()
     before = dev.stats.live_bytes

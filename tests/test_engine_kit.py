@@ -207,6 +207,9 @@ def test_bad_alignment_and_ignored_max_transfer_are_errors_at_open(clean, guide)
     plugins.register(_plugin(_engine_with(guide, "aimless", targets=())), "aimless")
     with pytest.raises(PluginError, match=r"DeviceInfo.targets must be a nonempty tuple"):
         hrx.open_device("aimless")
+    plugins.register(_plugin(_engine_with(guide, "unmapped", host_memory=True, host_mappable=False)), "unmapped")
+    with pytest.raises(PluginError, match=r"DeviceInfo.host_memory needs host_mappable=True"):
+        hrx.open_device("unmapped")
 
 
 def test_misaligned_allocations_are_an_error_at_first_use(clean, guide) -> None:

@@ -232,8 +232,8 @@ def test_upload_blocking_and_allocate_from(stream):
 
 
 def test_failed_submission_keeps_accepted_chunks_on_timeline():
-    """Host engine fault injection: chunk 3 of 4 fails to submit."""
-    dev = hrx.device("host", max_transfer_bytes=1 << 30, copy_queues=1)
+    """Host engine fault injection: chunk 3 of 4 fails to submit (staged as on a GPU)."""
+    dev = hrx.device("host", max_transfer_bytes=1 << 30, copy_queues=1, direct_host_access=False)
     s = dev.stream()
     n = 3 * MAX_CHUNK_BYTES + 4096
     dst = s.allocate_from(np.zeros(n, np.uint8))
@@ -473,6 +473,88 @@ def test_a_failure_crosses_wait_event(dev):
         same.wait_event(producer.record_event())
         with pytest.raises(hrx.DeviceError, match="waited for work"):
             same.synchronize()
+
+
+# -- uploads into plain host memory (DeviceInfo.host_memory) ------------------------------
+
+def test_upload_on_an_idle_queue_copies_at_once():
+    """The host engine's buffers are host memory: an upload on an idle queue is one copy
+    on the calling thread, complete on return, no staging ring."""
+    dev = hrx.device("host")
+    assert dev.info.host_memory and not hrx.device("host", direct_host_access=False).info.host_memory
+    s = dev.stream()
+    dst = s.allocate(3 * MAX_CHUNK_BYTES + 5)
+    s.synchronize()
+    data = np.random.default_rng(1).integers(0, 256, dst.nbytes, dtype=np.uint8)
+    before = dev.stats.upload_bytes
+    done = s.upload(dst.slice(1, dst.nbytes - 1), data[1:])
+    assert done.is_complete and s.staging_bytes == 0
+    assert dev.stats.upload_bytes - before == dst.nbytes - 1
+    data[1:].fill(0)  # the caller may reuse its data at once
+    out = s.download(dst)
+    assert (out[1:] == np.random.default_rng(1).integers(0, 256, dst.nbytes, dtype=np.uint8)[1:]).all()
+    done.wait()
+
+
+def test_upload_orders_after_work_pending_on_its_queue():
+    """Work still queued on the stream (a slow kernel writing the destination) keeps the
+    upload behind it: the upload's bytes are what remains."""
+    dev = hrx.device("host")
+    s = dev.stream()
+    flag = s.allocate_from(np.zeros(4, np.uint32))
+    s.synchronize()
+    s.dispatch(SLEEPY, 1, [flag], scalars=(100_000_000,))  # writes 1 after ~0.1 s
+    done = s.upload(flag, np.full(4, 7, np.uint32))
+    done.wait()
+    assert (s.download(flag).view(np.uint32) == 7).all()
+
+
+def test_upload_orders_after_a_wait_for_another_stream():
+    """A wait for another stream's event is pending work of this queue: an upload issued
+    after it lands after the other stream's write."""
+    dev = hrx.device("host")
+    a, b = dev.stream(), dev.stream()
+    flag = a.allocate_from(np.zeros(4, np.uint32))
+    a.synchronize()
+    a.dispatch(SLEEPY, 1, [flag], scalars=(100_000_000,))
+    b.wait_event(a.record_event())
+    if b.slot is a.slot:
+        pytest.skip("the two streams share a queue")
+    b.upload(flag, np.full(4, 7, np.uint32)).wait()
+    a.synchronize()
+    assert (b.download(flag).view(np.uint32) == 7).all()
+
+
+def test_upload_after_a_reported_failure_completes_cleanly():
+    """The completion of a direct upload is its own: an earlier failed kernel on the
+    stream does not make it raise."""
+    dev = hrx.device("host")
+    s = dev.stream()
+    buf = s.allocate_from(np.zeros(16, np.uint8))
+    s.synchronize()
+
+    def boom(b):
+        raise RuntimeError("kernel exploded")
+
+    failed = s.dispatch(hrx.Kernel("boom", buffers=1, host=boom), 1, [buf])
+    with pytest.raises(hrx.DeviceError, match="exploded"):
+        failed.wait()
+    done = s.upload(buf, np.full(16, 3, np.uint8))
+    done.wait()
+    with pytest.raises(hrx.DeviceError):
+        s.synchronize()  # the kernel's failure is still the stream's to report
+    assert (s.download(buf) == 3).all()
+
+
+def test_upload_into_a_mapped_destination_is_refused_before_copying():
+    dev = hrx.device("host")
+    s = dev.stream()
+    buf = s.allocate_from(np.zeros(64, np.uint8))
+    s.synchronize()
+    with buf.map("read") as host:
+        with pytest.raises(hrx.AccessConflict):
+            s.upload(buf, np.ones(64, np.uint8))
+        assert (host == 0).all()
 
 
 @pytest.mark.parametrize("threads", ["1", "4"])

@@ -150,7 +150,7 @@ class HostDevice(EngineDevice):
         #: Test aid: each command first sleeps a random 0..jitter_us microseconds, which
         #: shuffles the interleaving of queues and graph branches so races surface.
         self.jitter_us = jitter_us
-        #: False makes upload_blocking/download stage like a discrete GPU (for tests).
+        #: False makes upload, upload_blocking and download stage like a discrete GPU (for tests).
         self.direct_host_access = bool(direct_host_access)
         try:
             memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -173,6 +173,7 @@ class HostDevice(EngineDevice):
             native_graphs=True,
             dlpack_device_type=1,
             imports_host_memory=True,
+            host_memory=self.direct_host_access,
             properties={"threads": os.cpu_count() or 1, "reference": "semantics reference, not an accelerator"},
         )
 
