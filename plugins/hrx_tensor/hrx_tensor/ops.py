@@ -405,10 +405,10 @@ class TensorOps(OpFamily):
     def _record_dispatch(self, g: Graph, launch: tuple[tuple[Any, ...], dict[str, Any]]) -> None:
         """Record a linear's dispatch into ``g``. A bulk-copy GEMV (of either block size)
         is a persistent grid sized to fill the GPU: two of them running concurrently
-        interleave their blocks and both finish late (measured on the H200, two 12288x16384 projections in one
-        graph: 219 us as branches against 186 us one after the other), so one recorded
-        after another in the same graph waits for it (an explicit edge beside those the
-        declared access gives)."""
+        interleave their blocks and both finish late (measured on the H200, two
+        12288x16384 projections in one graph: 219 us as branches against 186 us one
+        after the other), so one recorded after another in the same graph waits for it
+        (an explicit edge beside those the declared access gives)."""
         (kernel, *rest), kw = launch
         deps = None
         if self._linear_bulk is not None and kernel.name in _BULK_NAMES:
