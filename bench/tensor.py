@@ -257,11 +257,9 @@ def cuda_bench(reps: int, only: str | None = None) -> list[dict]:
     return out
 
 
-def eager_rates(ops, x, ws, tx, tw, wbytes: int, iters: int):
-    """Two functions timing ``iters`` eager projections over the rotated weights (weight
-    TB/s): ``TensorOps.linear`` and torch ``F.linear``."""
-    import torch
-    import torch.nn.functional as F
+def hrx_eager_rate(ops, x, ws, wbytes: int, iters: int):
+    """A function timing ``iters`` eager ``TensorOps.linear`` calls over the rotated
+    weights ``ws`` (weight TB/s)."""
 
     def hrx_eager() -> float:
         t0 = time.perf_counter()
@@ -269,6 +267,17 @@ def eager_rates(ops, x, ws, tx, tw, wbytes: int, iters: int):
             ops.linear(x, ws[i % len(ws)]).close()
         ops.stream.synchronize()
         return wbytes * iters / (time.perf_counter() - t0) / 1e12
+
+    return hrx_eager
+
+
+def eager_rates(ops, x, ws, tx, tw, wbytes: int, iters: int):
+    """Two functions timing ``iters`` eager projections over the rotated weights (weight
+    TB/s): ``TensorOps.linear`` and torch ``F.linear``."""
+    import torch
+    import torch.nn.functional as F
+
+    hrx_eager = hrx_eager_rate(ops, x, ws, wbytes, iters)
 
     def torch_eager() -> float:
         torch.cuda.synchronize()

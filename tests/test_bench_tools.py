@@ -65,3 +65,25 @@ def test_occupancy_variant_names(tools, name, want):
 def test_occupancy_refuses_unknown_variants(tools, name):
     with pytest.raises(SystemExit, match="unknown variant"):
         tools[1].budgets(name)
+
+
+def test_plan_ab_runs_every_variant_on_the_host(monkeypatch, capsys):
+    """bench/tools/plan_ab.py on the host engine at a small shape: every variant's line,
+    and the switches restored after each TensorOps is made."""
+    from hrx_tensor import TensorOps
+
+    monkeypatch.syspath_prepend(str(TOOLS))
+    monkeypatch.syspath_prepend(str(TOOLS.parent))
+    import plan_ab
+
+    monkeypatch.setattr(sys, "argv", ["plan_ab.py", "--engine", "host", "--shapes", "64x96", "--variants",
+                                      "six,warp,warp6", "--reps", "1", "--rotate", "40000", "--measure", "100000"])
+    assert plan_ab.main() == 0
+    out = capsys.readouterr().out
+    assert "64x96 (0 MiB, 4 weights):" in out
+    for v in ("plan", "six", "warp", "warp6"):
+        assert f"  {v} " in out
+    assert TensorOps.use_budget_linear is True and TensorOps.use_bulk_linear is True
+    monkeypatch.setattr(sys, "argv", ["plan_ab.py", "--variants", "nine"])
+    with pytest.raises(SystemExit):
+        plan_ab.main()

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hrx_tensor import TensorOps
 from ml_dtypes import bfloat16
 from results_file import rounds  # bench/results_file.py
-from tensor import SWEEP_MEASURE_BYTES, SWEEP_ROTATE_BYTES  # bench/tensor.py
+from tensor import SWEEP_MEASURE_BYTES, SWEEP_ROTATE_BYTES, hrx_eager_rate, hrx_replay_rate  # bench/tensor.py
 
 import hrx_core as hrx
 from hrx_core.execution import Runtime
@@ -73,21 +72,10 @@ def variant_rates(ops: TensorOps, rt: Runtime, x, ws, wbytes: int, measure: int)
     rt.submit(g).wait(timeout=120)
     loops = max(1, measure // (wbytes * len(ws)))
 
-    def eager() -> float:
-        t0 = time.perf_counter()
-        for i in range(iters):
-            ops.linear(x, ws[i % len(ws)]).close()
-        ops.stream.synchronize()
-        return wbytes * iters / (time.perf_counter() - t0) / 1e12
-
     def graph() -> float:
-        t0 = time.perf_counter()
-        for _ in range(loops):
-            sub = rt.submit(g)
-        sub.wait(timeout=120)
-        return wbytes * len(ws) * loops / (time.perf_counter() - t0) / 1e12
+        return hrx_replay_rate(rt, g, wbytes * len(ws), loops)
 
-    return eager, graph, [g, *outs]
+    return hrx_eager_rate(ops, x, ws, wbytes, iters), graph, [g, *outs]
 
 
 def main() -> int:
