@@ -93,6 +93,7 @@ def report() -> dict[str, Any]:
                     },
                     "coherent_shared_memory": info.coherent_shared_memory,
                     "host_mappable": info.host_mappable,
+                    "host_memory": info.host_memory,
                     "native_graphs": info.native_graphs,
                     "properties": {k: str(v) for k, v in info.properties.items()},
                 }
