@@ -4,12 +4,14 @@
 # write bench/results/h200.json, each under its own time limit. Carry pyelftools and
 # msgpack wheels as well (hrx-amdf's dependencies, installed here without --deps).
 #
-#   bash bench/h200.sh [tests] [hot] [launch] [graph] [runtime] [tensor] [tensor-sweep] [image] [model] [npu] [artifacts] [amdgpu] [gpu-rest] [attention] [pdl] [occupancy] [budget] [none]
+#   bash bench/h200.sh [tests] [hot] [launch] [graph] [runtime] [tensor] [tensor-sweep] [image] [model] [npu] [artifacts] [amdgpu] [gpu-rest] [attention] [pdl] [occupancy] [budget] [plan] [eager] [none]
 #
 # (none: install only, for a diagnostic run after it; attention: the GPT-2 kernel tests
 # and bench/tools/attention_ab.py; pdl: bench/tools/pdl_ab.py's variants; occupancy:
 # bench/tools/occupancy_ab.py; budget: bench/tools/budget_ab.py and the GEMV's splits at
-# each register budget (gemv_variants.py); none of these is part of the default run)
+# each register budget (gemv_variants.py); plan: bench/tools/plan_ab.py at the sweep's
+# large shapes; eager: bench/tools/eager_probe.py (wall, thread and process CPU time of
+# host-bound eager GEMVs); none of these is part of the default run)
 #
 # With no argument it runs everything. Logs and the results file go to $OUT (or ./h200-out).
 # A copy of the tree whose git metadata is not current (a remote device's) records a
@@ -62,6 +64,9 @@ for step in $steps; do
     budget) run budget-ab 120 python3 bench/tools/budget_ab.py --all ;  # hrx_tensor's GEMV at both budgets, every warp-kernel sweep shape
             run budget-splits 240 python3 bench/tools/gemv_variants.py --unroll 4,2b8 --reps 100 \
               --shapes 1024x8192,2048x4096,2048x8192,2560x8192,4096x2048,4096x4096,6144x2048,8192x2048,16384x1024 ;;  # splits at each budget
+    plan) run plan-ab 240 python3 bench/tools/plan_ab.py --variants plan,six,warp,warp6 \
+            --shapes 4096x16384,8192x8192,8192x16384,12288x16384,16384x4096,16384x8192,16384x16384 ;;  # the GEMV plan against its variants
+    eager) run eager-probe 120 python3 bench/tools/eager_probe.py --engine cuda ;;  # where host-bound eager GEMV time goes
     none) ;;  # install only (for diagnostics run after it)
     *) echo "unknown step $step"; exit 2 ;;
   esac

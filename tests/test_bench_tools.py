@@ -87,3 +87,16 @@ def test_plan_ab_runs_every_variant_on_the_host(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["plan_ab.py", "--variants", "nine"])
     with pytest.raises(SystemExit):
         plan_ab.main()
+
+
+def test_eager_probe_reports_its_clocks_on_the_host(monkeypatch, capsys):
+    """bench/tools/eager_probe.py on the host engine: one line of clocks a shape."""
+    monkeypatch.syspath_prepend(str(TOOLS))
+    monkeypatch.syspath_prepend(str(TOOLS.parent))
+    import eager_probe
+
+    monkeypatch.setattr(sys, "argv", ["eager_probe.py", "--engine", "host", "--shapes", "64x96,128x64", "--calls", "20",
+                                      "--rounds", "1", "--rotate", "40000"])
+    assert eager_probe.main() == 0
+    out = capsys.readouterr().out
+    assert out.count("  hrx          wall ") == 2 and "64x96 (0 MiB, 4 weights;" in out and "threads after:" in out
