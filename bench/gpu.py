@@ -52,10 +52,15 @@ def hot_path_status() -> dict:
 
 def with_hot_path(entries: list[dict]) -> list[dict]:
     """Mark launch/graph entries with the hot path that produced them."""
+    from hrx_core import fastpath
+
     state = hot_path_status()
     note = "compiled hot path" if state["compiled"] else f"Python fallback (hot path: {state['reason']})"
+    core = fastpath.status()
+    note += "; compiled core replay" if core["compiled"] else f"; Python core replay ({core['reason']})"
     for e in entries:
         e["hot_path"] = state
+        e["core_replay"] = core["compiled"]
         e["note"] = note if not e.get("note") else f"{e['note']}; {note}"
     return entries
 

@@ -358,6 +358,21 @@ class NativeGraph(abc.ABC):
         queue.signal(timeline, value)
         return True
 
+    def fast_launch(self, queue: NativeQueue) -> tuple[int, int, Callable[[int, int, int], None], Any] | None:
+        """Optional: a C entry point for :meth:`launch` on ``queue``, called by the
+        core's compiled replay (:mod:`hrx_core.fastpath`) under the queue's lock.
+
+        Returns ``(entry, argument, on_failure, keep)``: ``entry`` the address of a C
+        function ``int entry(void *argument, long long info[2])`` that makes one replay
+        on ``queue`` and returns 0; or -1 having done nothing (whatever the Python
+        :meth:`launch` would handle first -- staged patches, a closed graph, another
+        context current -- the core then calls :meth:`launch`); or a native failure
+        code with ``info`` = (step, node), which the core hands to ``on_failure(code,
+        step, node)`` (it raises, or returns once the replay went through after all).
+        ``keep`` keeps ``argument`` alive. None (the default): the core calls
+        :meth:`launch` from its compiled replay."""
+        return None
+
     def close(self) -> None:  # noqa: B027
         """Destroy."""
 

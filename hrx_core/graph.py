@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from . import transfer
 from .buffer import EPOCH, Allocation, Binding, Buffer, View, as_binding, backing_of
 from .completion import Completion
+from .device import AUTO_FLUSH_OPS
 from .engine import Access, BufferArg, Executable, GraphNode, NativeGraph, NativeQueue
 from .errors import InvalidArgument, OutOfBounds, Overlap, show
 from .hazards import HazardTracker
@@ -173,6 +174,9 @@ class Graph:
         self._prepared: list[list[tuple[str, dict[str, Any]]]] = []
         self._closed = False
         self.launches = 0
+        # the compiled common replay (hrx_core.fastpath), made for the plan in _fast_for
+        self._fast: Any = None
+        self._fast_for: Any = None
 
     def __repr__(self) -> str:
         kind = "access" if self.inferred else "explicit"
@@ -458,10 +462,19 @@ class Graph:
         replay: each new binding is validated once, and on native graphs only the
         argument cells it feeds are rewritten (:meth:`NativeGraph.patch_args`), with
         overlap checks only where the new memory is bound elsewhere in the graph."""
-        if stream is None and not inputs and self._plan is not None and not self._rebound and not self._closed:
-            # the common replay: the recording stream, the default bindings, a current
-            # plan -- what follows, without the checks that cannot fail here
-            return self._launch_signaled(self.stream, lazy=True)
+        if stream is None and not inputs:
+            fast = self._fast
+            if fast is not None:
+                completion: Completion | None = fast(self)  # the compiled replay; None: it did nothing
+                if completion is not None:
+                    return completion
+            if self._plan is not None and not self._rebound and not self._closed:
+                # the common replay: the recording stream, the default bindings, a
+                # current plan -- what follows, without the checks that cannot fail here
+                completion = self._launch_signaled_py(self.stream, True)
+                if self._fast_for is not self._plan:
+                    self._make_fast()
+                return completion
         self._check_open()
         stream = self.stream if stream is None else stream
         if not isinstance(stream, Stream):
@@ -530,7 +543,34 @@ class Graph:
             a.note_use(completion, start, end, writes)
         self.launches += 1
         self.device.stats.graph_launches += 1
+        if not inputs and self._fast_for is not self._plan and stream is self.stream and not self._rebound:
+            self._make_fast()
         return completion
+
+    def _make_fast(self) -> None:
+        """Make the compiled replay of the current plan (see :mod:`hrx_core.fastpath`),
+        where it can be built: after a replay, so the queue and native graph exist."""
+        plan, record = self._plan, self._record
+        self._fast_for = plan
+        self._fast = None
+        if plan is None or record is None or self._closed or not self.nodes:
+            return
+        slot = self.stream.slot
+        queue = slot._native
+        if queue is None:
+            return
+        from . import fastpath
+
+        mod = fastpath.module()
+        if not mod.compiled:
+            return
+        native_graph = self._native if self.device.info.native_graphs else None
+        entry = native_graph.fast_launch(queue) if native_graph is not None else None
+        address, argument, on_failure, keep = entry if entry is not None else (0, 0, None, None)
+        self._fast = mod.lib.Replayer(
+            plan, self._native, record, EPOCH, slot, self.stream, self.device.stats, tuple(self._executables),
+            plan[2], on_failure, address, argument, keep, self.owned, AUTO_FLUSH_OPS,
+        )
 
     def _check_launchable(self, record: LaunchRecord, slot: QueueSlot) -> None:
         """What a replay checks under the queue's lock: the launch record is current
@@ -551,6 +591,16 @@ class Graph:
         caller (the runtime) validated ``stream`` when the region was made. ``lazy``:
         the launch alone, its value signalled as a stream's work is (every few
         operations, or once something waits on, polls or orders after it)."""
+        if lazy and stream is self.stream:
+            fast = self._fast
+            if fast is not None:
+                completion: Completion | None = fast(self)  # the compiled replay; None: it did nothing
+                if completion is not None:
+                    return completion
+        return self._launch_signaled_py(stream, lazy)
+
+    def _launch_signaled_py(self, stream: Stream, lazy: bool) -> Completion:
+        """:meth:`_launch_signaled` without the compiled replay."""
         slot = stream.slot
         record = self._record
         if self._plan is None or record is None or self._closed or self._rebound \

@@ -150,6 +150,21 @@ def load(name: str, cdef: str, source: str, *, flags: Sequence[str] = ()) -> Hot
     has ``compiled == False`` and the reason. Raises :class:`InvalidArgument` only for
     arguments of the wrong type or a ``name`` that is not a short identifier.
     """
+    return _load(name, cdef, source, flags, cffi_module=True)
+
+
+def load_extension(name: str, source: str, *, flags: Sequence[str] = ()) -> HotModule:
+    """A plain CPython extension (no cffi) built from ``source`` like :func:`load`.
+
+    ``source`` is C that includes ``Python.h`` and defines ``static PyObject
+    *hrx_module_create(const char *name)`` (returning the new module object); the
+    builder adds the ``PyInit_`` function its cache name needs. The result's ``lib`` is
+    the imported module (``ffi`` is None). Same cache, fallbacks and reasons as
+    :func:`load`, except that cffi is not needed."""
+    return _load(name, "", source, flags, cffi_module=False)
+
+
+def _load(name: str, cdef: str, source: str, flags: Sequence[str], *, cffi_module: bool) -> HotModule:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidArgument(f"name: expected an identifier of at most 64 characters, got {name!r}")
     for label, text in (("cdef", cdef), ("source", source)):
@@ -165,7 +180,7 @@ def load(name: str, cdef: str, source: str, *, flags: Sequence[str] = ()) -> Hot
         root = cache_root()
     except Exception as exc:  # noqa: BLE001 - no home directory, odd HRX_CACHE_DIR
         return HotModule(name, None, None, f"no compile cache: {exc}", None)
-    key_digest = digest(name, cdef, source, flags)
+    key_digest = digest(name, cdef, source, flags if cffi_module else ("python-extension", *flags))
     key = (str(root), key_digest)
     module = _modules.get(key)
     if module is not None:
@@ -180,7 +195,7 @@ def load(name: str, cdef: str, source: str, *, flags: Sequence[str] = ()) -> Hot
         module = _modules.get(key) or _modules.get(failure_key)
         if module is None:
             try:
-                module = _load_or_build(name, cdef, source, root, key_digest, flags)
+                module = _load_or_build(name, cdef, source, root, key_digest, flags, cffi_module)
             except Exception as exc:  # noqa: BLE001 - a hot path must never break its caller
                 module = HotModule(name, None, None, f"unexpected {type(exc).__name__}: {exc}", None)
             _modules[key if module.compiled else failure_key] = module
@@ -195,18 +210,20 @@ def _module_name(name: str, key_digest: str) -> str:
 
 
 def _load_or_build(name: str, cdef: str, source: str, root: Path, key_digest: str,
-                   flags: tuple[str, ...]) -> HotModule:
-    try:
-        import cffi
-    except ImportError:
-        return HotModule(name, None, None, "cffi is not installed", None)
+                   flags: tuple[str, ...], cffi_module: bool = True) -> HotModule:
+    cffi: Any = None
+    if cffi_module:
+        try:
+            cffi = importlib.import_module("cffi")
+        except ImportError:
+            return HotModule(name, None, None, "cffi is not installed", None)
     modname = _module_name(name, key_digest)
     final = root / key_digest
     library = final / f"{modname}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
     stale = ""
     if library.is_file():
         try:
-            return _import(name, modname, library, "loaded from the cache")
+            return _import(name, modname, library, "loaded from the cache", cffi_module)
         except Exception as exc:  # noqa: BLE001 - a damaged cache entry: build it again
             stale = f"{type(exc).__name__}: {exc}"
     built = _build(cffi, name, modname, cdef, source, root, library.name, flags)
@@ -214,7 +231,7 @@ def _load_or_build(name: str, cdef: str, source: str, root: Path, key_digest: st
         return built
     try:
         _publish(built, final, replace=bool(stale))
-        return _import(name, modname, library, f"built with {compiler_command()[0]}")
+        return _import(name, modname, library, f"built with {compiler_command()[0]}", cffi_module)
     except Exception as exc:  # noqa: BLE001
         why = f"{type(exc).__name__}: {exc}"
         return HotModule(name, None, None, f"cannot load the built extension: {why}", None)
@@ -222,7 +239,7 @@ def _load_or_build(name: str, cdef: str, source: str, root: Path, key_digest: st
         shutil.rmtree(built, ignore_errors=True)
 
 
-def _build(cffi: Any, name: str, modname: str, cdef: str, source: str, root: Path, filename: str,
+def _build(cffi: Any | None, name: str, modname: str, cdef: str, source: str, root: Path, filename: str,
            flags: tuple[str, ...]) -> Path | HotModule:
     """Compile into a private temporary directory; its path, or a fallback HotModule."""
     global builds
@@ -242,10 +259,14 @@ def _build(cffi: Any, name: str, modname: str, cdef: str, source: str, root: Pat
     except OSError as exc:
         return HotModule(name, None, None, f"cache not writable: {exc}", None)
     try:
-        ffi = cffi.FFI()
-        ffi.cdef(cdef)
         c_file = tmp / f"{modname}.c"
-        _emit_c(ffi, modname, source, c_file)
+        if cffi is not None:
+            ffi = cffi.FFI()
+            ffi.cdef(cdef)
+            _emit_c(ffi, modname, source, c_file)
+        else:
+            c_file.write_text(f"{source}\n\nPyMODINIT_FUNC PyInit_{modname}(void)\n"
+                              f"{{\n    return hrx_module_create(\"{modname}\");\n}}\n")
         builds += 1
         started = time.monotonic()
         try:
@@ -295,14 +316,17 @@ def _publish(built: Path, final: Path, *, replace: bool) -> None:
             raise  # not a lost race: the cache directory is unusable
 
 
-def _import(name: str, modname: str, library: Path, reason: str) -> HotModule:
+def _import(name: str, modname: str, library: Path, reason: str, cffi_module: bool = True) -> HotModule:
     loader = importlib.machinery.ExtensionFileLoader(modname, str(library))
     spec = importlib.util.spec_from_file_location(modname, str(library), loader=loader)
     if spec is None:
         raise ImportError(f"no module spec for {library}")
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
+    if not cffi_module:
+        return HotModule(name, None, module, reason, str(library))
     return HotModule(name, module.ffi, module.lib, reason, str(library))
 
 
-__all__ = ["ENV", "HotModule", "cache_root", "compiler_command", "digest", "enabled", "forget", "load"]
+__all__ = ["ENV", "HotModule", "cache_root", "compiler_command", "digest", "enabled", "forget", "load",
+           "load_extension"]

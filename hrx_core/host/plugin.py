@@ -21,10 +21,11 @@ def hrx_compilers():  # type: ignore[no-untyped-def]
 
 @hookimpl
 def hrx_doctor():  # type: ignore[no-untyped-def]
-    """How HRX builds native host code here: each compiler, whether it builds, the cache."""
-    from .. import native
+    """How HRX builds native host code here: each compiler, whether it builds, the
+    cache; and whether the core's compiled replay (hrx_core.fastpath) is in use."""
+    from .. import fastpath, native
 
-    return native.doctor_rows()
+    return [*native.doctor_rows(), fastpath.doctor_row()]
 
 
 @hookimpl

@@ -284,7 +284,9 @@ CUresult cuGraphExecMemcpyNodeSetParams(void *exec, void *node, const void *p, v
 
 CUresult cuGraphExecDestroy(void *exec) { (void)exec; return 0; }
 CUresult cuGraphDestroy(void *graph) { (void)graph; return 0; }
-CUresult cuCtxSetCurrent(void *ctx) { (void)ctx; return 0; }
+static __thread void *current_ctx;
+CUresult cuCtxSetCurrent(void *ctx) { current_ctx = ctx; return 0; }
+CUresult cuCtxGetCurrent(void **ctx) { *ctx = current_ctx; return 0; }
 CUresult cuStreamCreate(void **stream, unsigned int flags) { (void)flags; *stream = (void *)(next_handle++); return 0; }
 CUresult cuStreamSynchronize(void *stream) { (void)stream; return 0; }
 CUresult cuStreamDestroy_v2(void *stream) { (void)stream; return 0; }

@@ -728,6 +728,92 @@ def test_graph_sticky_failure_and_launch_failure_are_typed(world: Any, mode: str
     graph.close()
 
 
+def _fast_call(graph: Any, queue: Any) -> Any:
+    """The graph's hrx_graph_fast entry, called as the core's compiled replay calls it:
+    returns (code, info) per call."""
+    entry = graph.fast_launch(queue)
+    assert entry is not None
+    address, argument, on_failure, keep = entry
+    ffi = graph._hot.ffi
+    fn = ffi.cast("int (*)(void *, long long *)", address)
+    arg = ffi.cast("void *", argument)
+
+    def call() -> tuple[int, tuple[int, int]]:
+        info = ffi.new("long long[2]", [0, -1])
+        return int(fn(arg, info)), (int(info[0]), int(info[1]))
+
+    call.on_failure = on_failure  # type: ignore[attr-defined]
+    call.keep = keep  # type: ignore[attr-defined]
+    return call
+
+
+def test_graph_fast_entry_replays_or_does_nothing(world: Any, compiled: Any) -> None:
+    """hrx_graph_fast: the launch (after dirty node updates) where launch() would make
+    exactly that call, and nothing (-1) where launch() has something to do first."""
+    from hrx_gpu.cuda.hot import STEP_LAUNCH, STEP_SET_PARAMS
+
+    fake, graph = _start(world)
+    assert graph.hot_path
+    lib, ffi = fake.driver.lib, fake.driver.ffi
+    fast = _fast_call(graph, world.queue)
+    exec_ = int(ffi.cast("uintptr_t", graph._exec))
+    lib.cuCtxSetCurrent(ffi.cast("CUcontext", 0xBAD))  # another context: nothing
+    assert fast() == (-1, (0, -1)) and fake.calls() == []
+    lib.cuCtxSetCurrent(world.device.ctx)
+    assert fast() == (0, (0, -1))
+    assert [(c["kind"], c["exec"], c["stream"]) for c in fake.calls()] == [(GRAPH_LAUNCH, exec_, world.queue.stream_address)]
+    # staged patches are launch()'s: nothing, then launch() applies them, then fast again
+    fake.reset(widths=(8, 4))
+    assert graph.patch_args([(1, 0, barg(0x71000))])
+    assert fast() == (-1, (0, -1)) and fake.calls() == []
+    graph.launch(world.queue)
+    assert [c["kind"] for c in fake.calls()] == [SET_PARAMS, GRAPH_LAUNCH]
+    fake.reset(widths=(8, 4))
+    assert fast() == (0, (0, -1)) and [c["kind"] for c in fake.calls()] == [GRAPH_LAUNCH]
+    # a node update left dirty by a sticky failure is retried by the fast call
+    fake.reset(widths=(8, 4))
+    graph.patch_args([(2, 0, barg(0x72000))])
+    fake.fail(SET_PARAMS, 700)
+    with pytest.raises(HRXError):
+        graph.launch(world.queue)
+    fake.reset(widths=(8, 4))
+    assert fast() == (0, (0, -1))
+    assert [(c["kind"], c["values"]) for c in fake.calls()] == [(SET_PARAMS, (0x72000, 2)), (GRAPH_LAUNCH, ())]
+    # failures: the code with the step and node; the handler raises as launch() would
+    fake.reset(widths=(8, 4))
+    fake.fail(GRAPH_LAUNCH, 999)
+    code, info = fast()
+    assert (code, info) == (999, (STEP_LAUNCH, -1))
+    with pytest.raises(HRXError, match="cuGraphLaunch"):
+        fast.on_failure(code, *info)
+    fake.reset(widths=(8, 4))
+    graph.patch_args([(0, 0, barg(0x73000))])
+    graph.launch(world.queue)  # applied
+    graph._record.pending = 1
+    graph._dirty[3] = 1
+    fake.reset(widths=(8, 4))
+    fake.fail(SET_PARAMS, 1)  # refused (not sticky): the handler rebuilds and launches
+    code, info = fast()
+    assert (code, info) == (1, (STEP_SET_PARAMS, 3))
+    fast.on_failure(code, *info)
+    assert graph.rebuilds == 1 and fake.calls()[-1]["kind"] == GRAPH_LAUNCH
+    # the rebuilt graph's record is the one the entry replays
+    fake.reset(widths=(8, 4))
+    assert fast() == (0, (0, -1))
+    assert fake.calls()[0]["exec"] == int(ffi.cast("uintptr_t", graph._exec)) != exec_
+    graph.close()
+    fake.reset(widths=(8, 4))
+    assert fast() == (-1, (0, -1)) and fake.calls() == []
+    assert graph.fast_launch(world.queue) is None
+
+
+def test_graph_fast_entry_needs_the_hot_path(world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HRX_HOT_PATH", "0")
+    _fake, graph = _start(world)
+    assert not graph.hot_path and graph.fast_launch(world.queue) is None
+    graph.close()
+
+
 def _timeline(world: Any) -> Any:
     """A CUDA timeline whose counter lives at a fake device address (nothing reads it)."""
     from hrx_gpu.cuda.timeline import CudaTimeline

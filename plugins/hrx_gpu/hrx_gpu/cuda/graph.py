@@ -33,6 +33,7 @@ error is raised, anything else rebuilds the graph from the current nodes.
 from __future__ import annotations
 
 import array
+import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -102,6 +103,8 @@ class CudaGraph(NativeGraph):
         self._cells_epoch = 0
         #: The compiled hot path, or None for the Python replay (decided once, here).
         self._hot = for_driver(device.driver)
+        # the current hrx_graph_record for the core's compiled replay (NULL once closed)
+        self._record_ref: Any = self._hot.ffi.new("hrx_graph_record *[1]") if self._hot is not None else None
         # patches accepted by patch_args but not folded into self._nodes yet
         self._log: list[tuple[int, int, BufferArg]] = []
         self._build()
@@ -246,6 +249,7 @@ class CudaGraph(NativeGraph):
             record.nodes = self._hot_nodes
             record.nnodes = count
             self._record = record
+            self._record_ref[0] = record
             self._result = hffi.new("hrx_replay_result *")
             self._hot_replay = hot.replay
             self._grow(max(16, 2 * cells))
@@ -513,6 +517,23 @@ class CudaGraph(NativeGraph):
         tl.note_signal(q, value)
         return True
 
+    def fast_launch(self, queue: NativeQueue) -> tuple[int, int, Any, Any] | None:
+        """The compiled hot path's ``hrx_graph_fast`` for :mod:`hrx_core.fastpath`: one
+        replay on ``queue`` (``cuGraphLaunch``, after any dirty node updates), or
+        nothing where :meth:`launch` has work first (cells staged, the graph closed,
+        another context current on the calling thread). None without the hot path."""
+        hot = self._hot
+        if hot is None or self.closed:
+            return None
+        q: CudaQueue = queue  # type: ignore[assignment]
+        pack = hot.ffi.new("hrx_fast_replay *")
+        pack.graph = self._record_ref
+        pack.stream = q.stream_address
+        pack.ctx_get = hot.ctx_get
+        pack.ctx = int(self.device.driver.ffi.cast("uintptr_t", self.device.ctx))
+        address = int(hot.ffi.cast("uintptr_t", pack))
+        return hot.graph_fast, address, functools.partial(self._failed, q, True), (pack, self._record_ref)
+
     def patch_args(self, patches: Sequence[tuple[int, int, BufferArg]]) -> bool:
         """Point buffer arguments of kernel nodes at new ranges (the core validated them).
 
@@ -548,6 +569,7 @@ class CudaGraph(NativeGraph):
                 flat[k + i] = word
             k += len(words)
             self._ncells = k // 3
+            self._record.staged = 1  # the compiled replay leaves them to launch()
         else:
             refs = self._cell_refs
             staged: list[tuple[Any, int]] = []
@@ -620,6 +642,7 @@ class CudaGraph(NativeGraph):
             return False  # patch_args makes room
         self._flat[3 * n:3 * (n + count)] = words
         self._ncells = n + count
+        self._record.staged = 1
         log = self._log
         log.extend(patches)
         if len(log) > self.LOG_LIMIT:
@@ -700,6 +723,8 @@ class CudaGraph(NativeGraph):
         if self.closed:
             return
         self.closed = True
+        if self._record_ref is not None:
+            self._record_ref[0] = self._hot.ffi.NULL  # type: ignore[union-attr]
         self._log = []
         device = self.device
         device._forget_graph(self)

@@ -74,6 +74,7 @@ typedef struct {
     const hrx_node_update *nodes;
     size_t nnodes;
     int pending;               /* any node dirty (cleared once all are updated) */
+    int staged;                /* cells staged in Python (cleared by each replay call) */
 } hrx_graph_record;
 
 typedef struct {
@@ -82,7 +83,16 @@ typedef struct {
     long long node;            /* the node whose update failed, else -1 */
 } hrx_replay_result;
 
+typedef struct {
+    hrx_graph_record **graph;  /* the graph's current record; NULL once it is closed */
+    uintptr_t stream;          /* CUstream */
+    uintptr_t ctx_get;         /* cuCtxGetCurrent */
+    uintptr_t ctx;             /* the device's CUcontext */
+    hrx_replay_result result;
+} hrx_fast_replay;
+
 int hrx_launch(const hrx_launch_record *record);
+int hrx_graph_fast(void *arg, long long *info);
 int hrx_graph_replay(hrx_graph_record *graph, size_t ncells, uintptr_t stream, int launch, hrx_replay_result *result);
 int hrx_graph_replay_signal(hrx_graph_record *graph, size_t ncells, uintptr_t stream, uintptr_t write_value,
                             uint64_t address, uint64_t value, hrx_replay_result *result);
@@ -131,6 +141,7 @@ typedef struct {
     const hrx_node_update *nodes;
     size_t nnodes;
     int pending;
+    int staged;
 } hrx_graph_record;
 
 typedef struct {
@@ -138,6 +149,16 @@ typedef struct {
     int step;
     long long node;
 } hrx_replay_result;
+
+typedef struct {
+    hrx_graph_record **graph;
+    uintptr_t stream;
+    uintptr_t ctx_get;
+    uintptr_t ctx;
+    hrx_replay_result result;
+} hrx_fast_replay;
+
+typedef hrx_CUresult (*hrx_ctx_get_fn)(void **ctx);
 
 int hrx_launch(const hrx_launch_record *r)
 {
@@ -152,6 +173,7 @@ int hrx_graph_replay(hrx_graph_record *g, size_t ncells, uintptr_t stream, int l
     out->code = 0;
     out->step = 0;
     out->node = -1;
+    g->staged = 0;
     for (i = 0; i < ncells; i++) {
         const hrx_cell_patch *p = &g->cells[i];
         *(uint64_t *)(uintptr_t)p->cell = p->value;
@@ -185,6 +207,26 @@ int hrx_graph_replay(hrx_graph_record *g, size_t ncells, uintptr_t stream, int l
         }
     }
     return 0;
+}
+
+/* The core's compiled replay (hrx_core.fastpath) calls this under the queue's lock:
+   -1 (nothing done) where the Python launch has something to do first -- the graph
+   closed, cells staged, another context current on this thread. */
+int hrx_graph_fast(void *arg, long long *info)
+{
+    hrx_fast_replay *f = (hrx_fast_replay *)arg;
+    hrx_graph_record *g = *f->graph;
+    void *current = 0;
+    if (g == 0 || g->staged)
+        return -1;
+    if (((hrx_ctx_get_fn)f->ctx_get)(&current) != 0 || (uintptr_t)current != f->ctx)
+        return -1;
+    hrx_CUresult code = hrx_graph_replay(g, 0, f->stream, 1, &f->result);
+    if (code) {
+        info[0] = f->result.step;
+        info[1] = f->result.node;
+    }
+    return code;
 }
 
 int hrx_graph_replay_signal(hrx_graph_record *g, size_t ncells, uintptr_t stream, uintptr_t write_value,
@@ -231,6 +273,9 @@ class CudaHot:
         self.launch_kernel = int(dffi.cast("uintptr_t", dlib.cuLaunchKernel))
         self.set_params = int(dffi.cast("uintptr_t", dlib.cuGraphExecKernelNodeSetParams_v2))
         self.graph_launch = int(dffi.cast("uintptr_t", dlib.cuGraphLaunch))
+        self.ctx_get = int(dffi.cast("uintptr_t", dlib.cuCtxGetCurrent))
+        #: the address of ``hrx_graph_fast`` (the core's compiled replay calls it)
+        self.graph_fast = int(self.ffi.cast("uintptr_t", self.ffi.addressof(mod.lib, "hrx_graph_fast")))
         #: ``cuStreamWriteValue64`` (0 where the driver lacks stream memory operations)
         self.write_value = 0 if driver.write_value64 is None else int(dffi.cast("uintptr_t", driver.write_value64))
 

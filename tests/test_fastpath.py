@@ -1,0 +1,263 @@
+"""The core's compiled replay (hrx_core.fastpath) against the Python replay path.
+
+Every engine present: the compiled replay makes the same launches, values, completions
+and counts as the Python path, and leaves to the Python path (doing nothing) every
+case that path handles with more than a read: a stale launch record, rebound inputs,
+a closed graph or queue, another thread holding the queue's lock, a changed plan.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import hrx_core as hrx
+from hrx_core import fastpath, hotpath
+from hrx_core.device import AUTO_FLUSH_OPS
+
+from .kernels import ADD_U32
+
+
+@pytest.fixture
+def compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HRX_HOT_PATH", raising=False)
+    mod = fastpath.module()
+    if not mod.compiled:
+        pytest.skip(f"compiled replay not built here: {mod.reason}")
+
+
+def _counter_graph(dev: hrx.Device, owned: bool = False) -> tuple[hrx.Stream, hrx.Buffer, hrx.Graph]:
+    s = dev.stream()
+    buf = s.allocate_from(np.zeros(64, np.uint32))
+    g = s.owned_graph() if owned else s.graph()
+    g.dispatch(ADD_U32, 1, [buf], block=64, scalars=(1, 64), deps=[])
+    return s, buf, g
+
+
+def _value(s: hrx.Stream, buf: hrx.Buffer) -> int:
+    out = s.download(buf).view(np.uint32)
+    assert (out == out[0]).all()
+    return int(out[0])
+
+
+def test_replays_compiled_like_python(dev: hrx.Device, compiled: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = {}
+    for mode in ("python", "compiled"):
+        if mode == "python":
+            monkeypatch.setenv("HRX_HOT_PATH", "0")
+        else:
+            monkeypatch.delenv("HRX_HOT_PATH")
+        s, buf, g = _counter_graph(dev)
+        before = dev.stats.graph_launches
+        completions = [g.launch() for _ in range(2 * AUTO_FLUSH_OPS + 5)]  # past two automatic signals
+        values = [c.value for c in completions]
+        completions[-1].wait()
+        assert all(c.is_complete for c in completions)
+        runs[mode] = (values, _value(s, buf), g.launches, dev.stats.graph_launches - before)
+        if mode == "compiled":
+            fast = g._fast  # made by the first replay; a miss (the lock busy) ran the Python path
+            assert fast is not None and fast.hits + fast.misses == 2 * AUTO_FLUSH_OPS + 4
+            assert fast.hits >= AUTO_FLUSH_OPS
+            assert g._fast.compiled_entry == (dev.info.engine == "cuda")
+        else:
+            assert g._fast is None
+        g.close()
+    python, compiled_ = runs["python"], runs["compiled"]
+    assert compiled_[1:] == python[1:] == (2 * AUTO_FLUSH_OPS + 5, 2 * AUTO_FLUSH_OPS + 5, 2 * AUTO_FLUSH_OPS + 5)
+    # the same values relative to the stream's first (an automatic signal every AUTO_FLUSH_OPS)
+    rel = lambda vs: [v - vs[0] for v in vs]  # noqa: E731
+    assert rel(compiled_[0]) == rel(python[0])
+
+
+def test_completion_is_shared_between_signals_and_ordered(dev: hrx.Device, compiled: None) -> None:
+    s, buf, g = _counter_graph(dev)
+    g.launch()
+    first = g.launch()
+    second = g.launch()
+    assert g._fast.hits + g._fast.misses == 2
+    assert first is second  # launches between two signals share the stream's completion
+    s.fill(buf, np.uint32(7))
+    third = g.launch()
+    assert third.value >= second.value
+    s.synchronize()
+    assert _value(s, buf) == 8
+    assert g._record.last[s.slot] is third
+
+
+def test_stale_record_takes_the_python_path(dev: hrx.Device, compiled: None) -> None:
+    s, buf, g = _counter_graph(dev)
+    g.launch()
+    g.launch()
+    fast = g._fast
+    other = dev.allocate(256)
+    other.close()  # moves the epoch: the record must be validated again
+    misses = fast.misses
+    g.launch()
+    assert fast.misses == misses + 1 and g._record.current
+    hits = fast.hits
+    g.launch()  # validated: compiled again (unless the queue's lock was busy)
+    assert fast.hits + fast.misses == hits + misses + 2
+    s.synchronize()
+    assert _value(s, buf) == 4
+
+
+def test_closed_buffer_is_refused_not_launched(dev: hrx.Device, compiled: None) -> None:
+    s, buf, g = _counter_graph(dev)
+    g.launch()
+    g.launch()
+    s.synchronize()
+    buf.close()
+    with pytest.raises(hrx.InvalidArgument, match="closed"):
+        g.launch()
+    assert g.launches == 2
+
+
+def test_rebound_inputs_and_defaults_again(dev: hrx.Device, compiled: None) -> None:
+    s = dev.stream()
+    a = s.allocate_from(np.zeros(64, np.uint32))
+    b = s.allocate_from(np.zeros(64, np.uint32))
+    g = s.graph()
+    g.input("x", a)
+    g.dispatch(ADD_U32, 1, [a], block=64, scalars=(1, 64), deps=[])
+    g.launch()
+    g.launch()
+    assert g._fast.hits + g._fast.misses == 1
+    g.launch(inputs={"x": b})
+    g.launch()  # the defaults again: bound back by the Python path
+    g.launch()
+    s.synchronize()
+    assert _value(s, a) == 4 and _value(s, b) == 1
+    assert g.launches == 5
+
+
+def test_closed_graph_raises(dev: hrx.Device, compiled: None) -> None:
+    s, buf, g = _counter_graph(dev)
+    g.launch()
+    g.launch()
+    fast = g._fast
+    hits = fast.hits
+    g.close()
+    with pytest.raises(hrx.InvalidArgument, match="closed"):
+        g.launch()
+    assert fast.hits == hits
+
+
+def test_lock_held_by_another_thread_waits(dev: hrx.Device, compiled: None) -> None:
+    s, buf, g = _counter_graph(dev)
+    g.launch()
+    g.launch()
+    fast = g._fast
+    misses = fast.misses
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with s.slot.lock:
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(10)
+    done = []
+    launcher = threading.Thread(target=lambda: done.append(g.launch()))
+    launcher.start()
+    launcher.join(0.2)
+    assert not done and fast.misses == misses + 1  # it left the call to the Python path, which waits
+    release.set()
+    t.join(10)
+    launcher.join(10)
+    assert done
+    s.synchronize()
+    assert _value(s, buf) == 3
+
+
+def test_owned_graph_close_waits_for_compiled_replays(dev: hrx.Device, compiled: None) -> None:
+    s, buf, g = _counter_graph(dev, owned=True)
+    g.launch()
+    last = g.launch()
+    assert g._fast.hits + g._fast.misses == 1 and g._last_launch[s.slot] == last.value
+    g.close()
+    s.synchronize()
+    assert _value(s, buf) == 2
+
+
+def test_new_nodes_make_a_new_replayer(dev: hrx.Device, compiled: None) -> None:
+    s, buf, g = _counter_graph(dev)
+    g.launch()
+    g.launch()
+    first = g._fast
+    g.dispatch(ADD_U32, 1, [buf], block=64, scalars=(10, 64), deps=[])
+    g.launch()
+    g.launch()
+    assert first.hits <= 1 and g._fast is not first and g._fast.hits + g._fast.misses == 1
+    s.synchronize()
+    assert _value(s, buf) == 2 + 2 * 11
+
+
+def test_a_failing_launch_raises_and_releases_the_lock(dev: hrx.Device, compiled: None) -> None:
+    s, buf, g = _counter_graph(dev)
+    g.launch()
+    g.launch()
+    fast = g._fast
+    real = fast.plan[2]
+
+    class Boom(Exception):
+        pass
+
+    def failing(queue: object) -> None:
+        raise Boom("native launch failed")
+
+    replayer = fastpath.module().lib.Replayer(
+        fast.plan, g._native, g._record, hrx.buffer.EPOCH, s.slot, s, dev.stats, tuple(g._executables),
+        failing, None, 0, 0, None, False, AUTO_FLUSH_OPS,
+    )
+    launches = g.launches
+    with pytest.raises(Boom):
+        replayer(g)
+    assert g.launches == launches
+    assert s.slot.lock.acquire(blocking=False)  # released
+    s.slot.lock.release()
+    assert real is fast.plan[2]
+    g.launch()
+    s.synchronize()
+    assert _value(s, buf) == 3
+
+
+def test_disabled_by_the_environment(dev: hrx.Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HRX_HOT_PATH", "0")
+    s, buf, g = _counter_graph(dev)
+    for _ in range(3):
+        g.launch()
+    assert g._fast is None
+    s.synchronize()
+    assert _value(s, buf) == 3
+
+
+def test_replayer_checks_its_arguments(compiled: None) -> None:
+    R = fastpath.module().lib.Replayer
+    with pytest.raises(TypeError):
+        R()
+    with pytest.raises(TypeError):  # executables must be a tuple
+        R(None, None, None, None, hrx.device("host").stream().slot, None, None, [], None, None, 0, 0, None, False, 1)
+    with pytest.raises(ValueError):
+        R(None, None, None, None, hrx.device("host").stream().slot, None, None, (), None, None, 0, 0, None, False, 0)
+
+
+def test_status_names_the_extension(compiled: None) -> None:
+    status = fastpath.status()
+    assert status["compiled"] and status["path"] and "core_replay" in status["path"]
+    assert hotpath.load_extension(fastpath.NAME, fastpath.SOURCE) is fastpath.module()
+
+
+def test_doctor_reports_the_compiled_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hrx_core.host import plugin
+
+    monkeypatch.setenv("HRX_HOT_PATH", "0")
+    rows = [r for r in plugin.hrx_doctor() if r[1] == "compiled replay"]
+    assert rows == [("core", "compiled replay", "fallback (Python): disabled by HRX_HOT_PATH=0")]
+    monkeypatch.delenv("HRX_HOT_PATH")
+    (row,) = [r for r in plugin.hrx_doctor() if r[1] == "compiled replay"]
+    mod = fastpath.module()
+    assert row[2].startswith("compiled, " if mod.compiled else "fallback (Python): ")
