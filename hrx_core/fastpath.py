@@ -40,7 +40,7 @@ SOURCE = r"""
    a positive code: the native failure, with info[0] = step and info[1] = node. */
 typedef int (*hrx_fast_fn)(void *arg, long long *info);
 
-static PyObject *s_plan, *s_native, *s_rebound, *s_gclosed, *s_closed, *s_epoch, *s_value, *s_unloaded,
+static PyObject *s_plan, *s_rebound, *s_closed, *s_epoch, *s_value, *s_unloaded,
     *s_unative, *s_needs_submit, *s_submit, *s_pending_value, *s_unsignaled_ops,
     *s_flush_locked, *s_last_launch, *s_values, *s_ulast, *s_done, *s_last,
     *s_release_retired, *s_launches, *s_graph_launches, *s_acquire, *s_release;
@@ -59,6 +59,9 @@ typedef struct {
     PyObject *launch_py;     /* encode(native_queue), used when there is no C entry */
     PyObject *on_failure;    /* on_failure(code, step, node): the engine's failure handling */
     PyObject *keep;          /* what keeps the C entry's argument alive */
+    PyObject *acquire, *release;  /* slot.lock's bound methods */
+    PyObject *native;        /* slot._native (made once per queue) */
+    int needs_submit;        /* native.needs_submit */
     hrx_fast_fn fn;
     void *arg;
     int owned;
@@ -122,13 +125,11 @@ static PyObject *Replayer_call(Replayer *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_UnpackTuple(args, "replayer", 1, 1, &graph))
         return NULL;
     int r;
+    /* (the graph drops its replayer with its plan and when it closes; a new native
+       graph comes with a new plan) */
     if ((r = attr_is(graph, s_plan, self->plan)) != 1)
         return r < 0 ? NULL : miss(self);
-    if ((r = attr_is(graph, s_native, self->native_graph)) != 1)
-        return r < 0 ? NULL : miss(self);
     if ((r = attr_is(graph, s_rebound, Py_False)) != 1)
-        return r < 0 ? NULL : miss(self);
-    if ((r = attr_is(graph, s_gclosed, Py_False)) != 1)
         return r < 0 ? NULL : miss(self);
     {
         PyObject *mine = PyObject_GetAttr(self->record, s_epoch);
@@ -150,7 +151,8 @@ static PyObject *Replayer_call(Replayer *self, PyObject *args, PyObject *kwargs)
         if ((r = attr_true(PyTuple_GET_ITEM(self->executables, i), s_unloaded)) != 0)
             return r < 0 ? NULL : miss(self);
     }
-    PyObject *got = PyObject_CallMethodOneArg(self->lock, s_acquire, Py_False);
+    PyObject *no = Py_False;
+    PyObject *got = PyObject_Vectorcall(self->acquire, &no, 1, NULL);
     if (got == NULL)
         return NULL;
     int locked = got == Py_True;
@@ -158,16 +160,13 @@ static PyObject *Replayer_call(Replayer *self, PyObject *args, PyObject *kwargs)
     if (!locked)
         return miss(self);  /* another thread holds the queue: the Python path waits for it */
 
-    PyObject *native = NULL, *value = NULL, *done = NULL, *completion = NULL, *tmp = NULL;
+    PyObject *native = self->native, *value = NULL, *done = NULL, *completion = NULL, *tmp = NULL;
     PyObject *result = NULL;
-    int launched = 0;
-    if ((r = attr_true(self->slot, s_closed)) != 0)
+    if ((r = attr_true(self->slot, s_closed)) != 0) {
+        if (r < 0)
+            goto unlock;
         goto unlock_miss;
-    native = PyObject_GetAttr(self->slot, s_unative);
-    if (native == NULL)
-        goto unlock;
-    if (native == Py_None)
-        goto unlock_miss;
+    }
     if (self->fn != NULL) {
         long long info[2] = {0, -1};
         int code = self->fn(self->arg, info);
@@ -185,10 +184,7 @@ static PyObject *Replayer_call(Replayer *self, PyObject *args, PyObject *kwargs)
             goto unlock;
         Py_CLEAR(tmp);
     }
-    launched = 1;
-    if ((r = attr_true(native, s_needs_submit)) != 0) {
-        if (r < 0)
-            goto unlock;
+    if (self->needs_submit) {
         tmp = PyObject_CallMethodNoArgs(native, s_submit);
         if (tmp == NULL)
             goto unlock;
@@ -261,7 +257,7 @@ unlock:
         /* release the lock whatever happened, keeping an exception that is set */
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
-        PyObject *rel = PyObject_CallMethodNoArgs(self->lock, s_release);
+        PyObject *rel = PyObject_Vectorcall(self->release, NULL, 0, NULL);
         if (rel == NULL) {
             if (et != NULL)
                 PyErr_Clear();
@@ -273,7 +269,6 @@ unlock:
             PyErr_Restore(et, ev, tb);
     }
     Py_XDECREF(tmp);
-    Py_XDECREF(native);
     Py_XDECREF(value);
     Py_XDECREF(completion);
     if (result == NULL || result == Py_None) {
@@ -289,7 +284,6 @@ unlock:
             PyErr_Restore(et, ev, tb);
         }
         Py_XDECREF(done);
-        (void)launched;
         return result;
     }
     if (done != NULL) {
@@ -328,6 +322,9 @@ static int Replayer_traverse(Replayer *self, visitproc visit, void *arg)
     Py_VISIT(self->launch_py);
     Py_VISIT(self->on_failure);
     Py_VISIT(self->keep);
+    Py_VISIT(self->acquire);
+    Py_VISIT(self->release);
+    Py_VISIT(self->native);
     return 0;
 }
 
@@ -345,6 +342,9 @@ static int Replayer_clear(Replayer *self)
     Py_CLEAR(self->launch_py);
     Py_CLEAR(self->on_failure);
     Py_CLEAR(self->keep);
+    Py_CLEAR(self->acquire);
+    Py_CLEAR(self->release);
+    Py_CLEAR(self->native);
     self->fn = NULL;
     return 0;
 }
@@ -378,8 +378,25 @@ static int Replayer_init(Replayer *self, PyObject *args, PyObject *kwargs)
     PyObject *lock = PyObject_GetAttrString(slot, "lock");
     if (lock == NULL)
         return -1;
+    PyObject *acquire = PyObject_GetAttr(lock, s_acquire);
+    PyObject *release = PyObject_GetAttr(lock, s_release);
+    PyObject *native = PyObject_GetAttr(slot, s_unative);
+    int needs_submit = native == NULL || native == Py_None ? -1 : attr_true(native, s_needs_submit);
+    if (acquire == NULL || release == NULL || native == NULL || needs_submit < 0) {
+        if (native == Py_None)
+            PyErr_SetString(PyExc_ValueError, "slot: its native queue is not created yet");
+        Py_DECREF(lock);
+        Py_XDECREF(acquire);
+        Py_XDECREF(release);
+        Py_XDECREF(native);
+        return -1;
+    }
     Replayer_clear(self);
     self->lock = lock;
+    self->acquire = acquire;
+    self->release = release;
+    self->native = native;
+    self->needs_submit = needs_submit;
 #define KEEP(field, value) do { Py_INCREF(value); self->field = value; } while (0)
     KEEP(plan, plan);
     KEEP(native_graph, native_graph);
@@ -441,9 +458,7 @@ static PyObject *hrx_module_create(const char *name)
     module_def.m_name = name;
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
     INTERN(s_plan, "_plan");
-    INTERN(s_native, "_native");
     INTERN(s_rebound, "_rebound");
-    INTERN(s_gclosed, "_closed");
     INTERN(s_closed, "closed");
     INTERN(s_epoch, "epoch");
     INTERN(s_value, "value");

@@ -863,6 +863,7 @@ class Graph:
 
     def _drop_record(self) -> None:
         self._plan = None
+        self._fast = None  # made for the plan: goes with it
         self._input_memo = {}
         self._patch_memo = {}
         rebinds, self._rebind_memo = self._rebind_memo, {}
@@ -908,6 +909,7 @@ class Graph:
             if self._closed:
                 return
             self._closed = True
+            self._fast = None
             # an owned graph's launches still in flight (the latest on each queue covers
             # the earlier ones) keep what it retains: the last of them to retire
             # releases it; launches take no hold of their own
