@@ -261,3 +261,30 @@ def test_doctor_reports_the_compiled_replay(monkeypatch: pytest.MonkeyPatch) -> 
     (row,) = [r for r in plugin.hrx_doctor() if r[1] == "compiled replay"]
     mod = fastpath.module()
     assert row[2].startswith("compiled, " if mod.compiled else "fallback (Python): ")
+
+
+def test_threads_replaying_one_graph_count_every_launch(dev: hrx.Device, compiled: None) -> None:
+    """Four threads replay one graph at once: every replay runs once (the compiled
+    replay and the Python path it leaves busy queues to share the queue's lock)."""
+    s, buf, g = _counter_graph(dev)
+    g.launch()
+    per_thread, threads = 200, 4
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(per_thread):
+                g.launch()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(60)
+    assert not errors
+    s.synchronize()
+    total = 1 + per_thread * threads
+    assert _value(s, buf) == total
+    assert g._fast.hits + g._fast.misses == per_thread * threads
