@@ -36,7 +36,7 @@ class Epoch:
     the epoch they saw; a launch whose record still holds the current value skips the
     per-allocation checks. Every change those checks depend on moves it *after* the
     change: a buffer handle closed, memory freed, a host mapping opened or closed,
-    host writes left unflushed or flushed (program unloads are checked apart). Values are unique
+    host writes left unflushed or flushed, a program unloaded (``Executable.unloaded``). Values are unique
     (``itertools.count``), so concurrent moves never cancel out.
     """
 

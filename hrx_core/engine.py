@@ -293,7 +293,8 @@ class Executable(abc.ABC):
     """Loaded native code for one device.
 
     ``unloaded`` is set when the code's owner released it (an NPU program closed):
-    the core then refuses every launch of it, recorded graphs included.
+    the core then refuses every launch of it, recorded graphs included. Setting it
+    moves :data:`hrx_core.buffer.EPOCH`, so every launch record checks again.
     ``private_bytes`` is the private workspace (scratch) the code needs beside its
     image; memory budgets charge both when code loads inside them. ``programmatic``
     is set for a kernel declared ``programmatic=True`` (it waits for its predecessors
@@ -304,6 +305,14 @@ class Executable(abc.ABC):
     unloaded: bool = False
     private_bytes: int = 0
     programmatic: bool = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name == "unloaded" and value:
+            # launch records, and the compiled replay that trusts them, see it
+            from .buffer import EPOCH
+
+            EPOCH.bump()
 
     def close(self) -> None:  # noqa: B027
         """Unload."""

@@ -40,7 +40,7 @@ SOURCE = r"""
    a positive code: the native failure, with info[0] = step and info[1] = node. */
 typedef int (*hrx_fast_fn)(void *arg, long long *info);
 
-static PyObject *s_plan, *s_rebound, *s_closed, *s_epoch, *s_value, *s_unloaded,
+static PyObject *s_plan, *s_rebound, *s_closed, *s_epoch, *s_value,
     *s_unative, *s_needs_submit, *s_submit, *s_pending_value, *s_unsignaled_ops,
     *s_flush_locked, *s_last_launch, *s_values, *s_ulast, *s_done, *s_last,
     *s_release_retired, *s_launches, *s_graph_launches, *s_acquire, *s_release;
@@ -55,7 +55,6 @@ typedef struct {
     PyObject *lock;          /* slot.lock */
     PyObject *stream;        /* the recording Stream */
     PyObject *stats;         /* device.stats */
-    PyObject *executables;   /* tuple of the graph's executables */
     PyObject *launch_py;     /* encode(native_queue), used when there is no C entry */
     PyObject *on_failure;    /* on_failure(code, step, node): the engine's failure handling */
     PyObject *keep;          /* what keeps the C entry's argument alive */
@@ -146,11 +145,8 @@ static PyObject *Replayer_call(Replayer *self, PyObject *args, PyObject *kwargs)
         if (r != 1)
             return r < 0 ? NULL : miss(self);
     }
-    Py_ssize_t nexe = PyTuple_GET_SIZE(self->executables);
-    for (Py_ssize_t i = 0; i < nexe; i++) {
-        if ((r = attr_true(PyTuple_GET_ITEM(self->executables, i), s_unloaded)) != 0)
-            return r < 0 ? NULL : miss(self);
-    }
+    /* (an unloaded kernel moved the epoch, and the graph's record check refuses it:
+       a current record means every kernel is loaded) */
     PyObject *no = Py_False;
     PyObject *got = PyObject_Vectorcall(self->acquire, &no, 1, NULL);
     if (got == NULL)
@@ -318,7 +314,6 @@ static int Replayer_traverse(Replayer *self, visitproc visit, void *arg)
     Py_VISIT(self->lock);
     Py_VISIT(self->stream);
     Py_VISIT(self->stats);
-    Py_VISIT(self->executables);
     Py_VISIT(self->launch_py);
     Py_VISIT(self->on_failure);
     Py_VISIT(self->keep);
@@ -338,7 +333,6 @@ static int Replayer_clear(Replayer *self)
     Py_CLEAR(self->lock);
     Py_CLEAR(self->stream);
     Py_CLEAR(self->stats);
-    Py_CLEAR(self->executables);
     Py_CLEAR(self->launch_py);
     Py_CLEAR(self->on_failure);
     Py_CLEAR(self->keep);
@@ -359,17 +353,16 @@ static void Replayer_dealloc(Replayer *self)
 static int Replayer_init(Replayer *self, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"plan", "native_graph", "record", "epoch", "slot", "stream", "stats",
-                            "executables", "launch", "on_failure", "entry", "argument", "keep",
-                            "owned", "auto_flush", NULL};
-    PyObject *plan, *native_graph, *record, *epoch, *slot, *stream, *stats, *executables,
-        *launch_py, *on_failure, *keep;
+                            "launch", "on_failure", "entry", "argument", "keep", "owned", "auto_flush",
+                            NULL};
+    PyObject *plan, *native_graph, *record, *epoch, *slot, *stream, *stats, *launch_py, *on_failure,
+        *keep;
     unsigned long long entry, argument;
     int owned;
     long auto_flush;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOO!OOKKOpl", names, &plan, &native_graph,
-                                     &record, &epoch, &slot, &stream, &stats, &PyTuple_Type,
-                                     &executables, &launch_py, &on_failure, &entry, &argument, &keep,
-                                     &owned, &auto_flush))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOOKKOpl", names, &plan, &native_graph,
+                                     &record, &epoch, &slot, &stream, &stats, &launch_py, &on_failure,
+                                     &entry, &argument, &keep, &owned, &auto_flush))
         return -1;
     if (auto_flush < 1) {
         PyErr_SetString(PyExc_ValueError, "auto_flush: expected at least 1");
@@ -405,7 +398,6 @@ static int Replayer_init(Replayer *self, PyObject *args, PyObject *kwargs)
     KEEP(slot, slot);
     KEEP(stream, stream);
     KEEP(stats, stats);
-    KEEP(executables, executables);
     KEEP(launch_py, launch_py);
     KEEP(on_failure, on_failure);
     KEEP(keep, keep);
@@ -462,7 +454,6 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_closed, "closed");
     INTERN(s_epoch, "epoch");
     INTERN(s_value, "value");
-    INTERN(s_unloaded, "unloaded");
     INTERN(s_unative, "_native");
     INTERN(s_needs_submit, "needs_submit");
     INTERN(s_submit, "submit");

@@ -568,7 +568,7 @@ class Graph:
         entry = native_graph.fast_launch(queue) if native_graph is not None else None
         address, argument, on_failure, keep = entry if entry is not None else (0, 0, None, None)
         self._fast = mod.lib.Replayer(
-            plan, self._native, record, EPOCH, slot, self.stream, self.device.stats, tuple(self._executables),
+            plan, self._native, record, EPOCH, slot, self.stream, self.device.stats,
             plan[2], on_failure, address, argument, keep, self.owned, AUTO_FLUSH_OPS,
         )
 
@@ -851,10 +851,20 @@ class Graph:
         plan = (allocs, uses, encode)
         if cache:
             self._drop_record()
-            self._record = LaunchRecord(uses, check=None if self.owned else self._check_borrowed)
+            self._record = LaunchRecord(uses, check=self._check_record)
             self._default_allocs = {id(a): a for a in allocs}
             self._plan = plan
         return plan
+
+    def _check_record(self) -> None:
+        """The graph's own conditions of a current launch record: no kernel unloaded
+        (an unload moves the epoch, so a record made current before it is checked
+        again), and borrowed buffer handles still open."""
+        for exe in self._executables:
+            if exe.unloaded:
+                raise InvalidArgument(f"graph: kernel {exe.name!r} was unloaded (a closed program); nothing was launched")
+        if not self.owned:
+            self._check_borrowed()
 
     def _check_borrowed(self) -> None:
         for buffer in self._buffers.values():

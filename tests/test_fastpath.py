@@ -210,7 +210,7 @@ def test_a_failing_launch_raises_and_releases_the_lock(dev: hrx.Device, compiled
         raise Boom("native launch failed")
 
     replayer = fastpath.module().lib.Replayer(
-        fast.plan, g._native, g._record, hrx.buffer.EPOCH, s.slot, s, dev.stats, tuple(g._executables),
+        fast.plan, g._native, g._record, hrx.buffer.EPOCH, s.slot, s, dev.stats,
         failing, None, 0, 0, None, False, AUTO_FLUSH_OPS,
     )
     launches = g.launches
@@ -237,12 +237,13 @@ def test_disabled_by_the_environment(dev: hrx.Device, monkeypatch: pytest.Monkey
 
 def test_replayer_checks_its_arguments(compiled: None) -> None:
     R = fastpath.module().lib.Replayer
+    slot = hrx.device("host").stream().slot
     with pytest.raises(TypeError):
         R()
-    with pytest.raises(TypeError):  # executables must be a tuple
-        R(None, None, None, None, hrx.device("host").stream().slot, None, None, [], None, None, 0, 0, None, False, 1)
+    with pytest.raises(TypeError):  # the entry is an address
+        R(None, None, None, None, slot, None, None, None, None, "entry", 0, None, False, 1)
     with pytest.raises(ValueError):
-        R(None, None, None, None, hrx.device("host").stream().slot, None, None, (), None, None, 0, 0, None, False, 0)
+        R(None, None, None, None, slot, None, None, None, None, 0, 0, None, False, 0)
 
 
 def test_status_names_the_extension(compiled: None) -> None:
@@ -288,3 +289,26 @@ def test_threads_replaying_one_graph_count_every_launch(dev: hrx.Device, compile
     total = 1 + per_thread * threads
     assert _value(s, buf) == total
     assert g._fast.hits + g._fast.misses == per_thread * threads
+
+
+def test_an_unloaded_kernel_is_refused_on_every_replay(dev: hrx.Device, compiled: None) -> None:
+    """Unloading moves the epoch and the graph's record check refuses it: no replay
+    after it launches, the compiled one included (the record never turns current)."""
+    s, buf, g = _counter_graph(dev)
+    g.launch()
+    g.launch()
+    s.synchronize()
+    (exe,) = g._executables
+    epoch = hrx.buffer.EPOCH.value
+    exe.unloaded = True
+    try:
+        assert hrx.buffer.EPOCH.value != epoch
+        for _ in range(3):
+            with pytest.raises(hrx.InvalidArgument, match="unloaded"):
+                g.launch()
+        assert not g._record.current
+    finally:
+        object.__setattr__(exe, "unloaded", False)  # (the kernel is shared with other tests)
+    g.launch()
+    s.synchronize()
+    assert _value(s, buf) == 3
