@@ -100,3 +100,18 @@ def test_eager_probe_reports_its_clocks_on_the_host(monkeypatch, capsys):
     assert eager_probe.main() == 0
     out = capsys.readouterr().out
     assert out.count("  hrx          wall ") == 2 and "64x96 (0 MiB, 4 weights;" in out and "threads after:" in out
+
+
+def test_replay_probe_times_each_layer_on_the_host(monkeypatch, capsys):
+    """bench/tools/replay_probe.py on the host engine: the replay's layers, each timed."""
+    monkeypatch.syspath_prepend(str(TOOLS))
+    monkeypatch.syspath_prepend(str(TOOLS.parent))
+    import replay_probe
+
+    monkeypatch.setattr(sys, "argv", ["replay_probe.py", "--engine", "host", "--nodes", "3", "--calls", "5",
+                                      "--rounds", "1", "--inputs", "2"])
+    assert replay_probe.main() == 0
+    out = capsys.readouterr().out
+    assert "host: 3-node graph; compiled replay:" in out
+    for layer in ("launch", "python"):
+        assert f"  {layer} " in out and "back to back" in out

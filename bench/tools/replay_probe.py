@@ -1,6 +1,6 @@
 """Where the host time of one plain ``Graph.launch()`` goes: the layers of the replay, each timed alone (any engine).
 
-    python bench/tools/replay_probe.py [--engine cuda] [--nodes 100] [--calls 2000] [--rounds 5]
+    python bench/tools/replay_probe.py [--engine cuda] [--nodes 100] [--calls 2000] [--rounds 5] [--inputs 3]
 
 Builds bench/gpu.py's replay graph (a chain of ``--nodes`` dispatches) and times, per
 call, with the device idle before each call (as ``cuda.graph.replay100`` does) and
@@ -46,14 +46,19 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--inputs", type=int, default=0, choices=range(9), help="declared inputs bound by the first nodes (bench/gpu.py: 3)")
     args = ap.parse_args()
     dev = hrx.device(args.engine)
     s = dev.stream()
     scratch = dev.allocate(256)
+    inputs = [dev.allocate(256) for _ in range(args.inputs)]
     g = s.graph()
+    for i, buf in enumerate(inputs):  # as bench/gpu.py's graph: the first nodes bind declared inputs
+        g.input("abcdefgh"[i], buf)
     prev: list = []
     for i in range(args.nodes):
-        prev = [g.dispatch(TOUCH, 1, [scratch], block=32, scalars=(i,), deps=prev)]
+        buf = inputs[i] if i < len(inputs) else scratch
+        prev = [g.dispatch(TOUCH, 1, [buf], block=32, scalars=(i,), deps=prev)]
     g.launch().wait()
     g.launch().wait()
     fast = g._fast
