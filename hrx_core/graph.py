@@ -640,6 +640,8 @@ class Graph:
             slot.release_retired(done)
         self.launches += 1
         self.device.stats.graph_launches += 1
+        if lazy and self._fast_for is not self._plan and stream is self.stream:
+            self._make_fast()  # a runtime region's graph is prepared, not launched, first
         return completion
 
     def _launch_replanned(self, stream: Stream, inputs: Mapping[str, Any]) -> Completion:

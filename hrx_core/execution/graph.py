@@ -142,7 +142,15 @@ class _RecordedRegion(Region):
         self.device_graph.launch(lane.stream)
 
     def encode_signaled(self, lane: Lane, lazy: bool = False) -> Completion:
-        return self.device_graph._launch_signaled(lane.stream, lazy=lazy)
+        graph = self.device_graph
+        if lazy:
+            fast = graph._fast
+            if fast is not None and lane.stream is graph.stream:
+                completion: Completion | None = fast(graph)  # the compiled replay; None: it did nothing
+                if completion is not None:
+                    return completion
+            return graph._launch_signaled_py(lane.stream, True)
+        return graph._launch_signaled(lane.stream, lazy=False)
 
     def close(self) -> None:
         self.device_graph.close()

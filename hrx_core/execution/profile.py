@@ -238,13 +238,14 @@ class RuntimeStats(_Deferred):
             for name, value in values.items():
                 counters[name] += value
 
-    def _add_counted(self, values: dict[str, int]) -> None:
-        """:meth:`add_many` for counters the runtime computed itself (a graph's
-        submission counters: known names, non-negative ints), unchecked, one lock."""
+    def _add_counted(self, values: dict[str, int], times: int = 1) -> None:
+        """:meth:`add_many` of ``values`` ``times`` times, for counters the runtime
+        computed itself (a graph's submission counters: known names, non-negative
+        ints), unchecked, one lock."""
         with self._lock:
             counters = self._counters
             for name, value in values.items():
-                counters[name] += value
+                counters[name] += value * times
 
     def get(self, name: str) -> int:
         """The current value of counter ``name``."""
