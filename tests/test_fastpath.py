@@ -334,3 +334,69 @@ def test_runtime_regions_replay_through_it(dev: hrx.Device, compiled: None) -> N
     assert fast is not None and fast.hits + fast.misses >= 18 and fast.hits > 0
     assert _value(rt.lane("compute").stream, buf) == 20
     rt.close()
+
+
+_ENTRY_CDEF = """
+int hrx_test_entry(void *arg, long long *info);
+extern int hrx_test_code;
+extern int hrx_test_calls;
+"""
+_ENTRY_SOURCE = """
+int hrx_test_code = 0;
+int hrx_test_calls = 0;
+int hrx_test_entry(void *arg, long long *info)
+{
+    (void)arg;
+    hrx_test_calls++;
+    if (hrx_test_code > 0) {
+        info[0] = 2;
+        info[1] = 7;
+    }
+    return hrx_test_code;
+}
+"""
+
+
+def test_a_c_entry_launches_defers_or_fails_through_the_engine(dev: hrx.Device, compiled: None) -> None:
+    """The replayer with an engine's C entry: 0 commits, -1 leaves the call to the
+    Python path (nothing committed), a failure code goes to the engine's handler under
+    the queue's lock -- a raise propagates with nothing committed, a return commits."""
+    mod = hotpath.load("hrx_test_fast_entry", _ENTRY_CDEF, _ENTRY_SOURCE)
+    if not mod.compiled:
+        pytest.skip(f"cannot build the test entry: {mod.reason}")
+    lib, ffi = mod.lib, mod.ffi
+    s, buf, g = _counter_graph(dev)
+    g.launch()
+    g.launch()
+    s.synchronize()
+    handled: list[tuple[int, int, int, bool]] = []
+    fail = [False]
+
+    def on_failure(code: int, step: int, node: int) -> None:
+        handled.append((code, step, node, s.slot.lock._is_owned()))
+        if fail[0]:
+            raise hrx.DeviceError("the engine's failure")
+
+    address = int(ffi.cast("uintptr_t", ffi.addressof(lib, "hrx_test_entry")))
+    fast = fastpath.module().lib.Replayer(
+        g._plan, g._native, g._record, hrx.buffer.EPOCH, s.slot, s, dev.stats,
+        g._plan[2], on_failure, address, 1, None, False, AUTO_FLUSH_OPS,
+    )
+    assert fast.compiled_entry
+    launches, pending = g.launches, s.slot.pending_value
+    lib.hrx_test_code = lib.hrx_test_calls = 0
+    assert fast(g) is not None and lib.hrx_test_calls == 1 and g.launches == launches + 1
+    lib.hrx_test_code = -1  # the engine's Python launch has work first
+    assert fast(g) is None and g.launches == launches + 1 and fast.misses == 1
+    lib.hrx_test_code = 33
+    fail[0] = True
+    with pytest.raises(hrx.DeviceError, match="engine's failure"):
+        fast(g)
+    assert handled == [(33, 2, 7, True)] and g.launches == launches + 1
+    assert s.slot.lock.acquire(blocking=False)
+    s.slot.lock.release()
+    fail[0] = False
+    completion = fast(g)  # handled: launched after all
+    assert completion is not None and handled[-1] == (33, 2, 7, True) and g.launches == launches + 2
+    assert s.slot.unsignaled_ops >= 0 and s.slot.pending_value >= pending
+    lib.hrx_test_code = 0
