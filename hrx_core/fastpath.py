@@ -40,6 +40,7 @@ SOURCE = r"""
    a positive code: the native failure, with info[0] = step and info[1] = node. */
 typedef int (*hrx_fast_fn)(void *arg, long long *info);
 
+static PyObject *s_bound, *s_items, *s_apply_patches, *s_rebound_attr, *s_rebind_memo, *s_refs, *s_holds;
 static PyObject *s_plan, *s_rebound, *s_closed, *s_epoch, *s_value,
     *s_unative, *s_needs_submit, *s_submit, *s_pending_value, *s_unsignaled_ops,
     *s_flush_locked, *s_last_launch, *s_values, *s_ulast, *s_done, *s_last,
@@ -113,6 +114,25 @@ static int increment(PyObject *obj, PyObject *name, long *out)
     return rc;
 }
 
+/* 1 when the graph's launch record was validated at the current EPOCH, 0 if not, -1 error */
+static int record_current(Replayer *self)
+{
+    PyObject *mine = PyObject_GetAttr(self->record, s_epoch);
+    if (mine == NULL)
+        return -1;
+    PyObject *now = PyObject_GetAttr(self->epoch, s_value);
+    if (now == NULL) {
+        Py_DECREF(mine);
+        return -1;
+    }
+    int r = PyObject_RichCompareBool(mine, now, Py_EQ);
+    Py_DECREF(mine);
+    Py_DECREF(now);
+    return r;
+}
+
+static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind);
+
 /* replayer(graph) -> Completion, or None: nothing was done, run the Python path */
 static PyObject *Replayer_call(Replayer *self, PyObject *args, PyObject *kwargs)
 {
@@ -130,23 +150,174 @@ static PyObject *Replayer_call(Replayer *self, PyObject *args, PyObject *kwargs)
         return r < 0 ? NULL : miss(self);
     if ((r = attr_is(graph, s_rebound, Py_False)) != 1)
         return r < 0 ? NULL : miss(self);
-    {
-        PyObject *mine = PyObject_GetAttr(self->record, s_epoch);
-        if (mine == NULL)
-            return NULL;
-        PyObject *now = PyObject_GetAttr(self->epoch, s_value);
-        if (now == NULL) {
-            Py_DECREF(mine);
-            return NULL;
-        }
-        r = PyObject_RichCompareBool(mine, now, Py_EQ);
-        Py_DECREF(mine);
-        Py_DECREF(now);
-        if (r != 1)
-            return r < 0 ? NULL : miss(self);
-    }
+    if ((r = record_current(self)) != 1)
+        return r < 0 ? NULL : miss(self);
     /* (an unloaded kernel moved the epoch, and the graph's record check refuses it:
        a current record means every kernel is loaded) */
+    return launch_locked(self, graph, NULL);
+}
+
+/* Apply a rebind record's inputs (under the queue's lock), as Graph._apply_record
+   does: 1 applied, 0 the Python path must do it (some may be staged already: it
+   starts from what the graph's bindings say now), -1 an exception. */
+static int apply_rebind(Replayer *self, PyObject *graph, PyObject *rebind)
+{
+    PyObject *bound = PyObject_GetAttr(graph, s_bound);
+    if (bound == NULL)
+        return -1;
+    PyObject *items = PyObject_GetAttr(rebind, s_items);
+    if (items == NULL) {
+        Py_DECREF(bound);
+        return -1;
+    }
+    int rc = 1;
+    if (!PyDict_Check(bound) || !PyTuple_Check(items)) {
+        rc = 0;
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); i++) {
+        PyObject *item = PyTuple_GET_ITEM(items, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 4) {
+            rc = 0;
+            goto done;
+        }
+        PyObject *name = PyTuple_GET_ITEM(item, 0), *key = PyTuple_GET_ITEM(item, 1);
+        PyObject *prepared = PyTuple_GET_ITEM(item, 3);
+        PyObject *now = PyDict_GetItemWithError(bound, name);  /* borrowed */
+        if (now == NULL) {
+            rc = PyErr_Occurred() ? -1 : 0;
+            goto done;
+        }
+        int same = PyObject_RichCompareBool(now, key, Py_EQ);
+        if (same < 0) {
+            rc = -1;
+            goto done;
+        }
+        if (same)
+            continue;
+        if (prepared == Py_None) {  /* the engine patches these through patch_args: Python */
+            rc = 0;
+            goto done;
+        }
+        PyObject *ok = PyObject_CallMethodOneArg(self->native_graph, s_apply_patches, prepared);
+        if (ok == NULL) {
+            rc = -1;
+            goto done;
+        }
+        int applied = PyObject_IsTrue(ok);
+        Py_DECREF(ok);
+        if (applied <= 0) {
+            rc = applied < 0 ? -1 : 0;
+            goto done;
+        }
+        if (PyDict_SetItem(bound, name, key) < 0) {
+            rc = -1;
+            goto done;
+        }
+    }
+    {
+        PyObject *rebound = PyObject_GetAttr(rebind, s_rebound_attr);
+        if (rebound == NULL || PyObject_SetAttr(graph, s_rebound, rebound) < 0)
+            rc = -1;
+        Py_XDECREF(rebound);
+    }
+done:
+    Py_DECREF(bound);
+    Py_DECREF(items);
+    return rc;
+}
+
+/* replayer.rebind(graph, inputs) -> Completion, or None: a replay with ``inputs`` (a
+   dict replayed before, whose rebind record is current) as Graph.launch(inputs=...)
+   makes it; None where the Python path must run (nothing launched). */
+static PyObject *Replayer_rebind(Replayer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "rebind(graph, inputs)");
+        return NULL;
+    }
+    PyObject *graph = args[0], *inputs = args[1];
+    if (!PyDict_CheckExact(inputs) || PyDict_GET_SIZE(inputs) == 0)
+        return miss(self);
+    int r;
+    if ((r = attr_is(graph, s_plan, self->plan)) != 1)
+        return r < 0 ? NULL : miss(self);
+    Py_ssize_t n = PyDict_GET_SIZE(inputs), pos = 0, i = 0;
+    PyObject *key = PyTuple_New(2 * n), *name, *value;
+    if (key == NULL)
+        return NULL;
+    while (PyDict_Next(inputs, &pos, &name, &value)) {
+        if (i >= n)
+            break;
+        PyObject *id = PyLong_FromVoidPtr(value);
+        if (id == NULL) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        Py_INCREF(name);
+        PyTuple_SET_ITEM(key, i, name);
+        PyTuple_SET_ITEM(key, n + i, id);
+        i++;
+    }
+    PyObject *memo = PyObject_GetAttr(graph, s_rebind_memo);
+    if (memo == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyObject *rebind = PyDict_Check(memo) ? PyDict_GetItemWithError(memo, key) : NULL;
+    Py_XINCREF(rebind);
+    Py_DECREF(memo);
+    Py_DECREF(key);
+    if (rebind == NULL)
+        return PyErr_Occurred() ? NULL : miss(self);
+    PyObject *result = NULL;
+    /* the record is current: EPOCH stands and each value is the object it was made from */
+    {
+        PyObject *mine = PyObject_GetAttr(rebind, s_epoch);
+        PyObject *now = mine == NULL ? NULL : PyObject_GetAttr(self->epoch, s_value);
+        r = now == NULL ? -1 : PyObject_RichCompareBool(mine, now, Py_EQ);
+        Py_XDECREF(mine);
+        Py_XDECREF(now);
+        if (r != 1)
+            goto out_miss;
+    }
+    {
+        PyObject *refs = PyObject_GetAttr(rebind, s_refs);
+        if (refs == NULL) {
+            r = -1;
+            goto out_miss;
+        }
+        r = PyTuple_Check(refs) && PyTuple_GET_SIZE(refs) == n;
+        pos = 0;
+        i = 0;
+        while (r == 1 && PyDict_Next(inputs, &pos, &name, &value)) {
+            PyObject *obj = PyObject_CallNoArgs(PyTuple_GET_ITEM(refs, i++));
+            if (obj == NULL) {
+                r = -1;
+                break;
+            }
+            r = obj == value;
+            Py_DECREF(obj);
+        }
+        Py_DECREF(refs);
+        if (r != 1)
+            goto out_miss;
+    }
+    if ((r = record_current(self)) != 1)
+        goto out_miss;
+    result = launch_locked(self, graph, rebind);
+    Py_DECREF(rebind);
+    return result;
+out_miss:
+    Py_DECREF(rebind);
+    return r < 0 ? NULL : miss(self);
+}
+
+/* Take the queue's lock (None: busy, the Python path waits), then (a rebind record's
+   inputs applied first) launch, commit and answer the completion. */
+static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind)
+{
+    int r;
     PyObject *no = Py_False;
     PyObject *got = PyObject_Vectorcall(self->acquire, &no, 1, NULL);
     if (got == NULL)
@@ -162,6 +333,13 @@ static PyObject *Replayer_call(Replayer *self, PyObject *args, PyObject *kwargs)
         if (r < 0)
             goto unlock;
         goto unlock_miss;
+    }
+    if (rebind != NULL) {
+        r = apply_rebind(self, graph, rebind);
+        if (r < 0)
+            goto unlock;
+        if (r == 0)
+            goto unlock_miss;
     }
     if (self->fn != NULL) {
         long long info[2] = {0, -1};
@@ -240,6 +418,20 @@ static PyObject *Replayer_call(Replayer *self, PyObject *args, PyObject *kwargs)
     if (tmp == NULL || PyObject_SetItem(tmp, self->slot, completion) < 0)
         goto unlock;
     Py_CLEAR(tmp);
+    if (rebind != NULL) {  /* the record holds what it rebinds: its last launch here */
+        tmp = PyObject_GetAttr(rebind, s_holds);
+        if (tmp == NULL)
+            goto unlock;
+        if (tmp != Py_None) {
+            PyObject *last = PyObject_GetAttr(tmp, s_last);
+            if (last == NULL || PyObject_SetItem(last, self->slot, completion) < 0) {
+                Py_XDECREF(last);
+                goto unlock;
+            }
+            Py_DECREF(last);
+        }
+        Py_CLEAR(tmp);
+    }
     result = completion;
     completion = NULL;
     goto unlock;
@@ -422,6 +614,12 @@ static PyObject *Replayer_compiled_entry(Replayer *self, void *closure)
     return PyBool_FromLong(self->fn != NULL);
 }
 
+static PyMethodDef Replayer_methods[] = {
+    {"rebind", (PyCFunction)(void (*)(void))Replayer_rebind, METH_FASTCALL,
+     "rebind(graph, inputs): a replay with a mapping replayed before, or None (nothing done)"},
+    {NULL}
+};
+
 static PyGetSetDef Replayer_getset[] = {
     {"compiled_entry", (getter)Replayer_compiled_entry, NULL, "whether the engine launches through C", NULL},
     {NULL}
@@ -440,6 +638,7 @@ static PyTypeObject ReplayerType = {
     .tp_clear = (inquiry)Replayer_clear,
     .tp_call = (ternaryfunc)Replayer_call,
     .tp_members = Replayer_members,
+    .tp_methods = Replayer_methods,
     .tp_getset = Replayer_getset,
 };
 
@@ -450,6 +649,13 @@ static PyObject *hrx_module_create(const char *name)
     module_def.m_name = name;
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
     INTERN(s_plan, "_plan");
+    INTERN(s_bound, "_bound");
+    INTERN(s_items, "items");
+    INTERN(s_apply_patches, "apply_patches");
+    INTERN(s_rebound_attr, "rebound");
+    INTERN(s_rebind_memo, "_rebind_memo");
+    INTERN(s_refs, "refs");
+    INTERN(s_holds, "holds");
     INTERN(s_rebound, "_rebound");
     INTERN(s_closed, "closed");
     INTERN(s_epoch, "epoch");

@@ -462,6 +462,13 @@ class Graph:
         replay: each new binding is validated once, and on native graphs only the
         argument cells it feeds are rewritten (:meth:`NativeGraph.patch_args`), with
         overlap checks only where the new memory is bound elsewhere in the graph."""
+        if stream is None and inputs:
+            fast = self._fast
+            if fast is not None:
+                # a mapping replayed before, its rebind record current: compiled; None: it did nothing
+                rebound: Completion | None = fast.rebind(self, inputs)
+                if rebound is not None:
+                    return rebound
         if stream is None and not inputs:
             fast = self._fast
             if fast is not None:
@@ -543,7 +550,7 @@ class Graph:
             a.note_use(completion, start, end, writes)
         self.launches += 1
         self.device.stats.graph_launches += 1
-        if not inputs and self._fast_for is not self._plan and stream is self.stream and not self._rebound:
+        if self._fast_for is not self._plan and stream is self.stream:
             self._make_fast()
         return completion
 

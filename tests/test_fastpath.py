@@ -400,3 +400,67 @@ def test_a_c_entry_launches_defers_or_fails_through_the_engine(dev: hrx.Device, 
     assert completion is not None and handled[-1] == (33, 2, 7, True) and g.launches == launches + 2
     assert s.slot.unsignaled_ops >= 0 and s.slot.pending_value >= pending
     lib.hrx_test_code = 0
+
+
+def test_rebinding_replays_compiled_like_python(dev: hrx.Device, compiled: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """g.launch(inputs=d) with mappings replayed before: the compiled replay stages the
+    rebind record's prepared patches and launches; the same results as the Python path,
+    alternating mappings, the defaults between them, and records made stale."""
+    runs = {}
+    for mode in ("python", "compiled"):
+        if mode == "python":
+            monkeypatch.setenv("HRX_HOT_PATH", "0")
+        else:
+            monkeypatch.delenv("HRX_HOT_PATH")
+        s = dev.stream()
+        bufs = [s.allocate_from(np.zeros(64, np.uint32)) for _ in range(3)]
+        g = s.graph()
+        g.input("x", bufs[0])
+        g.dispatch(ADD_U32, 1, [bufs[0]], block=64, scalars=(1, 64), deps=[])
+        maps = [{"x": bufs[1]}, {"x": bufs[2]}]
+        g.launch()
+        for i in range(40):
+            g.launch(inputs=maps[i & 1])
+            if i % 7 == 3:
+                g.launch()  # the defaults between them
+        other = dev.allocate(256)
+        other.close()  # moves the epoch: the records go stale, then are made again
+        for i in range(6):
+            g.launch(inputs=maps[i & 1])
+        s.synchronize()
+        runs[mode] = [_value(s, b) for b in bufs]
+        if mode == "compiled":
+            from hrx_core.engine import NativeGraph
+
+            fast = g._fast
+            assert fast is not None
+            if type(g._native).prepare_patches is not NativeGraph.prepare_patches:
+                assert fast.hits >= 30  # most rebinding replays were compiled
+            # (an engine without prepared patches rebinds through patch_args: Python)
+        g.close()
+    assert runs["compiled"] == runs["python"] == [1 + 6, 23, 23]
+
+
+def test_rebinding_refuses_what_the_python_path_refuses(dev: hrx.Device, compiled: None) -> None:
+    s = dev.stream()
+    a = s.allocate_from(np.zeros(64, np.uint32))
+    b = s.allocate_from(np.zeros(64, np.uint32))
+    g = s.graph()
+    g.input("x", a)
+    g.dispatch(ADD_U32, 1, [a], block=64, scalars=(1, 64), deps=[])
+    g.launch()
+    d = {"x": b}
+    g.launch(inputs=d)
+    g.launch(inputs=d)
+    s.synchronize()
+    b.close()
+    with pytest.raises(hrx.InvalidArgument):
+        g.launch(inputs=d)  # a closed handle: the record is stale and the check refuses it
+    c = s.allocate_from(np.zeros(64, np.uint32))
+    d2 = {"x": c}
+    g.launch(inputs=d2)
+    g.launch(inputs=d2)
+    with pytest.raises(hrx.InvalidArgument):
+        g.launch(inputs={"y": c})  # not a declared input
+    s.synchronize()
+    assert _value(s, c) == 2 and _value(s, a) == 1

@@ -11,6 +11,7 @@ import os
 import queue
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from ..engine import BufferArg, GraphNode, NativeGraph, NativeQueue, patched_args
 from ..errors import InvalidArgument
@@ -60,6 +61,16 @@ class HostGraph(NativeGraph):
             node = nodes[index] = GraphNode(node.kind, node.deps, {**node.params, "args": tuple(args)})
             self._commands[index] = command_for(node)
         return True
+
+    def prepare_patches(self, patches: Sequence[tuple[int, int, BufferArg]]) -> Any:
+        """The patches themselves, once checked (None where :meth:`patch_args` would
+        refuse them): the host engine has nothing to resolve ahead, but offering them
+        lets the core's compiled replay rebind host graphs too."""
+        patches = tuple(patches)
+        return patches if patched_args(self._nodes, patches) is not None else None
+
+    def apply_patches(self, prepared: Any) -> bool:
+        return self.patch_args(prepared)
 
     def launch(self, q: NativeQueue) -> None:
         assert isinstance(q, HostQueue)

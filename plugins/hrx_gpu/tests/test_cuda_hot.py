@@ -533,7 +533,7 @@ def test_graph_prepared_patches_stage_like_patch_args(world: Any, mode: str) -> 
     assert [a[0].buffer.dptr + a[0].offset for a in args] == [0x55000, 0x20000, 0x77010, 0x40000]
     # staged past capacity: refused whole (patch_args makes room)
     big = graph.prepare_patches([(1, 0, barg(0x1000))] * (graph._cap + 1))
-    assert big is not None and graph.apply_patches(big) is False and graph._ncells == 0
+    assert big is not None and graph.apply_patches(big) is False and graph._record.staged == 0
     # repacked node: stale
     graph.update(1, kernel_node(world.other, 0x70000, 42, (0,)))
     fake.reset(widths=(8, 4))
@@ -748,8 +748,8 @@ def _fast_call(graph: Any, queue: Any) -> Any:
 
 
 def test_graph_fast_entry_replays_or_does_nothing(world: Any, compiled: Any) -> None:
-    """hrx_graph_fast: the launch (after dirty node updates) where launch() would make
-    exactly that call, and nothing (-1) where launch() has something to do first."""
+    """hrx_graph_fast: the calls launch() makes (staged cells, dirty node updates, the
+    launch), and nothing (-1) where launch() has something to do first."""
     from hrx_gpu.cuda.hot import STEP_LAUNCH, STEP_SET_PARAMS
 
     fake, graph = _start(world)
@@ -762,14 +762,18 @@ def test_graph_fast_entry_replays_or_does_nothing(world: Any, compiled: Any) -> 
     lib.cuCtxSetCurrent(world.device.ctx)
     assert fast() == (0, (0, -1))
     assert [(c["kind"], c["exec"], c["stream"]) for c in fake.calls()] == [(GRAPH_LAUNCH, exec_, world.queue.stream_address)]
-    # staged patches are launch()'s: nothing, then launch() applies them, then fast again
+    # staged patches: the fast call writes them, updates their node, launches
     fake.reset(widths=(8, 4))
-    assert graph.patch_args([(1, 0, barg(0x71000))])
-    assert fast() == (-1, (0, -1)) and fake.calls() == []
-    graph.launch(world.queue)
-    assert [c["kind"] for c in fake.calls()] == [SET_PARAMS, GRAPH_LAUNCH]
+    assert graph.patch_args([(1, 0, barg(0x71000))]) and graph._record.staged == 1
+    assert fast() == (0, (0, -1)) and graph._record.staged == 0
+    assert [(c["kind"], c["values"]) for c in fake.calls()] == [(SET_PARAMS, (0x71000, 1)), (GRAPH_LAUNCH, ())]
     fake.reset(widths=(8, 4))
     assert fast() == (0, (0, -1)) and [c["kind"] for c in fake.calls()] == [GRAPH_LAUNCH]
+    # staged, then launch() from Python: the same calls
+    assert graph.patch_args([(1, 0, barg(0x74000))])
+    fake.reset(widths=(8, 4))
+    graph.launch(world.queue)
+    assert [(c["kind"], c["values"]) for c in fake.calls()] == [(SET_PARAMS, (0x74000, 1)), (GRAPH_LAUNCH, ())]
     # a node update left dirty by a sticky failure is retried by the fast call
     fake.reset(widths=(8, 4))
     graph.patch_args([(2, 0, barg(0x72000))])

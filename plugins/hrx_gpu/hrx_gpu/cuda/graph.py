@@ -267,7 +267,7 @@ class CudaGraph(NativeGraph):
             self._cellbuf = hffi.new("hrx_cell_patch[]", capacity)
             self._flat = hffi.cast("uint64_t *", self._cellbuf)
         self._cap = capacity
-        self._ncells = 0
+        self._record.staged = 0
         self._record.cells = self._cellbuf
 
     def _index_node(self, index: int) -> None:
@@ -310,7 +310,7 @@ class CudaGraph(NativeGraph):
 
     def _pending(self) -> bool:
         if self._hot is not None:
-            return bool(self._ncells or self._record.pending)
+            return bool(self._record.staged or self._record.pending)
         return bool(self._py_dirty)
 
     def _settle(self) -> None:
@@ -323,8 +323,8 @@ class CudaGraph(NativeGraph):
         """One replay step: staged cells, dirty nodes, then (if ``launch``) the launch."""
         if self._hot is not None:
             stream = queue.stream_address if queue is not None else 0
-            ncells, self._ncells = self._ncells, 0
-            code = self._hot_replay(self._record, ncells, stream, 1 if launch else 0, self._result)
+            record = self._record
+            code = self._hot_replay(record, record.staged, stream, 1 if launch else 0, self._result)
             if code:
                 return int(code), int(self._result.step), int(self._result.node)
             return 0, 0, -1
@@ -481,8 +481,8 @@ class CudaGraph(NativeGraph):
         if self._hot is not None:
             if CURRENT.ctx is not self.device.ctx:
                 self.device._activate()
-            ncells, self._ncells = self._ncells, 0  # written by the call, whatever it returns
-            code = self._hot_replay(self._record, ncells, q.stream_address, 1, self._result)
+            record = self._record  # (the call takes the staged cells, whatever it returns)
+            code = self._hot_replay(record, record.staged, q.stream_address, 1, self._result)
             if code:
                 self._failed(q, True, int(code), int(self._result.step), int(self._result.node))
             return
@@ -504,9 +504,9 @@ class CudaGraph(NativeGraph):
         tl = _cuda_timeline(timeline)
         if CURRENT.ctx is not self.device.ctx:
             self.device._activate()
-        ncells, self._ncells = self._ncells, 0  # written by the call, whatever it returns
+        record = self._record  # (the call takes the staged cells, whatever it returns)
         result = self._result
-        code = hot.replay_signal(self._record, ncells, q.stream_address, hot.write_value, tl.dptr, value, result)
+        code = hot.replay_signal(record, record.staged, q.stream_address, hot.write_value, tl.dptr, value, result)
         if code:
             step = int(result.step)
             if step != STEP_SIGNAL:
@@ -519,9 +519,10 @@ class CudaGraph(NativeGraph):
 
     def fast_launch(self, queue: NativeQueue) -> tuple[int, int, Any, Any] | None:
         """The compiled hot path's ``hrx_graph_fast`` for :mod:`hrx_core.fastpath`: one
-        replay on ``queue`` (``cuGraphLaunch``, after any dirty node updates), or
-        nothing where :meth:`launch` has work first (cells staged, the graph closed,
-        another context current on the calling thread). None without the hot path."""
+        replay on ``queue`` exactly as :meth:`launch` makes it (staged cells written,
+        changed nodes updated, ``cuGraphLaunch``), or nothing where :meth:`launch` has
+        work first (the graph closed, another context current on the calling thread).
+        None without the hot path."""
         hot = self._hot
         if hot is None or self.closed:
             return None
@@ -556,7 +557,7 @@ class CudaGraph(NativeGraph):
             words = self._cell_words(patches)
             if words is None:
                 return False  # not a patchable node or argument: nothing staged
-            n = self._ncells
+            n = self._record.staged
             if n + len(patches) > self._cap:
                 if n or self._record.pending:
                     self._replay(None, launch=False)  # apply what is staged; n becomes 0
@@ -568,8 +569,7 @@ class CudaGraph(NativeGraph):
             for i, word in enumerate(words):
                 flat[k + i] = word
             k += len(words)
-            self._ncells = k // 3
-            self._record.staged = 1  # the compiled replay leaves them to launch()
+            self._record.staged = k // 3
         else:
             refs = self._cell_refs
             staged: list[tuple[Any, int]] = []
@@ -637,12 +637,12 @@ class CudaGraph(NativeGraph):
         epoch, words, count, patches = prepared
         if epoch != self._cells_epoch or self.closed:
             return False
-        n = self._ncells
+        record = self._record
+        n = record.staged
         if n + count > self._cap:
             return False  # patch_args makes room
         self._flat[3 * n:3 * (n + count)] = words
-        self._ncells = n + count
-        self._record.staged = 1
+        record.staged = n + count
         log = self._log
         log.extend(patches)
         if len(log) > self.LOG_LIMIT:

@@ -74,7 +74,7 @@ typedef struct {
     const hrx_node_update *nodes;
     size_t nnodes;
     int pending;               /* any node dirty (cleared once all are updated) */
-    int staged;                /* cells staged in Python (cleared by each replay call) */
+    size_t staged;             /* how many cells are staged (the replay calls take them all) */
 } hrx_graph_record;
 
 typedef struct {
@@ -141,7 +141,7 @@ typedef struct {
     const hrx_node_update *nodes;
     size_t nnodes;
     int pending;
-    int staged;
+    size_t staged;
 } hrx_graph_record;
 
 typedef struct {
@@ -210,18 +210,18 @@ int hrx_graph_replay(hrx_graph_record *g, size_t ncells, uintptr_t stream, int l
 }
 
 /* The core's compiled replay (hrx_core.fastpath) calls this under the queue's lock:
-   -1 (nothing done) where the Python launch has something to do first -- the graph
-   closed, cells staged, another context current on this thread. */
+   one replay with the staged cells, or -1 (nothing done) where the Python launch has
+   something to do first -- the graph closed, another context current on this thread. */
 int hrx_graph_fast(void *arg, long long *info)
 {
     hrx_fast_replay *f = (hrx_fast_replay *)arg;
     hrx_graph_record *g = *f->graph;
     void *current = 0;
-    if (g == 0 || g->staged)
+    if (g == 0)
         return -1;
     if (((hrx_ctx_get_fn)f->ctx_get)(&current) != 0 || (uintptr_t)current != f->ctx)
         return -1;
-    hrx_CUresult code = hrx_graph_replay(g, 0, f->stream, 1, &f->result);
+    hrx_CUresult code = hrx_graph_replay(g, g->staged, f->stream, 1, &f->result);
     if (code) {
         info[0] = f->result.step;
         info[1] = f->result.node;
