@@ -37,6 +37,15 @@ def _counter_graph(dev: hrx.Device, owned: bool = False) -> tuple[hrx.Stream, hr
     return s, buf, g
 
 
+def _replayed(dev: hrx.Device) -> tuple[hrx.Stream, hrx.Buffer, hrx.Graph]:
+    """:func:`_counter_graph` replayed twice: by the Python path (which makes the
+    compiled replay), then by the compiled replay (or the Python path, its lock busy)."""
+    s, buf, g = _counter_graph(dev)
+    g.launch()
+    g.launch()
+    return s, buf, g
+
+
 def _value(s: hrx.Stream, buf: hrx.Buffer) -> int:
     out = s.download(buf).view(np.uint32)
     assert (out == out[0]).all()
@@ -88,9 +97,7 @@ def test_completion_is_shared_between_signals_and_ordered(dev: hrx.Device, compi
 
 
 def test_stale_record_takes_the_python_path(dev: hrx.Device, compiled: None) -> None:
-    s, buf, g = _counter_graph(dev)
-    g.launch()
-    g.launch()
+    s, buf, g = _replayed(dev)
     fast = g._fast
     other = dev.allocate(256)
     other.close()  # moves the epoch: the record must be validated again
@@ -105,9 +112,7 @@ def test_stale_record_takes_the_python_path(dev: hrx.Device, compiled: None) -> 
 
 
 def test_closed_buffer_is_refused_not_launched(dev: hrx.Device, compiled: None) -> None:
-    s, buf, g = _counter_graph(dev)
-    g.launch()
-    g.launch()
+    s, buf, g = _replayed(dev)
     s.synchronize()
     buf.close()
     with pytest.raises(hrx.InvalidArgument, match="closed"):
@@ -134,9 +139,7 @@ def test_rebound_inputs_and_defaults_again(dev: hrx.Device, compiled: None) -> N
 
 
 def test_closed_graph_raises(dev: hrx.Device, compiled: None) -> None:
-    s, buf, g = _counter_graph(dev)
-    g.launch()
-    g.launch()
+    s, buf, g = _replayed(dev)
     fast = g._fast
     hits = fast.hits
     g.close()
@@ -146,9 +149,7 @@ def test_closed_graph_raises(dev: hrx.Device, compiled: None) -> None:
 
 
 def test_lock_held_by_another_thread_waits(dev: hrx.Device, compiled: None) -> None:
-    s, buf, g = _counter_graph(dev)
-    g.launch()
-    g.launch()
+    s, buf, g = _replayed(dev)
     fast = g._fast
     misses = fast.misses
     held, release = threading.Event(), threading.Event()
@@ -188,9 +189,7 @@ def test_owned_graph_close_waits_for_compiled_replays(dev: hrx.Device, compiled:
 
 
 def test_new_nodes_make_a_new_replayer(dev: hrx.Device, compiled: None) -> None:
-    s, buf, g = _counter_graph(dev)
-    g.launch()
-    g.launch()
+    s, buf, g = _replayed(dev)
     first = g._fast
     g.dispatch(ADD_U32, 1, [buf], block=64, scalars=(10, 64), deps=[])
     g.launch()
@@ -201,9 +200,7 @@ def test_new_nodes_make_a_new_replayer(dev: hrx.Device, compiled: None) -> None:
 
 
 def test_a_failing_launch_raises_and_releases_the_lock(dev: hrx.Device, compiled: None) -> None:
-    s, buf, g = _counter_graph(dev)
-    g.launch()
-    g.launch()
+    s, buf, g = _replayed(dev)
     fast = g._fast
     real = fast.plan[2]
 
@@ -298,9 +295,7 @@ def test_threads_replaying_one_graph_count_every_launch(dev: hrx.Device, compile
 def test_an_unloaded_kernel_is_refused_on_every_replay(dev: hrx.Device, compiled: None) -> None:
     """Unloading moves the epoch and the graph's record check refuses it: no replay
     after it launches, the compiled one included (the record never turns current)."""
-    s, buf, g = _counter_graph(dev)
-    g.launch()
-    g.launch()
+    s, buf, g = _replayed(dev)
     s.synchronize()
     (exe,) = g._executables
     epoch = hrx.buffer.EPOCH.value
@@ -365,9 +360,7 @@ def test_a_c_entry_launches_defers_or_fails_through_the_engine(dev: hrx.Device, 
     if not mod.compiled:
         pytest.skip(f"cannot build the test entry: {mod.reason}")
     lib, ffi = mod.lib, mod.ffi
-    s, buf, g = _counter_graph(dev)
-    g.launch()
-    g.launch()
+    s, buf, g = _replayed(dev)
     s.synchronize()
     handled: list[tuple[int, int, int, bool]] = []
     fail = [False]
