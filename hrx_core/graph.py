@@ -462,20 +462,15 @@ class Graph:
         replay: each new binding is validated once, and on native graphs only the
         argument cells it feeds are rewritten (:meth:`NativeGraph.patch_args`), with
         overlap checks only where the new memory is bound elsewhere in the graph."""
-        if stream is None and inputs:
+        if stream is None:
             fast = self._fast
             if fast is not None:
-                # a mapping replayed before, its rebind record current: compiled; None: it did nothing
-                rebound: Completion | None = fast.rebind(self, inputs)
-                if rebound is not None:
-                    return rebound
-        if stream is None and not inputs:
-            fast = self._fast
-            if fast is not None:
-                completion: Completion | None = fast(self)  # the compiled replay; None: it did nothing
+                # the compiled replay (with inputs: a mapping replayed before, its rebind
+                # record current); None: it did nothing, the Python path runs
+                completion: Completion | None = fast.rebind(self, inputs) if inputs else fast(self)
                 if completion is not None:
                     return completion
-            if self._plan is not None and not self._rebound and not self._closed:
+            if not inputs and self._plan is not None and not self._rebound and not self._closed:
                 # the common replay: the recording stream, the default bindings, a
                 # current plan -- what follows, without the checks that cannot fail here
                 completion = self._launch_signaled_py(self.stream, True)
@@ -581,12 +576,10 @@ class Graph:
 
     def _check_launchable(self, record: LaunchRecord, slot: QueueSlot) -> None:
         """What a replay checks under the queue's lock: the launch record is current
-        (one epoch read while nothing changed), no kernel was unloaded, the queue is open."""
+        (one epoch read while nothing changed; unloading a kernel moves the epoch and
+        the record's check refuses it), the queue is open."""
         if record.epoch != EPOCH.value:
             record.validate("graph")
-        for exe in self._executables:
-            if exe.unloaded:
-                raise InvalidArgument(f"graph: kernel {exe.name!r} was unloaded (a closed program); nothing was launched")
         if slot.closed:
             raise InvalidArgument(f"{slot.name}: device is closed")
 

@@ -46,6 +46,17 @@ def _replayed(dev: hrx.Device) -> tuple[hrx.Stream, hrx.Buffer, hrx.Graph]:
     return s, buf, g
 
 
+def _input_graph(dev: hrx.Device) -> tuple[hrx.Stream, hrx.Buffer, hrx.Buffer, hrx.Graph]:
+    """A graph adding 1 to its declared input "x" (bound to ``a``), and another buffer ``b``."""
+    s = dev.stream()
+    a = s.allocate_from(np.zeros(64, np.uint32))
+    b = s.allocate_from(np.zeros(64, np.uint32))
+    g = s.graph()
+    g.input("x", a)
+    g.dispatch(ADD_U32, 1, [a], block=64, scalars=(1, 64), deps=[])
+    return s, a, b, g
+
+
 def _value(s: hrx.Stream, buf: hrx.Buffer) -> int:
     out = s.download(buf).view(np.uint32)
     assert (out == out[0]).all()
@@ -121,12 +132,7 @@ def test_closed_buffer_is_refused_not_launched(dev: hrx.Device, compiled: None) 
 
 
 def test_rebound_inputs_and_defaults_again(dev: hrx.Device, compiled: None) -> None:
-    s = dev.stream()
-    a = s.allocate_from(np.zeros(64, np.uint32))
-    b = s.allocate_from(np.zeros(64, np.uint32))
-    g = s.graph()
-    g.input("x", a)
-    g.dispatch(ADD_U32, 1, [a], block=64, scalars=(1, 64), deps=[])
+    s, a, b, g = _input_graph(dev)
     g.launch()
     g.launch()
     assert g._fast.hits + g._fast.misses == 1
@@ -435,12 +441,7 @@ def test_rebinding_replays_compiled_like_python(dev: hrx.Device, compiled: None,
 
 
 def test_rebinding_refuses_what_the_python_path_refuses(dev: hrx.Device, compiled: None) -> None:
-    s = dev.stream()
-    a = s.allocate_from(np.zeros(64, np.uint32))
-    b = s.allocate_from(np.zeros(64, np.uint32))
-    g = s.graph()
-    g.input("x", a)
-    g.dispatch(ADD_U32, 1, [a], block=64, scalars=(1, 64), deps=[])
+    s, a, b, g = _input_graph(dev)
     g.launch()
     d = {"x": b}
     g.launch(inputs=d)
