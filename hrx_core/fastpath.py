@@ -48,6 +48,7 @@ static PyObject *s_plan, *s_rebound, *s_closed, *s_epoch, *s_value,
 
 typedef struct {
     PyObject_HEAD
+    /* object fields, `plan` to `native` (see visit_fields) */
     PyObject *plan;          /* the graph's plan this replayer was made for (identity) */
     PyObject *native_graph;  /* the graph's native graph then (identity; None if none) */
     PyObject *record;        /* its LaunchRecord */
@@ -89,13 +90,81 @@ static int attr_true(PyObject *obj, PyObject *name)
     return t;
 }
 
+/* A struct's object fields from `first` to `last` (declared one after another, all
+   PyObject *): traversed and cleared as one block. */
+static int visit_fields(PyObject **first, PyObject **last, visitproc visit, void *arg)
+{
+    for (PyObject **p = first; p <= last; p++)
+        Py_VISIT(*p);
+    return 0;
+}
+
+static void clear_fields(PyObject **first, PyObject **last)
+{
+    for (PyObject **p = first; p <= last; p++)
+        Py_CLEAR(*p);
+}
+
 static PyObject *miss(Replayer *self)
 {
     self->misses++;
     Py_RETURN_NONE;
 }
 
-static int increment(PyObject *obj, PyObject *name, long *out)
+/* obj.name() with its result dropped: 0, or -1 with an exception */
+static int call_method0(PyObject *obj, PyObject *name)
+{
+    PyObject *r = PyObject_CallMethodNoArgs(obj, name);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* call a bound method with no arguments and drop its result: 0, or -1 with an exception */
+static int call0(PyObject *fn)
+{
+    PyObject *r = PyObject_Vectorcall(fn, NULL, 0, NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* fn(False) answered True: 1; False: 0; an exception: -1 */
+static int try_acquire(PyObject *acquire)
+{
+    PyObject *no = Py_False;
+    PyObject *got = PyObject_Vectorcall(acquire, &no, 1, NULL);
+    if (got == NULL)
+        return -1;
+    int r = got == Py_True;
+    Py_DECREF(got);
+    return r;
+}
+
+/* release a lock keeping the exception that is set, if any: -1 when the release raised
+   and nothing else was set */
+static int release_keeping(PyObject *release)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *r = PyObject_Vectorcall(release, NULL, 0, NULL);
+    int rc = 0;
+    if (r == NULL) {
+        if (et != NULL)
+            PyErr_Clear();
+        else
+            rc = -1;
+    }
+    Py_XDECREF(r);
+    if (et != NULL)
+        PyErr_Restore(et, ev, tb);
+    return rc;
+}
+
+/* attribute += delta on a Python int attribute */
+static int add_to(PyObject *obj, PyObject *name, long delta, long *out)
 {
     PyObject *v = PyObject_GetAttr(obj, name);
     if (v == NULL)
@@ -104,13 +173,13 @@ static int increment(PyObject *obj, PyObject *name, long *out)
     Py_DECREF(v);
     if (n == -1 && PyErr_Occurred())
         return -1;
-    PyObject *w = PyLong_FromLong(n + 1);
+    PyObject *w = PyLong_FromLong(n + delta);
     if (w == NULL)
         return -1;
     int rc = PyObject_SetAttr(obj, name, w);
     Py_DECREF(w);
     if (out != NULL)
-        *out = n + 1;
+        *out = n;
     return rc;
 }
 
@@ -318,14 +387,8 @@ out_miss:
 static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind)
 {
     int r;
-    PyObject *no = Py_False;
-    PyObject *got = PyObject_Vectorcall(self->acquire, &no, 1, NULL);
-    if (got == NULL)
-        return NULL;
-    int locked = got == Py_True;
-    Py_DECREF(got);
-    if (!locked)
-        return miss(self);  /* another thread holds the queue: the Python path waits for it */
+    if ((r = try_acquire(self->acquire)) != 1)  /* another thread holds the queue: the Python path waits for it */
+        return r < 0 ? NULL : miss(self);
 
     PyObject *native = self->native, *value = NULL, *done = NULL, *completion = NULL, *tmp = NULL;
     PyObject *result = NULL;
@@ -375,9 +438,9 @@ static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind
     }
     {
         long ops;
-        if (increment(self->slot, s_unsignaled_ops, &ops) < 0)
+        if (add_to(self->slot, s_unsignaled_ops, 1, &ops) < 0)
             goto unlock;
-        if (ops >= self->auto_flush) {
+        if (ops + 1 >= self->auto_flush) {
             done = PyObject_CallMethodNoArgs(self->slot, s_flush_locked);
             if (done == NULL)
                 goto unlock;
@@ -441,21 +504,8 @@ unlock_miss:
     result = Py_None;
     Py_INCREF(result);
 unlock:
-    {
-        /* release the lock whatever happened, keeping an exception that is set */
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyObject *rel = PyObject_Vectorcall(self->release, NULL, 0, NULL);
-        if (rel == NULL) {
-            if (et != NULL)
-                PyErr_Clear();
-            else
-                Py_CLEAR(result);
-        }
-        Py_XDECREF(rel);
-        if (et != NULL)
-            PyErr_Restore(et, ev, tb);
-    }
+    if (release_keeping(self->release) < 0)  /* whatever happened, keeping an exception that is set */
+        Py_CLEAR(result);
     Py_XDECREF(tmp);
     Py_XDECREF(value);
     Py_XDECREF(completion);
@@ -488,7 +538,7 @@ unlock:
             return NULL;
         }
     }
-    if (increment(graph, s_launches, NULL) < 0 || increment(self->stats, s_graph_launches, NULL) < 0) {
+    if (add_to(graph, s_launches, 1, NULL) < 0 || add_to(self->stats, s_graph_launches, 1, NULL) < 0) {
         Py_DECREF(result);
         return NULL;
     }
@@ -498,39 +548,12 @@ unlock:
 
 static int Replayer_traverse(Replayer *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->plan);
-    Py_VISIT(self->native_graph);
-    Py_VISIT(self->record);
-    Py_VISIT(self->epoch);
-    Py_VISIT(self->slot);
-    Py_VISIT(self->lock);
-    Py_VISIT(self->stream);
-    Py_VISIT(self->stats);
-    Py_VISIT(self->launch_py);
-    Py_VISIT(self->on_failure);
-    Py_VISIT(self->keep);
-    Py_VISIT(self->acquire);
-    Py_VISIT(self->release);
-    Py_VISIT(self->native);
-    return 0;
+    return visit_fields(&self->plan, &self->native, visit, arg);
 }
 
 static int Replayer_clear(Replayer *self)
 {
-    Py_CLEAR(self->plan);
-    Py_CLEAR(self->native_graph);
-    Py_CLEAR(self->record);
-    Py_CLEAR(self->epoch);
-    Py_CLEAR(self->slot);
-    Py_CLEAR(self->lock);
-    Py_CLEAR(self->stream);
-    Py_CLEAR(self->stats);
-    Py_CLEAR(self->launch_py);
-    Py_CLEAR(self->on_failure);
-    Py_CLEAR(self->keep);
-    Py_CLEAR(self->acquire);
-    Py_CLEAR(self->release);
-    Py_CLEAR(self->native);
+    clear_fields(&self->plan, &self->native);
     self->fn = NULL;
     return 0;
 }
@@ -642,6 +665,513 @@ static PyTypeObject ReplayerType = {
     .tp_getset = Replayer_getset,
 };
 
+/* ---- Runtime resubmission (hrx_core.execution.runtime.Runtime.submit) ---------------- */
+
+static PyObject *s_submit_plan, *s_gclosed, *s_fast_resubmit, *s_resubmit, *s_generation, *s_places,
+    *s_encode_signaled, *s_forget_failures, *s_ufast, *s_stream, *s_completion, *s_done_now,
+    *s_upstream, *s_resolved, *s_utimeline, *s_timeline, *s_has_errors, *s_room_taken, *s_sequence,
+    *s_usequence, *s_add_uncounted, *s_fold_observed, *s_observe, *s_quarantined, *s_releasing,
+    *s_prove_idle, *s_give_room_back, *s_notice, *s_launch_signaled_py,
+    *s_reservations, *s_slot_attr, *s_append, *s_replace;
+
+typedef struct {
+    PyObject_HEAD
+    /* object fields, `runtime` to `lane_release` (see visit_fields) */
+    PyObject *runtime, *plan, *inflight, *submission_type, *event_type, *perf_counter, *pending_failure;
+    PyObject *submit_acquire, *submit_release, *space_acquire, *space_release;
+    PyObject *pending, *uncounted, *unstamped, *observed, *fold_acquire, *fold_release;
+    PyObject *owners, *counters, *infos, *reservations;
+    /* the graph's one region, its lane, the lane's stream and queue slot, the region's
+       device graph (None unless it replays a recorded one), the lane lock's methods */
+    PyObject *region, *lane, *stream, *slot, *device_graph, *lane_acquire, *lane_release;
+    int lazy, reads_own_writes;
+    int observe;  /* 0: off, 1: stamped when noticed, 2: exact (Runtime._observe) */
+    long max_submissions;
+    Py_ssize_t fold_after;  /* runtime._FOLD_AFTER */
+    Py_ssize_t hits, misses;
+} Submitter;
+
+static PyObject *sub_miss(Submitter *self)
+{
+    self->misses++;
+    Py_RETURN_NONE;
+}
+
+/* Runtime._encode's check of a region that reads what it writes: does the new event
+   inherit its previous submission's failure? 1 yes, 0 no, -1 an exception. */
+static int inherits_previous(Submitter *self, PyObject *previous)
+{
+    PyObject *c = PyObject_GetAttr(previous, s_completion);
+    if (c == NULL)
+        return -1;
+    PyObject *d = PyObject_CallMethodNoArgs(c, s_done_now);
+    if (d == NULL) {
+        Py_DECREF(c);
+        return -1;
+    }
+    int done = PyObject_IsTrue(d);
+    Py_DECREF(d);
+    if (done <= 0) {
+        Py_DECREF(c);
+        return done < 0 ? -1 : 1;  /* not finished: ordered behind it, inherits its verdict */
+    }
+    /* finished: only where it may carry a failure not delivered yet */
+    int suspect = attr_true(previous, s_upstream);
+    if (suspect == 0) {
+        PyObject *res = PyObject_GetAttr(previous, s_resolved);
+        suspect = res == NULL ? -1 : res != Py_None;
+        Py_XDECREF(res);
+    }
+    if (suspect == 0) {
+        PyObject *slot = PyObject_GetAttr(c, s_slot_attr);
+        PyObject *tl = slot == NULL ? NULL : PyObject_GetAttr(slot, s_utimeline);
+        if (tl != NULL && tl == Py_None) {
+            Py_DECREF(tl);
+            tl = PyObject_GetAttr(slot, s_timeline);
+        }
+        PyObject *he = tl == NULL ? NULL : PyObject_CallMethodNoArgs(tl, s_has_errors);
+        suspect = he == NULL ? -1 : PyObject_IsTrue(he);
+        Py_XDECREF(he);
+        Py_XDECREF(tl);
+        Py_XDECREF(slot);
+    }
+    Py_DECREF(c);
+    if (suspect <= 0)
+        return suspect;
+    PyObject *f = PyObject_CallOneArg(self->pending_failure, previous);
+    if (f == NULL)
+        return -1;
+    int inherit = f != Py_None;
+    Py_DECREF(f);
+    return inherit;
+}
+
+/* Encode one region as Runtime._encode's resubmission branch does: the event, or NULL */
+static PyObject *encode_region(Submitter *self, PyObject *again)
+{
+    PyObject *previous = PyObject_GetAttr(self->region, s_last);
+    if (previous == NULL)
+        return NULL;
+    PyObject *got = PyObject_Vectorcall(self->lane_acquire, NULL, 0, NULL);  /* blocking, as `with lane.lock` */
+    if (got == NULL) {
+        Py_DECREF(previous);
+        return NULL;
+    }
+    Py_DECREF(got);
+    PyObject *completion = NULL, *event = NULL;
+    if (self->lazy && self->device_graph != Py_None) {
+        /* _RecordedRegion.encode_signaled's lazy branch: the graph's compiled replay */
+        PyObject *fast = PyObject_GetAttr(self->device_graph, s_ufast);
+        if (fast == NULL)
+            goto unlock;
+        if (fast != Py_None) {
+            int same = attr_is(self->device_graph, s_stream, self->stream);
+            if (same < 0) {
+                Py_DECREF(fast);
+                goto unlock;
+            }
+            if (same) {
+                completion = PyObject_CallOneArg(fast, self->device_graph);
+                if (completion == NULL) {
+                    Py_DECREF(fast);
+                    goto unlock;
+                }
+                if (completion == Py_None)
+                    Py_CLEAR(completion);
+            }
+        }
+        Py_DECREF(fast);
+        if (completion == NULL) {
+            PyObject *args[] = {self->device_graph, self->stream, Py_True};
+            completion = PyObject_VectorcallMethod(s_launch_signaled_py, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            if (completion == NULL)
+                goto unlock;
+        }
+    } else {
+        PyObject *args[] = {self->region, self->lane, self->lazy ? Py_True : Py_False};
+        completion = PyObject_VectorcallMethod(s_encode_signaled, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (completion == NULL)
+            goto unlock;
+    }
+    event = PyObject_CallOneArg(self->event_type, completion);
+    if (event == NULL)
+        goto unlock;
+    {
+        PyObject *r = PyObject_CallMethodNoArgs(self->stream, s_forget_failures);
+        if (r == NULL)
+            Py_CLEAR(event);
+        Py_XDECREF(r);
+    }
+unlock:
+    Py_XDECREF(completion);
+    if (release_keeping(self->lane_release) < 0)
+        Py_CLEAR(event);
+    if (event == NULL) {
+        Py_DECREF(previous);
+        return NULL;
+    }
+    if (self->reads_own_writes && previous != Py_None) {
+        int inherit = inherits_previous(self, previous);
+        if (inherit < 0)
+            goto fail;
+        if (inherit) {
+            PyObject *up = PyTuple_Pack(1, previous);
+            if (up == NULL || PyObject_SetAttr(event, s_upstream, up) < 0) {
+                Py_XDECREF(up);
+                goto fail;
+            }
+            Py_DECREF(up);
+        }
+    }
+    Py_DECREF(previous);
+    previous = NULL;
+    if (PyObject_SetAttr(self->region, s_last, event) < 0)
+        goto fail;
+    {
+        /* the region's access entries name the new event (_Inflight.replace) */
+        PyObject *places = PyObject_GetAttr(again, s_places);
+        if (places == NULL)
+            goto fail;
+        PyObject *x = PyObject_CallMethodObjArgs(self->inflight, s_replace, places, event, NULL);
+        Py_DECREF(places);
+        if (x == NULL)
+            goto fail;
+        Py_DECREF(x);
+    }
+    return event;
+fail:
+    Py_XDECREF(previous);
+    Py_DECREF(event);
+    return NULL;
+}
+
+/* The region can skip the hazard scan (Runtime._encode's resubmission branch): its
+   `resubmit` note (a new reference) in *again; 1, 0 (no), -1 error */
+static int resubmittable(Submitter *self, PyObject **again)
+{
+    *again = PyObject_GetAttr(self->region, s_resubmit);
+    if (*again == NULL)
+        return -1;
+    if (*again == Py_None)
+        return 0;
+    PyObject *gen = PyObject_GetAttr(self->inflight, s_generation);
+    PyObject *mine = gen == NULL ? NULL : PyObject_GetAttr(*again, s_generation);
+    int ok = mine == NULL ? -1 : PyObject_RichCompareBool(mine, gen, Py_EQ);
+    Py_XDECREF(gen);
+    Py_XDECREF(mine);
+    if (ok == 1)
+        ok = attr_is(*again, s_slot_attr, self->slot);
+    return ok;
+}
+
+/* submitter(graph) -> Submission, or None: nothing was done, run the Python path */
+static PyObject *Submitter_call(Submitter *self, PyObject *args, PyObject *kwargs)
+{
+    PyObject *graph;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "a submitter takes the graph only");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "submitter", 1, 1, &graph))
+        return NULL;
+    int r;
+    if ((r = attr_is(graph, s_submit_plan, self->plan)) != 1)
+        return r < 0 ? NULL : sub_miss(self);
+    if ((r = attr_true(graph, s_gclosed)) != 0)
+        return r < 0 ? NULL : sub_miss(self);
+    if ((r = attr_true(self->runtime, s_closed)) != 0)
+        return r < 0 ? NULL : sub_miss(self);
+    if ((r = attr_true(self->runtime, s_fast_resubmit)) != 1)
+        return r < 0 ? NULL : sub_miss(self);
+    if (PyObject_Length(self->unstamped) > 0) {  /* observe=True: notice what finished */
+        if (call_method0(self->runtime, s_notice) < 0)
+            return NULL;
+    }
+    if ((r = try_acquire(self->submit_acquire)) != 1)  /* busy: the Python path waits for it */
+        return r < 0 ? NULL : sub_miss(self);
+    PyObject *again = NULL, *events = NULL, *submission = NULL, *submitted = NULL;
+    int room_taken = 0, locked = 1;
+    if (!PyDict_Check(self->reservations) || PyDict_GET_SIZE(self->reservations) != 0)
+        goto miss;  /* a native session reserved lanes: the Python path checks whose */
+    if ((r = resubmittable(self, &again)) != 1) {
+        if (r < 0)
+            goto error;
+        goto miss;
+    }
+    /* room (max_submissions), as Runtime.submit takes it */
+    if (call0(self->space_acquire) < 0)
+        goto error;
+    {
+        PyObject *taken = PyObject_GetAttr(self->runtime, s_room_taken);
+        long t = taken == NULL ? -1 : PyLong_AsLong(taken);
+        Py_XDECREF(taken);
+        Py_ssize_t n = t < 0 ? -1 : PyObject_Length(self->pending);
+        int room = n >= 0 && n + t < self->max_submissions;
+        if (n >= 0 && room) {
+            if (add_to(self->runtime, s_room_taken, 1, NULL) < 0)
+                n = -1;
+            else
+                room_taken = 1;
+        }
+        if (release_keeping(self->space_release) < 0 || n < 0 || PyErr_Occurred())
+            goto error;
+        if (!room)
+            goto miss;  /* the Python path settles or waits */
+    }
+    submitted = PyObject_CallNoArgs(self->perf_counter);
+    if (submitted == NULL)
+        goto error;
+    {
+        /* (a failure here left nothing accepted: Runtime._encode_failed has nothing to
+           quarantine; the room is given back below, as in the Python path) */
+        PyObject *event = encode_region(self, again);
+        if (event == NULL)
+            goto error;
+        events = PyList_New(1);
+        if (events == NULL) {
+            Py_DECREF(event);
+            goto error;
+        }
+        PyList_SET_ITEM(events, 0, event);
+    }
+    {
+        PyObject *a[] = {self->runtime, graph, events, self->owners, submitted};
+        submission = PyObject_Vectorcall(self->submission_type, a, 5, NULL);
+        if (submission == NULL)
+            goto error;
+    }
+    {
+        PyObject *seq = PyObject_GetAttr(self->runtime, s_usequence);
+        if (seq == NULL || PyObject_SetAttr(submission, s_sequence, seq) < 0) {
+            Py_XDECREF(seq);
+            goto error;
+        }
+        Py_DECREF(seq);
+        if (add_to(self->runtime, s_usequence, 1, NULL) < 0)
+            goto error;
+    }
+    if (call0(self->space_acquire) < 0)
+        goto error;
+    {
+        int bad = add_to(self->runtime, s_room_taken, -1, NULL) < 0;
+        if (!bad) {
+            room_taken = 0;
+            PyObject *x = PyObject_CallMethodOneArg(self->pending, s_append, submission);
+            bad = x == NULL;
+            Py_XDECREF(x);
+        }
+        if (release_keeping(self->space_release) < 0 || bad)
+            goto error;
+    }
+    {
+        /* the graph's counters, added when the statistics are read */
+        PyObject *x = PyObject_CallMethodOneArg(self->uncounted, s_append, self->counters);
+        if (x == NULL)
+            goto error;
+        Py_DECREF(x);
+        if (PyObject_Length(self->uncounted) > self->fold_after && call_method0(self->runtime, s_add_uncounted) < 0)
+            goto error;
+    }
+    locked = 0;
+    if (release_keeping(self->submit_release) < 0)
+        goto error;
+    if (self->observe == 1) {  /* Runtime._observe, stamped when noticed */
+        PyObject *ends = PyList_New(1);
+        PyObject *zero = PyFloat_FromDouble(0.0);
+        if (ends == NULL || zero == NULL) {
+            Py_XDECREF(ends);
+            Py_XDECREF(zero);
+            goto error;
+        }
+        PyList_SET_ITEM(ends, 0, zero);
+        PyObject *item = PyTuple_Pack(4, self->infos, ends, submitted, events);
+        Py_DECREF(ends);
+        if (item == NULL)
+            goto error;
+        if (call0(self->fold_acquire) < 0) {
+            Py_DECREF(item);
+            goto error;
+        }
+        PyObject *x = PyObject_CallMethodOneArg(self->observed, s_append, item);
+        PyObject *y = x == NULL ? NULL : PyObject_CallMethodOneArg(self->unstamped, s_append, item);
+        Py_DECREF(item);
+        int bad = x == NULL || y == NULL;
+        Py_XDECREF(x);
+        Py_XDECREF(y);
+        if (release_keeping(self->fold_release) < 0 || bad)
+            goto error;
+        if (PyObject_Length(self->observed) > self->fold_after && call_method0(self->runtime, s_fold_observed) < 0)
+            goto error;
+    } else if (self->observe == 2) {
+        PyObject *x = PyObject_CallMethodObjArgs(self->runtime, s_observe, self->infos, events, submitted, NULL);
+        if (x == NULL)
+            goto error;
+        Py_DECREF(x);
+    }
+    {
+        int busy = attr_true(self->runtime, s_quarantined);
+        if (busy == 0)
+            busy = attr_true(self->runtime, s_releasing);
+        if (busy < 0 || (busy && call_method0(self->runtime, s_prove_idle) < 0))
+            goto error;
+    }
+    Py_DECREF(again);
+    Py_DECREF(events);
+    Py_DECREF(submitted);
+    self->hits++;
+    return submission;
+
+error:
+miss:
+    {
+        /* (an error after the submission entered the pending queue propagates: the
+           lock and the room were settled then, as the Python path settles them) */
+        int failed = PyErr_Occurred() != NULL;
+        if (locked)
+            release_keeping(self->submit_release);
+        if (room_taken) {
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            PyObject *x = PyObject_CallMethodNoArgs(self->runtime, s_give_room_back);
+            Py_XDECREF(x);
+            if (x == NULL)
+                PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+        }
+        Py_XDECREF(again);
+        Py_XDECREF(events);
+        Py_XDECREF(submission);
+        Py_XDECREF(submitted);
+        if (failed)
+            return NULL;
+        return sub_miss(self);
+    }
+}
+
+static int Submitter_traverse(Submitter *self, visitproc visit, void *arg)
+{
+    return visit_fields(&self->runtime, &self->lane_release, visit, arg);
+}
+
+static int Submitter_clear(Submitter *self)
+{
+    clear_fields(&self->runtime, &self->lane_release);
+    return 0;
+}
+
+static void Submitter_dealloc(Submitter *self)
+{
+    PyObject_GC_UnTrack(self);
+    Submitter_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *get_method(PyObject *obj, const char *attr, const char *method)
+{
+    PyObject *o = PyObject_GetAttrString(obj, attr);
+    if (o == NULL)
+        return NULL;
+    PyObject *m = PyObject_GetAttrString(o, method);
+    Py_DECREF(o);
+    return m;
+}
+
+/* Submitter(runtime, plan, regions, submission_type, event_type, perf_counter,
+   pending_failure, observe, max_submissions, fold_after); regions: a 1-tuple of
+   (region, lane, device_graph or None, lazy, reads_own_writes) */
+static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"runtime", "plan", "regions", "submission_type", "event_type", "perf_counter",
+                            "pending_failure", "observe", "max_submissions", "fold_after", NULL};
+    PyObject *runtime, *plan, *regions, *submission_type, *event_type, *perf_counter, *pending_failure;
+    int observe;
+    long max_submissions;
+    Py_ssize_t fold_after;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOOOiln", names, &runtime, &plan, &PyTuple_Type, &regions,
+                                     &submission_type, &event_type, &perf_counter, &pending_failure, &observe,
+                                     &max_submissions, &fold_after))
+        return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(regions);
+    if (n != 1 || observe < 0 || observe > 2 || max_submissions < 1) {
+        PyErr_SetString(PyExc_ValueError, "Submitter: one region, observe 0-2 and max_submissions >= 1 expected");
+        return -1;
+    }
+    Submitter_clear(self);
+    {
+        PyObject *region, *lane, *dg;
+        int lazy, own;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(regions, 0), "OOOpp", &region, &lane, &dg, &lazy, &own))
+            return -1;
+        Py_INCREF(region);
+        self->region = region;
+        Py_INCREF(lane);
+        self->lane = lane;
+        Py_INCREF(dg);
+        self->device_graph = dg;
+        self->lazy = lazy;
+        self->reads_own_writes = own;
+        if ((self->stream = PyObject_GetAttr(lane, s_stream)) == NULL
+            || (self->slot = PyObject_GetAttr(self->stream, s_slot_attr)) == NULL
+            || (self->lane_acquire = get_method(lane, "lock", "acquire")) == NULL
+            || (self->lane_release = get_method(lane, "lock", "release")) == NULL)
+            goto fail;
+    }
+#define KEEP(field, value) do { Py_INCREF(value); self->field = value; } while (0)
+    KEEP(runtime, runtime);
+    KEEP(plan, plan);
+    KEEP(submission_type, submission_type);
+    KEEP(event_type, event_type);
+    KEEP(perf_counter, perf_counter);
+    KEEP(pending_failure, pending_failure);
+#undef KEEP
+    self->observe = observe;
+    self->max_submissions = max_submissions;
+    self->fold_after = fold_after;
+    if ((self->inflight = PyObject_GetAttrString(runtime, "_inflight")) == NULL
+        || (self->submit_acquire = get_method(runtime, "_submit_lock", "acquire")) == NULL
+        || (self->submit_release = get_method(runtime, "_submit_lock", "release")) == NULL
+        || (self->space_acquire = get_method(runtime, "_space_lock", "acquire")) == NULL
+        || (self->space_release = get_method(runtime, "_space_lock", "release")) == NULL
+        || (self->fold_acquire = get_method(runtime, "_fold_lock", "acquire")) == NULL
+        || (self->fold_release = get_method(runtime, "_fold_lock", "release")) == NULL
+        || (self->pending = PyObject_GetAttrString(runtime, "_pending")) == NULL
+        || (self->uncounted = PyObject_GetAttrString(runtime, "_uncounted")) == NULL
+        || (self->unstamped = PyObject_GetAttrString(runtime, "_unstamped")) == NULL
+        || (self->observed = PyObject_GetAttrString(runtime, "_observed")) == NULL
+        || (self->reservations = PyObject_GetAttrString(runtime, "_reservations")) == NULL
+        || (self->owners = PyObject_GetAttrString(plan, "owners")) == NULL
+        || (self->counters = PyObject_GetAttrString(plan, "counters")) == NULL
+        || (self->infos = PyObject_GetAttrString(plan, "infos")) == NULL)
+        goto fail;
+    self->hits = self->misses = 0;
+    return 0;
+fail:
+    Submitter_clear(self);
+    return -1;
+}
+
+static PyMemberDef Submitter_members[] = {
+    {"hits", T_PYSSIZET, offsetof(Submitter, hits), READONLY, "submissions this submitter made"},
+    {"misses", T_PYSSIZET, offsetof(Submitter, misses), READONLY, "calls it left to the Python path"},
+    {"plan", T_OBJECT, offsetof(Submitter, plan), READONLY, "the submit plan it was made for"},
+    {NULL}
+};
+
+static PyTypeObject SubmitterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hrx_core.fastpath.Submitter",
+    .tp_basicsize = sizeof(Submitter),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Runtime.submit of a one-region tracked graph resubmitted without a hazard scan, in C.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Submitter_init,
+    .tp_dealloc = (destructor)Submitter_dealloc,
+    .tp_traverse = (traverseproc)Submitter_traverse,
+    .tp_clear = (inquiry)Submitter_clear,
+    .tp_call = (ternaryfunc)Submitter_call,
+    .tp_members = Submitter_members,
+};
+
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, NULL, "HRX's compiled replay path.", -1, NULL};
 
 static PyObject *hrx_module_create(const char *name)
@@ -676,8 +1206,43 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_graph_launches, "graph_launches");
     INTERN(s_acquire, "acquire");
     INTERN(s_release, "release");
+    INTERN(s_submit_plan, "_submit_plan");
+    INTERN(s_gclosed, "_closed");
+    INTERN(s_fast_resubmit, "fast_resubmit");
+    INTERN(s_resubmit, "resubmit");
+    INTERN(s_generation, "generation");
+    INTERN(s_places, "places");
+    INTERN(s_encode_signaled, "encode_signaled");
+    INTERN(s_forget_failures, "_forget_failures");
+    INTERN(s_ufast, "_fast");
+    INTERN(s_stream, "stream");
+    INTERN(s_completion, "completion");
+    INTERN(s_done_now, "done_now");
+    INTERN(s_upstream, "upstream");
+    INTERN(s_resolved, "resolved");
+    INTERN(s_utimeline, "_timeline");
+    INTERN(s_timeline, "timeline");
+    INTERN(s_has_errors, "has_errors");
+    INTERN(s_room_taken, "_room_taken");
+    INTERN(s_sequence, "sequence");
+    INTERN(s_usequence, "_sequence");
+    INTERN(s_add_uncounted, "_add_uncounted");
+    INTERN(s_fold_observed, "_fold_observed");
+    INTERN(s_observe, "_observe");
+    INTERN(s_quarantined, "_quarantined");
+    INTERN(s_releasing, "_releasing");
+    INTERN(s_prove_idle, "_prove_idle");
+    INTERN(s_give_room_back, "_give_room_back");
+    INTERN(s_notice, "_notice");
+    INTERN(s_launch_signaled_py, "_launch_signaled_py");
+    INTERN(s_reservations, "_reservations");
+    INTERN(s_slot_attr, "slot");
+    INTERN(s_append, "append");
+    INTERN(s_replace, "replace");
 #undef INTERN
     if (PyType_Ready(&ReplayerType) < 0)
+        return NULL;
+    if (PyType_Ready(&SubmitterType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
@@ -685,6 +1250,12 @@ static PyObject *hrx_module_create(const char *name)
     Py_INCREF(&ReplayerType);
     if (PyModule_AddObject(m, "Replayer", (PyObject *)&ReplayerType) < 0) {
         Py_DECREF(&ReplayerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&SubmitterType);
+    if (PyModule_AddObject(m, "Submitter", (PyObject *)&SubmitterType) < 0) {
+        Py_DECREF(&SubmitterType);
         Py_DECREF(m);
         return NULL;
     }

@@ -295,6 +295,9 @@ class TrackedGraph:
         self._totals: dict[str, int] | None = None
         # (lanes, owners, counters) of one submission, cached until a region is added
         self._submit_plan: SubmitPlan | None = None
+        #: the runtime's compiled resubmission of this graph (None: not made yet; False:
+        #: none can be built here); it checks the plan it was made for on every call
+        self._fast_submit: Any = None
         self._closed = False
 
     def __repr__(self) -> str:
@@ -329,6 +332,7 @@ class TrackedGraph:
         self.regions.append(region)
         self._totals = None
         self._submit_plan = None
+        self._fast_submit = None
         return region
 
     def submit_plan(self) -> SubmitPlan:
@@ -492,6 +496,7 @@ class TrackedGraph:
         if self._closed:
             return
         self._closed = True
+        self._fast_submit = None
         for region in self.regions:
             region.close()
 

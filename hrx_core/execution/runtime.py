@@ -34,7 +34,7 @@ from ..completion import Event
 from ..errors import HRXError, InvalidArgument, QueueFull, Timeout, Unsupported, show, strict_init
 from ..timeouts import check_timeout, remaining
 from .failures import event_failure, own_failure, pending_failure, raise_event_failure
-from .graph import ReadRange, Region, RegionInfo, TrackedGraph
+from .graph import ReadRange, Region, RegionInfo, SubmitPlan, TrackedGraph
 from .lanes import LANES, Lane
 
 log = logging.getLogger("hrx.runtime")
@@ -303,6 +303,17 @@ class _Inflight:
             entries[i] = (s, e, w, event)
 
 
+def fastpath_wanted(graph: TrackedGraph, plan: SubmitPlan) -> bool:
+    """Whether a compiled resubmission could serve ``graph``'s next submission: one
+    region (a graph of several scans again on every submission: each region's record
+    moves the generation the earlier ones' notes were taken at), whose note to skip
+    the hazard scan is current, and a current plan."""
+    if graph._submit_plan is not plan or graph._closed or len(graph.regions) != 1:
+        return False
+    again = graph.regions[0].resubmit
+    return again is not None and again.generation == graph.runtime._inflight.generation
+
+
 class _Resubmit(NamedTuple):
     """What lets a region's next submission skip the hazard scan (:meth:`Runtime._encode`).
 
@@ -479,6 +490,12 @@ class Runtime:
         Waits for room (``max_submissions``) and for lanes a NativeSession of another
         thread reserved; ``block=False`` raises QueueFull instead, ``timeout`` bounds
         the wait (then Timeout). A refused submission encodes nothing."""
+        if block is True and timeout is None and isinstance(graph, TrackedGraph):
+            fast = graph._fast_submit  # the compiled resubmission (see _make_fast_submit)
+            if fast and graph.runtime is self:
+                submission: Submission | None = fast(graph)
+                if submission is not None:
+                    return submission
         if not isinstance(graph, TrackedGraph) or graph.runtime is not self:
             raise InvalidArgument(f"graph: expected a TrackedGraph of this runtime, got {show(graph)}")
         if not isinstance(block, bool):
@@ -519,7 +536,31 @@ class Runtime:
             self._observe(plan.infos, submission.events, submission.submitted)
         if self._quarantined or self._releasing:
             self._prove_idle()
+        if graph._fast_submit is None and fastpath_wanted(graph, plan):
+            self._make_fast_submit(graph, plan)
         return submission
+
+    def _make_fast_submit(self, graph: TrackedGraph, plan: SubmitPlan) -> None:
+        """The compiled resubmission of ``graph`` (:class:`hrx_core.fastpath.Submitter`):
+        for a one-region graph that may skip the hazard scan next time, it makes what
+        :meth:`submit` makes -- the same checks, event, Submission, room, counters and
+        observation -- in one C call, and leaves every other case (no room, a reserved
+        lane, a stale note, a new plan, a closed graph) to the Python path."""
+        from .. import fastpath
+
+        mod = fastpath.module()
+        if not mod.compiled:
+            graph._fast_submit = False
+            return
+        observe = self.options.observe
+        regions = tuple(
+            (r, self.lanes[r.lane], getattr(r, "device_graph", None), self.lanes[r.lane].lazy_signals, r.reads_own_writes)
+            for r in graph.regions
+        )
+        graph._fast_submit = mod.lib.Submitter(
+            self, plan, regions, Submission, Event, time.perf_counter, pending_failure,
+            0 if not observe else (2 if observe == "exact" else 1), self.options.max_submissions, _FOLD_AFTER,
+        )
 
     def _submit_locked(self, graph: TrackedGraph, owners: Sequence[Allocation], counters: dict[str, int]) -> Submission:
         submitted = time.perf_counter()

@@ -1,0 +1,314 @@
+"""The runtime's compiled resubmission (hrx_core.fastpath.Submitter) against the Python path.
+
+Every engine present. Once a submission left each region of a graph able to skip the
+hazard scan, ``Runtime.submit`` of that graph runs in one C call: the same events,
+Submission, room, counters and observation as the Python path. It does nothing (and
+the Python path runs) wherever that path would do more: no room, a lane reserved by
+another thread, another graph submitted in between, a region added, a closed graph
+or runtime, ``block=False`` or a timeout, the fast resubmission switched off.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import hrx_core as hrx
+from hrx_core import fastpath
+from hrx_core.execution import Runtime, RuntimeOptions
+
+from .kernels import ADD_U32, SLEEPY
+
+MODES = ["compiled", "python"]
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with the compiled resubmission, then with the Python path only."""
+    monkeypatch.delenv("HRX_HOT_PATH", raising=False)
+    if request.param == "compiled":
+        mod = fastpath.module()
+        if not mod.compiled:
+            pytest.skip(f"compiled resubmission not built here: {mod.reason}")
+    else:
+        monkeypatch.setattr(Runtime, "_make_fast_submit", lambda self, graph, plan: setattr(graph, "_fast_submit", False))
+    return str(request.param)
+
+
+def _pipeline(rt: Runtime) -> tuple[Any, Any, Any, Any]:
+    """An upload -> add 3 -> download graph over one buffer, and a one-region graph
+    adding 1 to another buffer."""
+    x, y = rt.allocate(256), rt.allocate(256)
+    init = rt.graph("init")
+    init.upload(y, np.zeros(64, np.uint32))
+    rt.submit(init).wait(60)
+    g = rt.graph("round")
+    up = g.upload(x, np.zeros(64, np.uint32))
+    g.compute("add", lambda r: r.dispatch(ADD_U32, 1, [x], block=64, scalars=(3, 64)))
+    down = g.download(x)
+    h = rt.graph("count")
+    h.compute("inc", lambda r: r.dispatch(ADD_U32, 1, [y], block=64, scalars=(1, 64)))
+    return g, up, down, h
+
+
+def _scenario(dev: hrx.Device, observe: Any) -> dict[str, Any]:
+    rt = Runtime(dev, RuntimeOptions(observe=observe))
+    try:
+        g, up, down, h = _pipeline(rt)
+        counts = []
+        subs = []
+        for i in range(4):
+            up.write(np.full(64, i, np.uint32))
+            subs.append(rt.submit(g))
+            for _ in range(3):  # back to back: the compiled resubmission, once made
+                subs.append(rt.submit(h))
+            subs[-1].wait(60)
+            counts.append(down.read(np.uint32, timeout=60)[0])
+        for _ in range(5):
+            subs.append(rt.submit(h))
+        rt.synchronize(60)
+        y = rt.lane("compute").stream.download(_buffer_of(h))
+        snap = rt.stats.snapshot()
+        out = {
+            "counts": [int(c) for c in counts],
+            "y": int(y.view(np.uint32)[0]),
+            "sequences": [s.sequence for s in subs],
+            "regions": [len(s.events) for s in subs],
+            "complete": all(s.is_complete for s in subs),
+            "failures": [s.failure for s in subs],
+            "stats": {k: snap[k] for k in ("submissions", "regions", "upload_bytes", "download_bytes")},
+            "pending": len(rt._pending),
+            "room": rt._room_taken,
+            "hits": getattr(h._fast_submit, "hits", 0),
+        }
+        if observe:
+            summary = rt.profile.summary()
+            out["profile"] = {name: summary[name]["count"] for name in ("inc", "add")}
+            out["lane_regions"] = dict(snap["lane_regions"])
+        return out
+    finally:
+        rt.close()
+
+
+def _buffer_of(graph: Any) -> Any:
+    return graph.regions[0].device_graph.nodes[0].refs[0][0]
+
+
+@pytest.mark.parametrize("observe", [False, True, "exact"])
+def test_resubmissions_match_the_python_path(dev: hrx.Device, mode: str, observe: Any) -> None:
+    got = _scenario(dev, observe)
+    assert got["counts"] == [3, 4, 5, 6]
+    assert got["y"] == 17
+    assert got["sequences"] == list(range(1, 1 + len(got["sequences"])))  # (0: the initial upload)
+    assert got["complete"] and not any(got["failures"])
+    assert got["stats"]["submissions"] == 1 + 4 + 17 and got["pending"] == 0 and got["room"] == 0
+    if observe:
+        assert got["profile"] == {"inc": 17, "add": 4}
+    # every resubmission of the one-region graph after its first (the first of each
+    # group of three follows the pipeline: a scan) goes through C
+    assert got["hits"] == (0 if mode == "python" else 4 * 2 + 5)
+
+
+def test_a_submitter_is_made_after_a_submission_that_left_every_region_able_to_skip_the_scan(
+        dev: hrx.Device, mode: str) -> None:
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    try:
+        g, _, _, h = _pipeline(rt)
+        assert h._fast_submit is None
+        rt.submit(h)
+        if mode == "python":
+            assert h._fast_submit is False
+            return
+        fast = h._fast_submit
+        assert isinstance(fast, fastpath.module().lib.Submitter) and fast.plan is h.submit_plan()
+        rt.submit(h)
+        assert (fast.hits, fast.misses) == (1, 0)
+        # a region added: a new plan, so the submitter is dropped and made again
+        z = rt.allocate(256)
+        zero = rt.graph("zero")
+        zero.fill(z, 0)
+        rt.submit(zero).wait(60)
+        h.compute("more", lambda r: r.dispatch(ADD_U32, 1, [z], block=64, scalars=(1, 64)))
+        assert h._fast_submit is None
+        rt.submit(h)
+        rt.submit(h)  # two regions: each submission scans (see fastpath_wanted)
+        assert h._fast_submit is None
+        rt.synchronize(60)
+        s = rt.lane("compute").stream
+        assert (s.download(_buffer_of(h)).view(np.uint32)[0], s.download(z).view(np.uint32)[0]) == (4, 2)
+    finally:
+        rt.close()
+
+
+def test_what_it_leaves_to_the_python_path(dev: hrx.Device, mode: str) -> None:
+    if mode == "python":
+        pytest.skip("the compiled resubmission's refusals")
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    try:
+        g, up, down, h = _pipeline(rt)
+        rt.submit(h)
+        rt.submit(h)
+        fast = h._fast_submit
+        hits, misses = fast.hits, fast.misses
+        # another graph submitted in between: the next one scans again (no change)
+        rt.submit(g)
+        rt.submit(h)
+        assert (fast.hits, fast.misses) == (hits, misses + 1)
+        rt.submit(h)
+        assert fast.hits == hits + 1
+        # block=False and a timeout take the Python path without asking it
+        rt.submit(h, block=False)
+        rt.submit(h, timeout=30)
+        assert (fast.hits, fast.misses) == (hits + 1, misses + 1)
+        # the fast resubmission switched off
+        rt.fast_resubmit = False
+        rt.submit(h)
+        assert fast.misses == misses + 2
+        rt.fast_resubmit = True
+        rt.submit(h)  # (scanned: the note was not kept meanwhile)
+        rt.submit(h)
+        assert fast.hits == hits + 2
+        rt.synchronize(60)
+        assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 9
+        # a closed graph is refused by the Python path
+        h.close()
+        with pytest.raises(hrx.InvalidArgument, match="closed"):
+            rt.submit(h)
+        assert h._fast_submit is None
+    finally:
+        rt.close()
+    with pytest.raises(hrx.InvalidArgument, match="closed"):
+        rt.submit(g)
+
+
+def test_no_room_waits_in_the_python_path(dev: hrx.Device, mode: str) -> None:
+    """max_submissions=1 with a slow submission in flight: the next one finds no room,
+    the compiled resubmission leaves it, and the Python path waits for room."""
+    rt = Runtime(dev, RuntimeOptions(observe=False, max_submissions=1))
+    try:
+        flag = rt.allocate(64)
+        slow = rt.graph("slow")
+        slow.compute("sleep", lambda r: r.dispatch(SLEEPY, 1, [flag], block=1, scalars=(np.uint64(50_000_000),)))
+        rt.submit(slow).wait(60)
+        rt.submit(slow).wait(60)
+        fast = slow._fast_submit
+        t = time.perf_counter()
+        first = rt.submit(slow)
+        second = rt.submit(slow)  # waits for the first to make room
+        assert first.is_complete and time.perf_counter() - t >= 0.04
+        with pytest.raises(hrx.QueueFull):
+            rt.submit(slow, block=False)
+        second.wait(60)
+        if mode == "compiled":
+            assert fast.hits >= 1 and fast.misses >= 1
+        assert rt._room_taken == 0 and len(rt._pending) <= 1
+    finally:
+        rt.close()
+
+
+def test_a_lane_reserved_by_another_thread_is_waited_for(dev: hrx.Device, mode: str) -> None:
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    try:
+        _, _, _, h = _pipeline(rt)
+        rt.submit(h)
+        rt.submit(h)
+        reserved, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            rt._reserve_lane("compute")
+            reserved.set()
+            release.wait(30)
+            rt._release_lane("compute")
+
+        t = threading.Thread(target=hold)
+        t.start()
+        reserved.wait(30)
+        threading.Timer(0.05, release.set).start()
+        start = time.perf_counter()
+        rt.submit(h).wait(60)
+        assert time.perf_counter() - start >= 0.04  # waited for the reservation
+        t.join(30)
+        if mode == "compiled":
+            assert h._fast_submit.misses >= 1
+        rt.synchronize(60)
+        assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 3
+    finally:
+        rt.close()
+
+
+def test_a_failing_encode_changes_nothing_and_gives_the_room_back(dev: hrx.Device, mode: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The region of a resubmission fails to encode: the error is raised, the room is
+    given back, nothing is pending or quarantined -- as in the Python path; afterwards
+    the graph submits normally (through C again)."""
+    from hrx_core.execution import runtime as runtime_mod
+
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    try:
+        _, _, _, h = _pipeline(rt)
+        rt.submit(h).wait(60)
+        rt.submit(h).wait(60)
+        region = h.regions[0]
+
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise hrx.DeviceError("injected encode failure")
+
+        monkeypatch.setattr(region, "encode_signaled", refuse)
+        monkeypatch.setattr(region.device_graph, "_fast", None)
+        encodes = [0]
+        real = runtime_mod.Runtime._encode
+
+        def counted(self: Runtime, *args: Any) -> Any:
+            encodes[0] += 1
+            return real(self, *args)
+
+        monkeypatch.setattr(runtime_mod.Runtime, "_encode", counted)
+        pending, sequence, last = len(rt._pending), rt._sequence, region.last
+        with pytest.raises(hrx.DeviceError, match="injected"):
+            rt.submit(h)
+        assert encodes[0] == (0 if mode == "compiled" else 1)  # (the compiled one encodes in C)
+        assert (rt._room_taken, len(rt._pending), rt._sequence, region.last) == (0, pending, sequence, last)
+        assert not rt._quarantined
+        monkeypatch.undo()
+        rt.submit(h).wait(60)
+        if mode == "compiled":
+            assert h._fast_submit.hits == 2
+        assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 3
+    finally:
+        rt.close()
+
+
+def test_threads_resubmitting_one_graph(dev: hrx.Device, mode: str) -> None:
+    rt = Runtime(dev, RuntimeOptions(observe=True, max_submissions=8))
+    try:
+        _, _, _, h = _pipeline(rt)
+        rt.submit(h).wait(60)
+        subs: list[Any] = []
+        lock = threading.Lock()
+        errors: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                mine = [rt.submit(h) for _ in range(40)]
+                with lock:
+                    subs.extend(mine)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors
+        rt.synchronize(60)
+        assert sorted(s.sequence for s in subs) == list(range(2, 2 + 160))
+        assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 161
+        assert rt.stats.snapshot()["submissions"] == 162 and rt._room_taken == 0
+        assert rt.profile.summary()["inc"]["count"] == 161
+    finally:
+        rt.close()
