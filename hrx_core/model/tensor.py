@@ -11,6 +11,7 @@ not reuse the slot's outputs until every consumer closed its views.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -420,6 +421,7 @@ def check_tensor(name: str, value: Any, device: Device) -> DeviceTensor:
     return value
 
 
+@functools.lru_cache(maxsize=1024)  # per eager op output: a handful of shapes repeat
 def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     strides = []
     step = itemsize
