@@ -83,32 +83,101 @@ void hrx_gemv_bf16(const uint16_t *w, const float *x, float *y, int64_t n0, int6
         y[n] = s;
     }
 }
-
-/* Gather indices: copy n of them into the int64 buffer the kernel reads and check
-   every one against the table's rows in the same pass (viewed as unsigned, a
-   negative index is out of range too). Returns 1 if any is out of range. */
-#define HRX_COPY_INDICES(name, T) \
-    int name(const T *src, int64_t *dst, int64_t n, uint64_t rows) { \
-        int bad = 0; \
-        for (int64_t i = 0; i < n; ++i) { \
-            int64_t v = src[i]; \
-            dst[i] = v; \
-            bad |= (uint64_t)v >= rows; \
-        } \
-        return bad; \
-    }
-HRX_COPY_INDICES(hrx_copy_indices_i64, int64_t)
-HRX_COPY_INDICES(hrx_copy_indices_i32, int32_t)
 """
 
 CDEF = """
 void hrx_gemv_bf16(const uint16_t *w, const float *x, float *y, int64_t n0, int64_t n1, int64_t k);
-int hrx_copy_indices_i64(const int64_t *src, int64_t *dst, int64_t n, uint64_t rows);
-int hrx_copy_indices_i32(const int32_t *src, int64_t *dst, int64_t n, uint64_t rows);
 """
 
-#: What the compiled module serves: the BF16 GEMV of linear / linear_many, gather_rows' index copy.
-KERNELS = ("hrx_gemv_bf16", "hrx_copy_indices_i64", "hrx_copy_indices_i32")
+INDEX_SOURCE = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+/* copy(src, dst, rows): copy the indices of ``src`` (a C-contiguous one-dimensional
+   int64 or int32 buffer) into ``dst`` (writable bytes, 8 a index) as int64 and check
+   every one against ``rows`` in the same pass (viewed as unsigned, a negative index
+   is out of range too): True if all are in range, False if not (``dst`` then holds
+   garbage), None if ``src`` is not such a buffer (the caller copies it). The GIL is
+   kept: a call of a microsecond that released it could wait a whole switch interval
+   (5 ms) to get it back from another Python thread. */
+static PyObject *copy_indices(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "copy(src, dst, rows)");
+        return NULL;
+    }
+    unsigned long long rows = PyLong_AsUnsignedLongLong(args[2]);
+    if (rows == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer src, dst;
+    if (PyObject_GetBuffer(args[0], &src, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    const char *f = src.format != NULL ? src.format : "B";
+    if (*f == '@' || *f == '=')
+        f++;
+    int width = 0;
+    if (src.ndim == 1 && f[0] != 0 && f[1] == 0) {
+        if (src.itemsize == 8 && (f[0] == 'q' || f[0] == 'l'))
+            width = 8;
+        else if (src.itemsize == 4 && (f[0] == 'i' || (f[0] == 'l' && sizeof(long) == 4)))
+            width = 4;
+    }
+    if (width == 0) {
+        PyBuffer_Release(&src);
+        Py_RETURN_NONE;
+    }
+    if (PyObject_GetBuffer(args[1], &dst, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    Py_ssize_t n = src.len / width;
+    if (dst.len < n * 8) {
+        PyBuffer_Release(&src);
+        PyBuffer_Release(&dst);
+        PyErr_Format(PyExc_ValueError, "dst: %zd bytes hold fewer than %zd indices", dst.len, n);
+        return NULL;
+    }
+    int64_t *d = (int64_t *)dst.buf;
+    int bad = 0;
+    if (width == 8) {
+        const int64_t *s = (const int64_t *)src.buf;
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            int64_t v = s[i];
+            d[i] = v;
+            bad |= (uint64_t)v >= rows;
+        }
+    } else {
+        const int32_t *s = (const int32_t *)src.buf;
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            int64_t v = s[i];
+            d[i] = v;
+            bad |= (uint64_t)v >= rows;
+        }
+    }
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    return PyBool_FromLong(!bad);
+}
+
+static PyMethodDef methods[] = {
+    {"copy", (PyCFunction)(void (*)(void))copy_indices, METH_FASTCALL, "copy(src, dst, rows) -> True, False or None"},
+    {NULL}
+};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, NULL, "gather_rows' index copy.", -1, methods};
+
+static PyObject *hrx_module_create(const char *name)
+{
+    module_def.m_name = name;
+    return PyModule_Create(&module_def);
+}
+"""
+
+#: What the compiled modules serve: the BF16 GEMV of linear / linear_many, gather_rows' index copy.
+KERNELS = ("hrx_gemv_bf16", "copy_indices")
 log = logging.getLogger("hrx.kernels")
 _lock = threading.Lock()
 _module: Any = None
@@ -201,39 +270,29 @@ def gemv(w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, k: int) -> bool:
     return True
 
 
-_I64 = np.dtype(np.int64)
-_I32 = np.dtype(np.int32)
-
-
 class IndexWriter:
     """Copies gather indices into host-visible int64 memory and range-checks them in
-    the same pass: the compiled loop where it builds, else two numpy passes (a copy,
-    then an unsigned max over what was written).
+    the same pass: the compiled copy where it builds (one C call through the buffer
+    protocol, keeping the GIL), else two numpy passes (a copy, then an unsigned max
+    over what was written)."""
 
-    The compiled loop is called through ctypes.PyDLL, which keeps the GIL: a call of
-    a microsecond that released it could wait a whole switch interval (5 ms) to get
-    it back from another Python thread (the host engine's queue workers, say)."""
-
-    __slots__ = ("_dst", "_i32", "_i64", "_ptr")
+    __slots__ = ("_bytes", "_copy", "_dst")
 
     def __init__(self, dst: np.ndarray) -> None:
         """``dst``: the uint8 host view of the index memory (8 bytes per index)."""
+        self._bytes = dst
         self._dst = dst.view(np.int64)
-        funcs = _index_functions()
-        self._ptr = None if funcs is None else dst.ctypes.data
-        if funcs is not None:
-            self._i64, self._i32 = funcs
+        self._copy = _index_functions()
 
     def write(self, idx: np.ndarray, rows: int) -> bool:
         """Write the one-dimensional integer array ``idx``; False if an index is
         outside ``0 .. rows - 1`` (the memory then holds garbage: launch nothing)."""
+        copy = self._copy
+        if copy is not None:
+            ok = copy(idx, self._bytes, rows)
+            if ok is not None:
+                return bool(ok)
         n = idx.shape[0]
-        if self._ptr is not None and idx.flags.c_contiguous:
-            dt = idx.dtype
-            if dt == _I64:
-                return not self._i64(idx.ctypes.data, self._ptr, n, rows)
-            if dt == _I32:
-                return not self._i32(idx.ctypes.data, self._ptr, n, rows)
         dst = self._dst[:n]
         np.copyto(dst, idx, casting="unsafe")  # keeps the bits of uint64 >= 2**63: out of range below
         return int(dst.view(np.uint64).max()) < rows
@@ -243,21 +302,16 @@ _index_funcs: Any = None
 
 
 def _index_functions() -> Any:
-    """(i64, i32) index copy functions of the compiled module, through ctypes.PyDLL;
-    None where the module does not build."""
+    """The compiled index copy (``copy(src, dst, rows)``, see INDEX_SOURCE), built with
+    the GEMV's module (the same switches and fallback); None where it does not build."""
     global _index_funcs
     if _index_funcs is None:
-        module = _load()
-        if module is None:
+        if _load() is None:
             return None
-        import ctypes
+        from hrx_core import hotpath
 
-        lib = ctypes.PyDLL(module.path)
-        funcs = []
-        for name in ("hrx_copy_indices_i64", "hrx_copy_indices_i32"):
-            f = getattr(lib, name)
-            f.restype = ctypes.c_int
-            f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64]
-            funcs.append(f)
-        _index_funcs = tuple(funcs)
+        module = hotpath.load_extension("hrx_tensor_index", INDEX_SOURCE, flags=["-O3"])
+        if not module.compiled:
+            return None
+        _index_funcs = module.lib.copy
     return _index_funcs
