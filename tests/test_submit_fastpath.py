@@ -240,14 +240,15 @@ def test_a_lane_reserved_by_another_thread_is_waited_for(dev: hrx.Device, mode: 
         rt.close()
 
 
-def test_a_failing_encode_changes_nothing_and_gives_the_room_back(dev: hrx.Device, mode: str,
+@pytest.mark.parametrize("signals", ["each", "lazy"])
+def test_a_failing_encode_changes_nothing_and_gives_the_room_back(dev: hrx.Device, mode: str, signals: str,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The region of a resubmission fails to encode: the error is raised, the room is
     given back, nothing is pending or quarantined -- as in the Python path; afterwards
     the graph submits normally (through C again)."""
     from hrx_core.execution import runtime as runtime_mod
 
-    rt = Runtime(dev, RuntimeOptions(observe=False))
+    rt = Runtime(dev, RuntimeOptions(observe=False, signals=signals))
     try:
         _, _, _, h = _pipeline(rt)
         rt.submit(h).wait(60)
@@ -257,8 +258,10 @@ def test_a_failing_encode_changes_nothing_and_gives_the_room_back(dev: hrx.Devic
         def refuse(*args: Any, **kwargs: Any) -> Any:
             raise hrx.DeviceError("injected encode failure")
 
+        # the region's encode and, for lazy signals (cuda's), the replay it makes
         monkeypatch.setattr(region, "encode_signaled", refuse)
         monkeypatch.setattr(region.device_graph, "_fast", None)
+        monkeypatch.setattr(region.device_graph, "_launch_signaled_py", refuse)
         encodes = [0]
         real = runtime_mod.Runtime._encode
 
@@ -310,5 +313,33 @@ def test_threads_resubmitting_one_graph(dev: hrx.Device, mode: str) -> None:
         assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 161
         assert rt.stats.snapshot()["submissions"] == 162 and rt._room_taken == 0
         assert rt.profile.summary()["inc"]["count"] == 161
+    finally:
+        rt.close()
+
+
+def test_a_region_class_with_its_own_encode_is_encoded_through_it(dev: hrx.Device, mode: str) -> None:
+    """The submitter replays a recorded region's graph itself only where the region's
+    class encodes as the recorded regions do; a subclass's own ``encode_signaled`` is
+    called on every submission, compiled or not."""
+    from hrx_core.execution.graph import ComputeRegion
+
+    calls = [0]
+
+    class Counted(ComputeRegion):
+        def encode_signaled(self, lane: Any, lazy: bool = False) -> Any:
+            calls[0] += 1
+            return super().encode_signaled(lane, lazy)
+
+    rt = Runtime(dev, RuntimeOptions(observe=False, signals="lazy"))
+    try:
+        _, _, _, h = _pipeline(rt)
+        h.regions[0].__class__ = Counted
+        for _ in range(5):
+            rt.submit(h)
+        rt.synchronize(60)
+        assert calls[0] == 5
+        if mode == "compiled":
+            assert h._fast_submit.hits == 4
+        assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 5
     finally:
         rt.close()

@@ -552,9 +552,16 @@ class Runtime:
         if not mod.compiled:
             graph._fast_submit = False
             return
+        from .graph import _RecordedRegion
+
         observe = self.options.observe
+        # the submitter replays a recorded region's graph itself where the region's
+        # class encodes as _RecordedRegion does; any other region encodes through its
+        # own encode_signaled
         regions = tuple(
-            (r, self.lanes[r.lane], getattr(r, "device_graph", None), self.lanes[r.lane].lazy_signals, r.reads_own_writes)
+            (r, self.lanes[r.lane],
+             r.device_graph if type(r).encode_signaled is _RecordedRegion.encode_signaled else None,  # type: ignore[attr-defined]
+             self.lanes[r.lane].lazy_signals, r.reads_own_writes)
             for r in graph.regions
         )
         graph._fast_submit = mod.lib.Submitter(
