@@ -135,7 +135,7 @@ def test_a_submitter_is_made_after_a_submission_that_left_every_region_able_to_s
         h.compute("more", lambda r: r.dispatch(ADD_U32, 1, [z], block=64, scalars=(1, 64)))
         assert h._fast_submit is None
         rt.submit(h)
-        rt.submit(h)  # two regions: each submission scans (see fastpath_wanted)
+        rt.submit(h)  # two regions: each submission scans (see _fast_submit_wanted)
         assert h._fast_submit is None
         rt.synchronize(60)
         s = rt.lane("compute").stream

@@ -303,7 +303,7 @@ class _Inflight:
             entries[i] = (s, e, w, event)
 
 
-def fastpath_wanted(graph: TrackedGraph, plan: SubmitPlan) -> bool:
+def _fast_submit_wanted(graph: TrackedGraph, plan: SubmitPlan) -> bool:
     """Whether a compiled resubmission could serve ``graph``'s next submission: one
     region (a graph of several scans again on every submission: each region's record
     moves the generation the earlier ones' notes were taken at), whose note to skip
@@ -536,7 +536,7 @@ class Runtime:
             self._observe(plan.infos, submission.events, submission.submitted)
         if self._quarantined or self._releasing:
             self._prove_idle()
-        if graph._fast_submit is None and fastpath_wanted(graph, plan):
+        if graph._fast_submit is None and _fast_submit_wanted(graph, plan):
             self._make_fast_submit(graph, plan)
         return submission
 
