@@ -668,24 +668,24 @@ static PyTypeObject ReplayerType = {
 /* ---- Runtime resubmission (hrx_core.execution.runtime.Runtime.submit) ---------------- */
 
 static PyObject *s_submit_plan, *s_gclosed, *s_fast_resubmit, *s_resubmit, *s_generation, *s_places,
-    *s_encode_signaled, *s_forget_failures, *s_ufast, *s_stream, *s_completion, *s_done_now,
-    *s_upstream, *s_resolved, *s_utimeline, *s_timeline, *s_has_errors, *s_room_taken, *s_sequence,
-    *s_usequence, *s_add_uncounted, *s_fold_observed, *s_observe, *s_quarantined, *s_releasing,
-    *s_prove_idle, *s_give_room_back, *s_notice, *s_launch_signaled_py,
+    *s_encode_signaled, *s_forget_failures, *s_stream, *s_inherits_previous,
+    *s_upstream, *s_room_taken, *s_sequence,
+    *s_usequence, *s_add_uncounted, *s_observe, *s_quarantined, *s_releasing,
+    *s_prove_idle, *s_give_room_back, *s_notice,
     *s_reservations, *s_slot_attr, *s_append, *s_replace;
 
 typedef struct {
     PyObject_HEAD
     /* object fields, `runtime` to `lane_release` (see visit_fields) */
-    PyObject *runtime, *plan, *inflight, *submission_type, *event_type, *perf_counter, *pending_failure;
+    PyObject *runtime, *plan, *inflight, *submission_type, *event_type, *perf_counter;
     PyObject *submit_acquire, *submit_release, *space_acquire, *space_release;
-    PyObject *pending, *uncounted, *unstamped, *observed, *fold_acquire, *fold_release;
+    PyObject *pending, *uncounted, *unstamped;
     PyObject *owners, *counters, *infos, *reservations;
-    /* the graph's one region, its lane, the lane's stream and queue slot, the region's
-       device graph (None unless it replays a recorded one), the lane lock's methods */
-    PyObject *region, *lane, *stream, *slot, *device_graph, *lane_acquire, *lane_release;
+    /* the graph's one region, its lane, the lane's stream and queue slot, the lane
+       lock's methods */
+    PyObject *region, *lane, *stream, *slot, *lane_acquire, *lane_release;
     int lazy, reads_own_writes;
-    int observe;  /* 0: off, 1: stamped when noticed, 2: exact (Runtime._observe) */
+    int observe;  /* RuntimeOptions.observe: Runtime._observe keeps the submission */
     long max_submissions;
     Py_ssize_t fold_after;  /* runtime._FOLD_AFTER */
     Py_ssize_t hits, misses;
@@ -695,55 +695,6 @@ static PyObject *sub_miss(Submitter *self)
 {
     self->misses++;
     Py_RETURN_NONE;
-}
-
-/* Runtime._encode's check of a region that reads what it writes: does the new event
-   inherit its previous submission's failure? 1 yes, 0 no, -1 an exception. */
-static int inherits_previous(Submitter *self, PyObject *previous)
-{
-    PyObject *c = PyObject_GetAttr(previous, s_completion);
-    if (c == NULL)
-        return -1;
-    PyObject *d = PyObject_CallMethodNoArgs(c, s_done_now);
-    if (d == NULL) {
-        Py_DECREF(c);
-        return -1;
-    }
-    int done = PyObject_IsTrue(d);
-    Py_DECREF(d);
-    if (done <= 0) {
-        Py_DECREF(c);
-        return done < 0 ? -1 : 1;  /* not finished: ordered behind it, inherits its verdict */
-    }
-    /* finished: only where it may carry a failure not delivered yet */
-    int suspect = attr_true(previous, s_upstream);
-    if (suspect == 0) {
-        PyObject *res = PyObject_GetAttr(previous, s_resolved);
-        suspect = res == NULL ? -1 : res != Py_None;
-        Py_XDECREF(res);
-    }
-    if (suspect == 0) {
-        PyObject *slot = PyObject_GetAttr(c, s_slot_attr);
-        PyObject *tl = slot == NULL ? NULL : PyObject_GetAttr(slot, s_utimeline);
-        if (tl != NULL && tl == Py_None) {
-            Py_DECREF(tl);
-            tl = PyObject_GetAttr(slot, s_timeline);
-        }
-        PyObject *he = tl == NULL ? NULL : PyObject_CallMethodNoArgs(tl, s_has_errors);
-        suspect = he == NULL ? -1 : PyObject_IsTrue(he);
-        Py_XDECREF(he);
-        Py_XDECREF(tl);
-        Py_XDECREF(slot);
-    }
-    Py_DECREF(c);
-    if (suspect <= 0)
-        return suspect;
-    PyObject *f = PyObject_CallOneArg(self->pending_failure, previous);
-    if (f == NULL)
-        return -1;
-    int inherit = f != Py_None;
-    Py_DECREF(f);
-    return inherit;
 }
 
 /* Encode one region as Runtime._encode's resubmission branch does: the event, or NULL */
@@ -759,35 +710,7 @@ static PyObject *encode_region(Submitter *self, PyObject *again)
     }
     Py_DECREF(got);
     PyObject *completion = NULL, *event = NULL;
-    if (self->lazy && self->device_graph != Py_None) {
-        /* _RecordedRegion.encode_signaled's lazy branch: the graph's compiled replay */
-        PyObject *fast = PyObject_GetAttr(self->device_graph, s_ufast);
-        if (fast == NULL)
-            goto unlock;
-        if (fast != Py_None) {
-            int same = attr_is(self->device_graph, s_stream, self->stream);
-            if (same < 0) {
-                Py_DECREF(fast);
-                goto unlock;
-            }
-            if (same) {
-                completion = PyObject_CallOneArg(fast, self->device_graph);
-                if (completion == NULL) {
-                    Py_DECREF(fast);
-                    goto unlock;
-                }
-                if (completion == Py_None)
-                    Py_CLEAR(completion);
-            }
-        }
-        Py_DECREF(fast);
-        if (completion == NULL) {
-            PyObject *args[] = {self->device_graph, self->stream, Py_True};
-            completion = PyObject_VectorcallMethod(s_launch_signaled_py, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-            if (completion == NULL)
-                goto unlock;
-        }
-    } else {
+    {
         PyObject *args[] = {self->region, self->lane, self->lazy ? Py_True : Py_False};
         completion = PyObject_VectorcallMethod(s_encode_signaled, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         if (completion == NULL)
@@ -811,7 +734,10 @@ unlock:
         return NULL;
     }
     if (self->reads_own_writes && previous != Py_None) {
-        int inherit = inherits_previous(self, previous);
+        /* (Runtime._inherits_previous: does it carry its previous submission's failure?) */
+        PyObject *x = PyObject_CallMethodOneArg(self->runtime, s_inherits_previous, previous);
+        int inherit = x == NULL ? -1 : PyObject_IsTrue(x);
+        Py_XDECREF(x);
         if (inherit < 0)
             goto fail;
         if (inherit) {
@@ -975,34 +901,7 @@ static PyObject *Submitter_call(Submitter *self, PyObject *args, PyObject *kwarg
     locked = 0;
     if (release_keeping(self->submit_release) < 0)
         goto error;
-    if (self->observe == 1) {  /* Runtime._observe, stamped when noticed */
-        PyObject *ends = PyList_New(1);
-        PyObject *zero = PyFloat_FromDouble(0.0);
-        if (ends == NULL || zero == NULL) {
-            Py_XDECREF(ends);
-            Py_XDECREF(zero);
-            goto error;
-        }
-        PyList_SET_ITEM(ends, 0, zero);
-        PyObject *item = PyTuple_Pack(4, self->infos, ends, submitted, events);
-        Py_DECREF(ends);
-        if (item == NULL)
-            goto error;
-        if (call0(self->fold_acquire) < 0) {
-            Py_DECREF(item);
-            goto error;
-        }
-        PyObject *x = PyObject_CallMethodOneArg(self->observed, s_append, item);
-        PyObject *y = x == NULL ? NULL : PyObject_CallMethodOneArg(self->unstamped, s_append, item);
-        Py_DECREF(item);
-        int bad = x == NULL || y == NULL;
-        Py_XDECREF(x);
-        Py_XDECREF(y);
-        if (release_keeping(self->fold_release) < 0 || bad)
-            goto error;
-        if (PyObject_Length(self->observed) > self->fold_after && call_method0(self->runtime, s_fold_observed) < 0)
-            goto error;
-    } else if (self->observe == 2) {
+    if (self->observe) {
         PyObject *x = PyObject_CallMethodObjArgs(self->runtime, s_observe, self->infos, events, submitted, NULL);
         if (x == NULL)
             goto error;
@@ -1077,37 +976,35 @@ static PyObject *get_method(PyObject *obj, const char *attr, const char *method)
 }
 
 /* Submitter(runtime, plan, regions, submission_type, event_type, perf_counter,
-   pending_failure, observe, max_submissions, fold_after); regions: a 1-tuple of
-   (region, lane, device_graph or None, lazy, reads_own_writes) */
+   observe, max_submissions, fold_after); regions: a 1-tuple of
+   (region, lane, lazy, reads_own_writes) */
 static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"runtime", "plan", "regions", "submission_type", "event_type", "perf_counter",
-                            "pending_failure", "observe", "max_submissions", "fold_after", NULL};
-    PyObject *runtime, *plan, *regions, *submission_type, *event_type, *perf_counter, *pending_failure;
+                            "observe", "max_submissions", "fold_after", NULL};
+    PyObject *runtime, *plan, *regions, *submission_type, *event_type, *perf_counter;
     int observe;
     long max_submissions;
     Py_ssize_t fold_after;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOOOiln", names, &runtime, &plan, &PyTuple_Type, &regions,
-                                     &submission_type, &event_type, &perf_counter, &pending_failure, &observe,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOOpln", names, &runtime, &plan, &PyTuple_Type, &regions,
+                                     &submission_type, &event_type, &perf_counter, &observe,
                                      &max_submissions, &fold_after))
         return -1;
     Py_ssize_t n = PyTuple_GET_SIZE(regions);
-    if (n != 1 || observe < 0 || observe > 2 || max_submissions < 1) {
-        PyErr_SetString(PyExc_ValueError, "Submitter: one region, observe 0-2 and max_submissions >= 1 expected");
+    if (n != 1 || max_submissions < 1) {
+        PyErr_SetString(PyExc_ValueError, "Submitter: one region and max_submissions >= 1 expected");
         return -1;
     }
     Submitter_clear(self);
     {
-        PyObject *region, *lane, *dg;
+        PyObject *region, *lane;
         int lazy, own;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(regions, 0), "OOOpp", &region, &lane, &dg, &lazy, &own))
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(regions, 0), "OOpp", &region, &lane, &lazy, &own))
             return -1;
         Py_INCREF(region);
         self->region = region;
         Py_INCREF(lane);
         self->lane = lane;
-        Py_INCREF(dg);
-        self->device_graph = dg;
         self->lazy = lazy;
         self->reads_own_writes = own;
         if ((self->stream = PyObject_GetAttr(lane, s_stream)) == NULL
@@ -1122,7 +1019,6 @@ static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
     KEEP(submission_type, submission_type);
     KEEP(event_type, event_type);
     KEEP(perf_counter, perf_counter);
-    KEEP(pending_failure, pending_failure);
 #undef KEEP
     self->observe = observe;
     self->max_submissions = max_submissions;
@@ -1132,12 +1028,9 @@ static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
         || (self->submit_release = get_method(runtime, "_submit_lock", "release")) == NULL
         || (self->space_acquire = get_method(runtime, "_space_lock", "acquire")) == NULL
         || (self->space_release = get_method(runtime, "_space_lock", "release")) == NULL
-        || (self->fold_acquire = get_method(runtime, "_fold_lock", "acquire")) == NULL
-        || (self->fold_release = get_method(runtime, "_fold_lock", "release")) == NULL
         || (self->pending = PyObject_GetAttrString(runtime, "_pending")) == NULL
         || (self->uncounted = PyObject_GetAttrString(runtime, "_uncounted")) == NULL
         || (self->unstamped = PyObject_GetAttrString(runtime, "_unstamped")) == NULL
-        || (self->observed = PyObject_GetAttrString(runtime, "_observed")) == NULL
         || (self->reservations = PyObject_GetAttrString(runtime, "_reservations")) == NULL
         || (self->owners = PyObject_GetAttrString(plan, "owners")) == NULL
         || (self->counters = PyObject_GetAttrString(plan, "counters")) == NULL
@@ -1214,27 +1107,19 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_places, "places");
     INTERN(s_encode_signaled, "encode_signaled");
     INTERN(s_forget_failures, "_forget_failures");
-    INTERN(s_ufast, "_fast");
     INTERN(s_stream, "stream");
-    INTERN(s_completion, "completion");
-    INTERN(s_done_now, "done_now");
+    INTERN(s_inherits_previous, "_inherits_previous");
     INTERN(s_upstream, "upstream");
-    INTERN(s_resolved, "resolved");
-    INTERN(s_utimeline, "_timeline");
-    INTERN(s_timeline, "timeline");
-    INTERN(s_has_errors, "has_errors");
     INTERN(s_room_taken, "_room_taken");
     INTERN(s_sequence, "sequence");
     INTERN(s_usequence, "_sequence");
     INTERN(s_add_uncounted, "_add_uncounted");
-    INTERN(s_fold_observed, "_fold_observed");
     INTERN(s_observe, "_observe");
     INTERN(s_quarantined, "_quarantined");
     INTERN(s_releasing, "_releasing");
     INTERN(s_prove_idle, "_prove_idle");
     INTERN(s_give_room_back, "_give_room_back");
     INTERN(s_notice, "_notice");
-    INTERN(s_launch_signaled_py, "_launch_signaled_py");
     INTERN(s_reservations, "_reservations");
     INTERN(s_slot_attr, "slot");
     INTERN(s_append, "append");

@@ -57,6 +57,14 @@ def _input_graph(dev: hrx.Device) -> tuple[hrx.Stream, hrx.Buffer, hrx.Buffer, h
     return s, a, b, g
 
 
+def _hot_path(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """Build what comes next with the compiled paths ("compiled") or without ("python")."""
+    if mode == "python":
+        monkeypatch.setenv("HRX_HOT_PATH", "0")
+    else:
+        monkeypatch.delenv("HRX_HOT_PATH")
+
+
 def _value(s: hrx.Stream, buf: hrx.Buffer) -> int:
     out = s.download(buf).view(np.uint32)
     assert (out == out[0]).all()
@@ -66,10 +74,7 @@ def _value(s: hrx.Stream, buf: hrx.Buffer) -> int:
 def test_replays_compiled_like_python(dev: hrx.Device, compiled: None, monkeypatch: pytest.MonkeyPatch) -> None:
     runs = {}
     for mode in ("python", "compiled"):
-        if mode == "python":
-            monkeypatch.setenv("HRX_HOT_PATH", "0")
-        else:
-            monkeypatch.delenv("HRX_HOT_PATH")
+        _hot_path(monkeypatch, mode)
         s, buf, g = _counter_graph(dev)
         before = dev.stats.graph_launches
         completions = [g.launch() for _ in range(2 * AUTO_FLUSH_OPS + 5)]  # past two automatic signals
@@ -407,10 +412,7 @@ def test_rebinding_replays_compiled_like_python(dev: hrx.Device, compiled: None,
     alternating mappings, the defaults between them, and records made stale."""
     runs = {}
     for mode in ("python", "compiled"):
-        if mode == "python":
-            monkeypatch.setenv("HRX_HOT_PATH", "0")
-        else:
-            monkeypatch.delenv("HRX_HOT_PATH")
+        _hot_path(monkeypatch, mode)
         s = dev.stream()
         bufs = [s.allocate_from(np.zeros(64, np.uint32)) for _ in range(3)]
         g = s.graph()

@@ -552,21 +552,10 @@ class Runtime:
         if not mod.compiled:
             graph._fast_submit = False
             return
-        from .graph import _RecordedRegion
-
-        observe = self.options.observe
-        # the submitter replays a recorded region's graph itself where the region's
-        # class encodes as _RecordedRegion does; any other region encodes through its
-        # own encode_signaled
-        regions = tuple(
-            (r, self.lanes[r.lane],
-             r.device_graph if type(r).encode_signaled is _RecordedRegion.encode_signaled else None,  # type: ignore[attr-defined]
-             self.lanes[r.lane].lazy_signals, r.reads_own_writes)
-            for r in graph.regions
-        )
+        regions = tuple((r, self.lanes[r.lane], self.lanes[r.lane].lazy_signals, r.reads_own_writes) for r in graph.regions)
         graph._fast_submit = mod.lib.Submitter(
-            self, plan, regions, Submission, Event, time.perf_counter, pending_failure,
-            0 if not observe else (2 if observe == "exact" else 1), self.options.max_submissions, _FOLD_AFTER,
+            self, plan, regions, Submission, Event, time.perf_counter, bool(self.options.observe),
+            self.options.max_submissions, _FOLD_AFTER,
         )
 
     def _submit_locked(self, graph: TrackedGraph, owners: Sequence[Allocation], counters: dict[str, int]) -> Submission:
@@ -779,16 +768,8 @@ class Runtime:
             with lane.lock:
                 event = Event(region.encode_signaled(lane, lane.lazy_signals))
                 stream._forget_failures()
-            if region.reads_own_writes and previous is not None:
-                # what the scan finds: the output it reads, unless that finished cleanly
-                # (nothing upstream of it, no verdict yet and no failure recorded on its
-                # queue at all; else no failure pending for it)
-                c = previous.completion
-                if not c.done_now() or (
-                        (previous.upstream or previous.resolved is not None
-                         or (c.slot._timeline or c.slot.timeline).has_errors())
-                        and pending_failure(previous) is not None):
-                    event.upstream = (previous,)
+            if region.reads_own_writes and previous is not None and self._inherits_previous(previous):
+                event.upstream = (previous,)
             region.last = event
             inflight.replace(again.places, event)
             return event
@@ -818,6 +799,18 @@ class Runtime:
         else:
             inflight.record(region.accesses, event)
         return event
+
+    @staticmethod
+    def _inherits_previous(previous: Event) -> bool:
+        """A resubmitted region that reads what it writes: does its new event carry the
+        previous submission's failure? What the skipped scan would find -- the output
+        it reads, unless that finished cleanly (nothing upstream of it, no verdict yet
+        and no failure recorded on its queue at all; else no failure pending for it)."""
+        c = previous.completion
+        return not c.done_now() or (
+            (bool(previous.upstream) or previous.resolved is not None
+             or (c.slot._timeline or c.slot.timeline).has_errors())
+            and pending_failure(previous) is not None)
 
     def _observe(self, regions: Sequence[RegionInfo], events: Sequence[Event], submitted: float) -> None:
         """Keep the submission for its regions' end times: stamped when the runtime
