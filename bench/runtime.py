@@ -11,7 +11,9 @@ Ids runtime.* go to bench/results/h200.json on cuda, host-2core.json on the host
 - resubmission of a one-region graph binding 64 allocations (32 dispatches, each
   reading one buffer and writing another), back to back: host cost per submission
   with the GPU idle, against the same runtime made to run its full hazard scan on
-  every submission (``Runtime.fast_resubmit = False``);
+  every submission (``Runtime.fast_resubmit = False``); and the same 64 allocations
+  split over a graph of four independent regions (``runtime.resubmit64x4``: each
+  region skips its scan once the runtime re-dates its note, SubmitPlan.redatable);
 - two independent branches in one graph -- a compute-bound kernel on the compute lane
   and a copy-bound upload on the upload lane, sized to take about as long -- measured
   alternately sequential (two submissions, one after the other) and parallel (one
@@ -65,16 +67,21 @@ PASS_SRC = 'extern "C" __global__ void pass_through(const unsigned int* a, unsig
 PASS = hrx.Kernel("pass_through", buffers=("read", "write"), cuda=PASS_SRC, host=lambda a, b: None)
 
 
-def bench_resubmit(dev, reps: int, pairs: int = 32, n: int = 200) -> list[dict]:
-    """Host cost of resubmitting a one-region graph over 2 * ``pairs`` allocations, with
-    the resubmission fast path and with the full hazard scan, alternately."""
+def bench_resubmit(dev, reps: int, pairs: int = 32, n: int = 200, regions: int = 1) -> list[dict]:
+    """Host cost of resubmitting a graph over 2 * ``pairs`` allocations (split over
+    ``regions`` independent compute regions), with the resubmission fast path and with
+    the full hazard scan, alternately."""
     rts, lanes = [], []
+    each = pairs // regions
     for fast in (True, False):
         rt = Runtime(dev, RuntimeOptions(observe=False))
         rt.fast_resubmit = fast
         bufs = [rt.allocate(256) for _ in range(2 * pairs)]
         g = rt.graph("resubmit")
-        g.compute("pairs", lambda r, bufs=bufs: [r.dispatch(PASS, 1, bufs[2 * i: 2 * i + 2], block=32) for i in range(pairs)])
+        for k in range(regions):
+            mine = bufs[2 * each * k: 2 * each * (k + 1)]
+            g.compute(f"pairs{k}", lambda r, mine=mine: [r.dispatch(PASS, 1, mine[2 * i: 2 * i + 2], block=32)
+                                                        for i in range(each)])
         rt.submit(g).wait()
         rts.append((rt, g))
         lanes.append(rt.lane("compute"))
@@ -98,9 +105,10 @@ def bench_resubmit(dev, reps: int, pairs: int = 32, n: int = 200) -> list[dict]:
         samples[0].append(fast_fn())
         samples[1].append(full_fn())
     fast, full = (statistics.median(x) for x in samples)
-    print(f"resubmission of a region over {2 * pairs} allocations: {fast:.2f} us (full hazard scan {full:.2f} us)")
-    suffix = "" if dev.info.engine == "cuda" else ".host"
-    out = [entry(f"runtime.resubmit64{suffix}", f"Runtime.submit of a one-region graph binding {2 * pairs} allocations "
+    shape = "a one-region graph" if regions == 1 else f"a graph of {regions} independent regions"
+    print(f"resubmission of {shape} over {2 * pairs} allocations: {fast:.2f} us (full hazard scan {full:.2f} us)")
+    suffix = ("" if regions == 1 else f"x{regions}") + ("" if dev.info.engine == "cuda" else ".host")
+    out = [entry(f"runtime.resubmit{2 * pairs}{suffix}", f"Runtime.submit of {shape} binding {2 * pairs} allocations "
                  f"({pairs} dispatches), resubmitted back to back, host cost, GPU idle", "us", fast,
                  peer="the same with the full hazard scan on every submission", peer_value=full, command=CMD)]
     for rt, g in rts:
@@ -265,7 +273,8 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     dev = hrx.device(args.engine)
-    results = bench_replay(dev, args.reps) + bench_resubmit(dev, args.reps) + bench_overlap(dev, args.pairs)
+    results = (bench_replay(dev, args.reps) + bench_resubmit(dev, args.reps) + bench_resubmit(dev, args.reps, regions=4)
+               + bench_overlap(dev, args.pairs))
     report(results)
     path = write_for(dev, results, args.out)
     print(f"wrote {path}")

@@ -434,6 +434,97 @@ def test_inflight_reads_of_one_input_stay_bounded(dev):
     rt.synchronize()
 
 
+class _RandomProgram:
+    """The random resubmission tests' harness: ``nbuf`` buffers of ``n`` bytes and a
+    model of their bytes, an upload and a download graph per buffer, and a loop that
+    submits graphs chosen at random (often the same one again), applying each graph's
+    steps to the model and checking downloads and the final bytes against it. Records
+    which resubmissions skipped the hazard scan (by the submitted graph's region count)."""
+
+    def __init__(self, dev, fast, monkeypatch, nbuf, seed):
+        from hrx_core.execution import runtime as runtime_mod
+
+        self.skipped = []
+        self.regions = 0
+        replace = runtime_mod._Inflight.replace
+        monkeypatch.setattr(runtime_mod._Inflight, "replace",
+                            lambda inflight, places, ev: (self.skipped.append(self.regions), replace(inflight, places, ev)))
+        self.rt = rt = _rt(dev)
+        rt.fast_resubmit = fast
+        self.n = 64
+        self.bufs = [rt.allocate(self.n) for _ in range(nbuf)]
+        self.model = [np.zeros(self.n, np.uint8) for _ in range(nbuf)]
+        self.init = rt.graph("init")
+        for b in self.bufs:
+            self.init.fill(b, 0)
+        rt.submit(self.init).wait()
+        self.grid, self.block = launch_1d(self.n)
+        self.rng = np.random.default_rng(seed)
+
+    def xor(self, g, i, j, key):
+        _xor_region(g, self.bufs, i, j, key, self.n, name=f"xor{i}{j}")
+        return "xor", (i, j, key)
+
+    def inc(self, g, i):
+        g.compute(f"inc{i}", lambda r: r.dispatch(INC_BYTES, self.grid, [self.bufs[i]], block=self.block, scalars=(self.n,)))
+        return "inc", (i,)
+
+    def step(self, kind, args):
+        model = self.model
+        if kind == "xor":
+            i, j, key = args
+            model[j] = model[i] ^ np.uint8(key)
+        elif kind == "inc":
+            model[args[0]] = model[args[0]] + np.uint8(1)
+        elif kind == "copy":
+            src, dst = args
+            model[dst] = model[src].copy()
+        elif kind == "up":
+            i, up = args
+            data = self.rng.integers(0, 256, self.n, dtype=np.uint8)
+            up.write(data)  # waits for the region's previous submission
+            model[i] = data
+
+    def run(self, graphs, submissions, change):
+        """Submit ``submissions`` graphs of ``graphs`` ((steps, graph) pairs; a step is
+        (kind, args)), switching to another one with probability ``change``."""
+        rt, rng = self.rt, self.rng
+        for i, buf in enumerate(self.bufs):
+            g = rt.graph(f"up{i}")
+            graphs.append(([("up", (i, g.upload(buf, np.zeros(self.n, np.uint8))))], g))
+            g = rt.graph(f"down{i}")
+            graphs.append(([("down", (i, g.download(buf)))], g))
+        everything = [self.init, *(g for _, g in graphs)]
+        pending = []  # (download region, expected bytes)
+        steps, g = graphs[0]
+        for _ in range(submissions):
+            if rng.random() < change:
+                steps, g = graphs[rng.integers(len(graphs))]
+            for step in steps:
+                self.step(*step)
+            self.regions = len(g.regions)
+            rt.submit(g)
+            # every access entry names some region's latest submission: a resubmission's
+            # entries replace its previous ones (the slow path by the scan, the fast in place)
+            lasts = {id(r.last) for x in everything for r in x.regions if r.last is not None}
+            assert all(id(e[3]) in lasts for entries in rt._inflight._entries.values() for e in entries)
+            if steps[0][0] == "down":
+                i, down = steps[0][1]
+                pending.append((down, self.model[i].copy()))
+                if rng.random() < 0.5 or len(pending) > 3:
+                    rt.synchronize()
+                    for d, want in pending[-1:]:  # a download region keeps its latest bytes
+                        np.testing.assert_array_equal(d.read(), want)
+                    pending.clear()
+        rt.synchronize()
+        final = rt.graph("final")
+        downs = [final.download(b) for b in self.bufs]
+        rt.submit(final).wait()
+        for d, want in zip(downs, self.model):
+            np.testing.assert_array_equal(d.read(), want)
+        rt.close()
+
+
 @pytest.mark.parametrize("fast", [True, False], ids=["fast-resubmit", "full-scan"])
 def test_random_resubmissions_match_serial_order(dev, fast, monkeypatch):
     """Random programs of single-region graphs over shared buffers -- xor copies (which
@@ -441,74 +532,156 @@ def test_random_resubmissions_match_serial_order(dev, fast, monkeypatch):
     read what they write: never skip it), uploads and downloads on their own lanes --
     give the results of running every submission in order, with and without the fast
     resubmission path; with it, the scan is skipped for some resubmissions."""
+    p = _RandomProgram(dev, fast, monkeypatch, nbuf=4, seed=7)
+    graphs = []
+    for i in range(4):
+        for j in range(4):
+            if i != j:
+                g = p.rt.graph(f"xor{i}{j}")
+                graphs.append(([p.xor(g, i, j, 17 * i + 5 * j + 1)], g))
+        g = p.rt.graph(f"inc{i}")
+        graphs.append(([p.inc(g, i)], g))
+    p.run(graphs, 150, 0.4)
+    assert bool(p.skipped) == fast
+
+def _xor_region(g, bufs, i, j, key, n, name="xor"):
+    grid, block = launch_1d(n)
+    return g.compute(name, lambda r: r.dispatch(XOR_BYTES, grid, [bufs[i], bufs[j]], block=block, scalars=(key, n)))
+
+
+def test_independent_regions_resubmit_without_scans(dev, monkeypatch):
+    """A graph of regions that neither depend on each other nor conflict -- a compute
+    branch beside a copy on the upload lane, as a GPU branch beside an NPU one -- is
+    resubmitted without hazard scans once its notes are re-dated; where a later region
+    on another lane reads what an earlier one writes, the earlier one scans every time
+    (its next write must wait for that read)."""
     from hrx_core.execution import runtime as runtime_mod
 
-    skipped = []
-    replace = runtime_mod._Inflight.replace
-    monkeypatch.setattr(runtime_mod._Inflight, "replace", lambda self, places, ev: (skipped.append(1), replace(self, places, ev)))
+    scans = []
+    conflicts = runtime_mod._Inflight.conflicts
+    monkeypatch.setattr(runtime_mod._Inflight, "conflicts", lambda self, *a: (scans.append(1), conflicts(self, *a))[1])
     rt = _rt(dev)
-    rt.fast_resubmit = fast
-    n, nbuf = 64, 4
-    bufs = [rt.allocate(n) for _ in range(nbuf)]
-    model = [np.zeros(n, np.uint8) for _ in range(nbuf)]
+    n = 64
+    bufs = [rt.allocate(n) for _ in range(4)]
     init = rt.graph("init")
-    for b in bufs:
-        init.fill(b, 0)
+    for k, b in enumerate(bufs):
+        init.fill(b, pattern=k + 1)
     rt.submit(init).wait()
-    grid, block = launch_1d(n)
-    graphs = []
-    for i in range(nbuf):
-        for j in range(nbuf):
-            if i != j:
-                g = rt.graph(f"xor{i}{j}")
-                key = 17 * i + 5 * j + 1
-                g.compute("xor", lambda r, i=i, j=j, key=key: r.dispatch(XOR_BYTES, grid, [bufs[i], bufs[j]], block=block,
-                                                                        scalars=(key, n)))
-                graphs.append(("xor", g, (i, j, key)))
-        g = rt.graph(f"inc{i}")
-        g.compute("inc", lambda r, i=i: r.dispatch(INC_BYTES, grid, [bufs[i]], block=block, scalars=(n,)))
-        graphs.append(("inc", g, (i,)))
-        g = rt.graph(f"up{i}")
-        up = g.upload(bufs[i], np.zeros(n, np.uint8))
-        graphs.append(("up", g, (i, up)))
-        g = rt.graph(f"down{i}")
-        down = g.download(bufs[i])
-        graphs.append(("down", g, (i, down)))
-    rng = np.random.default_rng(7)
-    pending = []  # (download region, expected bytes)
-    choice = graphs[0]
-    for _ in range(150):
-        if rng.random() < 0.4:  # mostly a new graph, often the same one again
-            choice = graphs[rng.integers(len(graphs))]
-        kind, g, args = choice
-        if kind == "xor":
-            i, j, key = args
-            model[j] = model[i] ^ np.uint8(key)
-        elif kind == "inc":
-            model[args[0]] = model[args[0]] + np.uint8(1)
-        elif kind == "up":
-            i, up = args
-            data = rng.integers(0, 256, n, dtype=np.uint8)
-            up.write(data)  # waits for the region's previous submission
-            model[i] = data
-        rt.submit(g)
-        # every access entry names some region's latest submission: a resubmission's
-        # entries replace its previous ones (the slow path by the scan, the fast in place)
-        lasts = {id(r.last) for x in (init, *(c[1] for c in graphs)) for r in x.regions if r.last is not None}
-        assert all(id(e[3]) in lasts for entries in rt._inflight._entries.values() for e in entries)
-        if kind == "down":
-            i, down = args
-            pending.append((down, model[i].copy()))
-            if rng.random() < 0.5 or len(pending) > 3:
-                rt.synchronize()
-                for d, want in pending[-1:]:  # a download region keeps its latest bytes
-                    np.testing.assert_array_equal(d.read(), want)
-                pending.clear()
+    par = rt.graph("par")
+    a = _xor_region(par, bufs, 0, 1, 0x5A, n)
+    c = par.copyto(bufs[3], bufs[2])
+    assert a.deps == c.deps == () and a.lane != c.lane
+    assert par.submit_plan().redatable == (True, True)
+    for k in range(6):
+        scans.clear()
+        rt.submit(par)
+        assert len(scans) == (2 if k == 0 else 0), k
+    rt.synchronize()  # (else the scan of w finds par's unfinished write of what it reads)
+    dep = rt.graph("dep")
+    w = _xor_region(dep, bufs, 1, 2, 0x33, n)
+    r = dep.copyto(bufs[3], bufs[2])  # reads what w writes, on the upload lane
+    assert r.deps == (w.index,)
+    assert dep.submit_plan().redatable == (False, False)
+    rt.submit(dep)
+    for _ in range(3):
+        scans.clear()
+        rt.submit(dep)
+        assert len(scans) == 2
     rt.synchronize()
-    final = rt.graph("final")
-    downs = [final.download(b) for b in bufs]
-    rt.submit(final).wait()
-    for d, want in zip(downs, model):
-        np.testing.assert_array_equal(d.read(), want)
-    assert bool(skipped) == fast
+    want1 = np.full(n, 1, np.uint8) ^ np.uint8(0x5A)
+    want2 = want1 ^ np.uint8(0x33)
+    d = rt.graph("check")
+    outs = [d.download(b) for b in bufs]
+    rt.submit(d).wait()
+    for got, want in zip(outs, (np.full(n, 1, np.uint8), want1, want2, want2)):
+        np.testing.assert_array_equal(got.read(), want)
     rt.close()
+
+
+def test_redatable_rules():
+    """Which regions' notes survive the records of the regions after them."""
+    from types import SimpleNamespace
+
+    from hrx_core.execution.graph import redatable
+
+    x, y, z = object(), object(), object()
+
+    def region(lane, reads=(), writes=(), deps=()):
+        accesses = [(a, 0, 64, False) for a in reads] + [(a, 0, 64, True) for a in writes]
+        return SimpleNamespace(lane=lane, deps=deps, accesses=accesses, reads=[(a, 0, 64) for a in reads])
+
+    assert redatable([region("compute", [x], [y]), region("upload", [z], [z])]) == (True, True)  # independent
+    assert redatable([region("compute", [x], [y]), region("upload", [x], [z])]) == (True, True)  # shared input
+    # a later region on the same lane reads the output: its queue orders it
+    assert redatable([region("compute", [x], [y]), region("compute", [y], [z], deps=(0,))]) == (True, False)
+    # ... on another lane: the next write must wait for that read
+    assert redatable([region("compute", [x], [y]), region("upload", [y], [z], deps=(0,))]) == (False, False)
+    # a later region writes what it reads (a failure source), even on its lane
+    assert redatable([region("compute", [x], [y]), region("compute", [], [x], deps=(0,))]) == (False, False)
+    # a later region on another lane overwrites its output
+    assert redatable([region("compute", [x], [y]), region("upload", [], [y], deps=(0,))]) == (False, False)
+    # each region is judged against the ones after it; one with dependencies has no note
+    w = object()
+    assert redatable([region("compute", [x], [y]), region("upload", [z], [z]), region("npu", [x], [w])]) == (True, True, True)
+    assert redatable([region("compute", [x], [y]), region("upload", [z], [z]),
+                      region("npu", [z], [w], deps=(1,))]) == (True, False, False)
+
+
+def test_same_lane_shared_input_drops_the_earlier_note(dev):
+    """Two regions on one lane reading the same input: the later one's record replaces
+    the earlier one's read entry (one queue: it finishes later), so the earlier one's
+    note cannot be re-dated (its entry is gone) and it scans again -- with the right
+    results."""
+    rt = _rt(dev)
+    n = 64
+    bufs = [rt.allocate(n) for _ in range(3)]
+    init = rt.graph("init")
+    init.fill(bufs[0], pattern=9)
+    rt.submit(init).wait()
+    g = rt.graph("two-readers")
+    a = _xor_region(g, bufs, 0, 1, 0x0F, n)
+    b = _xor_region(g, bufs, 0, 2, 0xF0, n)
+    assert g.submit_plan().redatable == (True, True)
+    for _ in range(3):
+        rt.submit(g)
+        assert a.resubmit is None and b.resubmit is not None
+    d = rt.graph("check")
+    outs = [d.download(bufs[1]), d.download(bufs[2])]
+    rt.submit(d).wait()
+    np.testing.assert_array_equal(outs[0].read(), np.full(n, 9 ^ 0x0F, np.uint8))
+    np.testing.assert_array_equal(outs[1].read(), np.full(n, 9 ^ 0xF0, np.uint8))
+    rt.close()
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-resubmit", "full-scan"])
+def test_random_multi_region_resubmissions_match_serial_order(dev, fast, monkeypatch):
+    """Random programs of graphs of two or three regions over shared buffers -- xor
+    copies and increments on the compute lane, copies on the upload lane, independent
+    or dependent on each other, chosen at random -- interleaved with uploads and
+    downloads, give the results of running every region in order, with and without
+    the fast resubmission path; with it, regions of several-region graphs skip their
+    scans."""
+    nbuf = 5
+    p = _RandomProgram(dev, fast, monkeypatch, nbuf=nbuf, seed=11)
+    rng = p.rng
+
+    def random_region(g):
+        kind = rng.integers(3)
+        i, j = (int(x) for x in rng.choice(nbuf, 2, replace=False))
+        if kind == 0:
+            return p.xor(g, i, j, int(rng.integers(1, 256)))
+        if kind == 1:
+            return p.inc(g, i)
+        g.copyto(p.bufs[j], p.bufs[i], name=f"copy{i}{j}")
+        return "copy", (i, j)
+
+    graphs = []
+    g = p.rt.graph("parallel")  # at least one graph of independent regions on two lanes
+    steps = [p.xor(g, 0, 1, 0x21)]
+    g.copyto(p.bufs[3], p.bufs[2])
+    graphs.append((steps + [("copy", (2, 3))], g))
+    for k in range(24):
+        g = p.rt.graph(f"multi{k}")
+        graphs.append(([random_region(g) for _ in range(int(rng.integers(2, 4)))], g))
+    p.run(graphs, 300, 0.3)
+    assert any(k > 1 for k in p.skipped) == fast

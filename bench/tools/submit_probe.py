@@ -1,6 +1,6 @@
 """Where ``Runtime.submit``'s host time goes beside the replay it makes (any engine).
 
-    python bench/tools/submit_probe.py [--engine cuda] [--nodes 100] [--calls 300] [--rounds 7]
+    python bench/tools/submit_probe.py [--engine cuda] [--nodes 100] [--calls 300] [--rounds 7] [--only] [--gc] [--others]
 
 bench/runtime.py's replay graph (one compute region of ``--nodes`` dispatches, lazy
 signals) timed per call with its lane idle before each: ``Runtime.submit`` of it, the
@@ -29,6 +29,9 @@ def main() -> int:
     ap.add_argument("--only", action="store_true", help="Runtime.submit alone (no interleaved peers)")
     ap.add_argument("--gc", action="store_true", help="collect and disable the cyclic GC while timing")
     ap.add_argument("--observe", choices=["false", "true"], default="false")
+    ap.add_argument("--others", action="store_true",
+                    help="keep bench/runtime.py's three other runtimes (observe=True, observe='exact', signals='each') "
+                         "alive, each having submitted 200 times, as that benchmark's process does")
     args = ap.parse_args()
     import hrx_core as hrx
     import runtime as bench_runtime
@@ -37,6 +40,14 @@ def main() -> int:
     rt, g, region = bench_runtime._replay_setup(dev, args.observe == "true", args.nodes, "lazy")
     lane = rt.lane("compute")
     s = lane.stream
+    others = []
+    if args.others:
+        for observe, signals in ((True, "auto"), ("exact", "auto"), (False, "each")):
+            ort, og, _ = bench_runtime._replay_setup(dev, observe, args.nodes, signals)
+            for _ in range(200):
+                ort.submit(og)
+            ort.synchronize()
+            others.append((ort, og))
     dg = region.device_graph
 
     each: dict[str, list[float]] = {}
@@ -96,6 +107,9 @@ def main() -> int:
         print("  no compiled replay for the region's graph")
     g.close()
     rt.close()
+    for ort, og in others:
+        og.close()
+        ort.close()
     return 0
 
 

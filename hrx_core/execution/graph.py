@@ -54,6 +54,34 @@ def overlaps(writes: Sequence[RegionAccess], reads: Sequence[ReadRange]) -> bool
     )
 
 
+def conflict(a: Sequence[RegionAccess], b: Sequence[RegionAccess]) -> bool:
+    """True if an access of ``a`` and one of ``b`` overlap and either writes."""
+    return any(
+        x is y and s < f and t < e and (w or v)
+        for x, s, e, w in a
+        for y, t, f, v in b
+    )
+
+
+def redatable(regions: Sequence[Region]) -> tuple[bool, ...]:
+    """Per region of a graph (in submission order): True if it has no dependencies and
+    no region after it writes what it reads or, on another lane, conflicts with it.
+    Then the entries those regions make leave what its hazard scan finds as it was
+    (what the runtime's note to skip that scan relies on: the later regions' scans
+    only drop finished entries; a later region on its own queue is ordered behind it
+    anyway, and one whose writes it reads would be a failure source)."""
+    out = []
+    for i, r in enumerate(regions):
+        ok = not r.deps
+        for later in regions[i + 1:]:
+            if not ok:
+                break
+            if overlaps(later.accesses, r.reads) or (later.lane != r.lane and conflict(r.accesses, later.accesses)):
+                ok = False
+        out.append(ok)
+    return tuple(out)
+
+
 def merge_accesses(accesses: Any) -> list[RegionAccess]:
     """Union of byte ranges per allocation and kind (reads, writes): a region of many
     nodes over the same bytes declares them once, so hazard checks stay cheap."""
@@ -282,6 +310,9 @@ class SubmitPlan(NamedTuple):
     owners: tuple[Any, ...]
     counters: dict[str, int]
     infos: tuple[RegionInfo, ...]
+    #: per region: whether the regions after it leave what its hazard scan finds
+    #: unchanged (see :func:`redatable`), so its note to skip that scan survives them
+    redatable: tuple[bool, ...] = ()
 
 
 class TrackedGraph:
@@ -349,6 +380,7 @@ class TrackedGraph:
                 owners=tuple(owners.values()),
                 counters={"submissions": 1, "regions": len(self.regions), **self.transfer_totals()},
                 infos=tuple(RegionInfo(r.name, r.lane, tuple(r.deps), self.name) for r in self.regions),
+                redatable=redatable(self.regions),
             )
         return plan
 

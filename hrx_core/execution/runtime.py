@@ -263,9 +263,10 @@ class _Inflight:
         return list(waits.values()), list(sources.values())
 
     def record(self, accesses: Sequence[tuple[Allocation, int, int, bool]], event: Event,
-               places: bool = False) -> list[tuple[list[Any], int]] | None:
+               places: bool = False) -> tuple[list[tuple[list[Any], int]], list[tuple[int, int, int, bool]]] | None:
         """Enter a region's accesses; with ``places``, returns where its entries stand
-        (list, index), in the order of ``accesses``."""
+        -- (list, index) each, in the order of ``accesses`` -- and what identifies each
+        of them (allocation key, start, end, writes), for :meth:`relocate`."""
         self.generation += 1
         slot = event.completion.slot
         added = []
@@ -283,18 +284,20 @@ class _Inflight:
             entry = (start, end, writes, event)
             entries.append(entry)
             if places:
-                added.append((entries, entry))
+                added.append((entries, entry, id(alloc)))
         if not places:
             return None
         # a later access of the region may have moved an earlier one's entry, or removed
         # it (a write covering a read of the same region)
         out = []
-        for entries, entry in added:
+        marks = []
+        for entries, entry, key in added:
             for i, x in enumerate(entries):
                 if x is entry:
                     out.append((entries, i))
+                    marks.append((key, entry[0], entry[1], entry[2]))
                     break
-        return out
+        return out, marks
 
     def replace(self, places: Sequence[tuple[list[Any], int]], event: Event) -> None:
         """A resubmitted region's entries name ``event`` in place of its previous one's."""
@@ -302,12 +305,30 @@ class _Inflight:
             s, e, w, _ = entries[i]
             entries[i] = (s, e, w, event)
 
+    def relocate(self, marks: Sequence[tuple[int, int, int, bool]], event: Event) -> list[tuple[list[Any], int]] | None:
+        """Where the entries :meth:`record` entered for ``event`` (``marks``) stand now,
+        as ``places``; None if one of them is gone (another region's record or scan
+        moved or dropped it: the next submission must scan again)."""
+        entries_of = self._entries
+        out = []
+        for key, start, end, writes in marks:
+            entries = entries_of.get(key)
+            if entries is None:
+                return None
+            for i, x in enumerate(entries):
+                if x[3] is event and x[0] == start and x[1] == end and x[2] == writes:
+                    out.append((entries, i))
+                    break
+            else:
+                return None
+        return out
+
 
 def _fast_submit_wanted(graph: TrackedGraph, plan: SubmitPlan) -> bool:
     """Whether a compiled resubmission could serve ``graph``'s next submission: one
-    region (a graph of several scans again on every submission: each region's record
-    moves the generation the earlier ones' notes were taken at), whose note to skip
-    the hazard scan is current, and a current plan."""
+    region (the compiled path encodes one; graphs of several resubmit through the
+    Python path, skipping their scans where their notes are current), whose note to
+    skip the hazard scan is current, and a current plan."""
     if graph._submit_plan is not plan or graph._closed or len(graph.regions) != 1:
         return False
     again = graph.regions[0].resubmit
@@ -326,11 +347,21 @@ class _Resubmit(NamedTuple):
     the same queue) -- nothing to wait for, and no failure to inherit but its own
     previous submission's, where it reads what it writes and that one did not finish
     cleanly. Entering its accesses would replace its previous entries one for one, so
-    the entries are rewritten in place (``places``)."""
+    the entries are rewritten in place (``places``).
+
+    In a graph of several regions each region's record moves the generation, which
+    would stale the notes of the regions before it. Where the regions after a region
+    cannot change what its scan finds (:attr:`SubmitPlan.redatable`: none of them
+    writes what it reads, and none on another lane touches what it writes or is
+    written by it), the submission re-dates its note to the generation it ends at
+    (:meth:`Runtime._redate`), so that a graph of independent regions -- a GPU branch
+    beside an NPU branch -- is resubmitted without scans too."""
 
     generation: int
     slot: Any
     places: list[tuple[list[Any], int]]
+    #: what identifies each entry (:meth:`_Inflight.relocate`)
+    marks: list[tuple[int, int, int, bool]]
 
 
 class Runtime:
@@ -570,6 +601,8 @@ class Runtime:
                 accepted = {id(a): a for r in graph.regions[:len(events) + 1] for a, *_ in r.accesses}
                 self._quarantine(list(accepted.values()), f"failed submission: {exc!r}")
             raise
+        if len(events) > 1 and self.fast_resubmit:
+            self._redate(graph)
         submission = Submission(self, graph, events, owners, submitted)
         submission.sequence = self._sequence
         self._sequence += 1
@@ -793,12 +826,30 @@ class Runtime:
             event.upstream = tuple([events[d] for d in region.data_deps] + read_from)
         region.last = event
         if self.fast_resubmit and not region.deps and all(ev is previous for ev in read_from):
-            places = inflight.record(region.accesses, event, True)
-            assert places is not None
-            region.resubmit = _Resubmit(inflight.generation, own, places)
+            entered = inflight.record(region.accesses, event, True)
+            assert entered is not None
+            region.resubmit = _Resubmit(inflight.generation, own, *entered)
         else:
             inflight.record(region.accesses, event)
         return event
+
+    def _redate(self, graph: TrackedGraph) -> None:
+        """After a submission of several regions (under the submit lock): each region's
+        note to skip its next scan, taken when it was entered (or kept from before),
+        is re-dated to the generation the submission ended at where the later regions'
+        records cannot have changed what its scan would find (the plan's
+        ``redatable``) and its entries still stand (found again: a later region's scan
+        or record may have moved or dropped them); else it is dropped."""
+        inflight = self._inflight
+        generation = inflight.generation
+        plan = graph._submit_plan
+        redatable = plan.redatable if plan is not None else ()
+        for i, region in enumerate(graph.regions):
+            again = region.resubmit
+            if again is None or again.generation == generation:
+                continue
+            places = inflight.relocate(again.marks, region.last) if i < len(redatable) and redatable[i] else None
+            region.resubmit = None if places is None else _Resubmit(generation, again.slot, places, again.marks)
 
     @staticmethod
     def _inherits_previous(previous: Event) -> bool:
