@@ -848,7 +848,9 @@ class Runtime:
             again = region.resubmit
             if again is None or again.generation == generation:
                 continue
-            places = inflight.relocate(again.marks, region.last) if i < len(redatable) and redatable[i] else None
+            last = region.last
+            places = (inflight.relocate(again.marks, last)
+                      if last is not None and i < len(redatable) and redatable[i] else None)
             region.resubmit = None if places is None else _Resubmit(generation, again.slot, places, again.marks)
 
     @staticmethod
