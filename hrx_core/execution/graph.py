@@ -70,16 +70,13 @@ def redatable(regions: Sequence[Region]) -> tuple[bool, ...]:
     (what the runtime's note to skip that scan relies on: the later regions' scans
     only drop finished entries; a later region on its own queue is ordered behind it
     anyway, and one whose writes it reads would be a failure source)."""
-    out = []
-    for i, r in enumerate(regions):
-        ok = not r.deps
-        for later in regions[i + 1:]:
-            if not ok:
-                break
-            if overlaps(later.accesses, r.reads) or (later.lane != r.lane and conflict(r.accesses, later.accesses)):
-                ok = False
-        out.append(ok)
-    return tuple(out)
+    return tuple(
+        not r.deps and not any(
+            overlaps(later.accesses, r.reads) or (later.lane != r.lane and conflict(r.accesses, later.accesses))
+            for later in regions[i + 1:]
+        )
+        for i, r in enumerate(regions)
+    )
 
 
 def merge_accesses(accesses: Any) -> list[RegionAccess]:
@@ -312,7 +309,7 @@ class SubmitPlan(NamedTuple):
     infos: tuple[RegionInfo, ...]
     #: per region: whether the regions after it leave what its hazard scan finds
     #: unchanged (see :func:`redatable`), so its note to skip that scan survives them
-    redatable: tuple[bool, ...] = ()
+    redatable: tuple[bool, ...]
 
 
 class TrackedGraph:

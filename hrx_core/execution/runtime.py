@@ -558,7 +558,7 @@ class Runtime:
                         self._give_room_back()
                         self._wait_for_lanes(lanes, block, deadline, timeout)
                         continue  # room may be gone meanwhile: take it again
-                    submission = self._submit_locked(graph, plan.owners, plan.counters)
+                    submission = self._submit_locked(graph, plan)
             except BaseException:
                 self._give_room_back()
                 raise
@@ -589,7 +589,7 @@ class Runtime:
             self.options.max_submissions, _FOLD_AFTER,
         )
 
-    def _submit_locked(self, graph: TrackedGraph, owners: Sequence[Allocation], counters: dict[str, int]) -> Submission:
+    def _submit_locked(self, graph: TrackedGraph, plan: SubmitPlan) -> Submission:
         submitted = time.perf_counter()
         events: list[Event] = []
         try:
@@ -602,15 +602,15 @@ class Runtime:
                 self._quarantine(list(accepted.values()), f"failed submission: {exc!r}")
             raise
         if len(events) > 1 and self.fast_resubmit:
-            self._redate(graph)
-        submission = Submission(self, graph, events, owners, submitted)
+            self._redate(graph, plan.redatable)
+        submission = Submission(self, graph, events, plan.owners, submitted)
         submission.sequence = self._sequence
         self._sequence += 1
         with self._space_lock:
             self._room_taken -= 1
             self._pending.append(submission)
         uncounted = self._uncounted
-        uncounted.append(counters)  # (deque appends are atomic: no lock here)
+        uncounted.append(plan.counters)  # (deque appends are atomic: no lock here)
         if len(uncounted) > _FOLD_AFTER:  # bounded when nobody reads the statistics
             self._add_uncounted()
         return submission
@@ -833,7 +833,7 @@ class Runtime:
             inflight.record(region.accesses, event)
         return event
 
-    def _redate(self, graph: TrackedGraph) -> None:
+    def _redate(self, graph: TrackedGraph, redatable: Sequence[bool]) -> None:
         """After a submission of several regions (under the submit lock): each region's
         note to skip its next scan, taken when it was entered (or kept from before),
         is re-dated to the generation the submission ended at where the later regions'
@@ -842,15 +842,12 @@ class Runtime:
         or record may have moved or dropped them); else it is dropped."""
         inflight = self._inflight
         generation = inflight.generation
-        plan = graph._submit_plan
-        redatable = plan.redatable if plan is not None else ()
-        for i, region in enumerate(graph.regions):
+        for region, ok in zip(graph.regions, redatable):
             again = region.resubmit
             if again is None or again.generation == generation:
                 continue
             last = region.last
-            places = (inflight.relocate(again.marks, last)
-                      if last is not None and i < len(redatable) and redatable[i] else None)
+            places = inflight.relocate(again.marks, last) if ok and last is not None else None
             region.resubmit = None if places is None else _Resubmit(generation, again.slot, places, again.marks)
 
     @staticmethod
