@@ -34,6 +34,9 @@ EMPTY_SRC = 'extern "C" __global__ void empty() {}'
 TOUCH_SRC = 'extern "C" __global__ void touch(unsigned int* p, unsigned int v) { if (threadIdx.x == 0 && v == 0xffffffffu) p[0] = v; }'
 EMPTY = hrx.Kernel("empty", buffers=0, cuda=EMPTY_SRC)
 TOUCH = hrx.Kernel("touch", buffers=("read_write",), scalars=(np.uint32,), cuda=TOUCH_SRC)
+THREE_SRC = ('extern "C" __global__ void touch3(const unsigned int* a, const unsigned int* b, unsigned int* c, unsigned int v)'
+             ' { if (threadIdx.x == 0 && v == 0xffffffffu) c[0] = a[0] + b[0]; }')
+THREE = hrx.Kernel("touch3", buffers=("read", "read", "write"), scalars=(np.uint32,), cuda=THREE_SRC)
 
 
 def hot_path_status() -> dict:
@@ -110,8 +113,25 @@ def bench_launch(c: Ctx, reps: int, n: int = 4000) -> list[dict]:
         for _ in range(n):
             d(EMPTY, 1, [])
 
-    fns = [timed(raw_loop, c.sync_raw), timed(prep_loop, s.synchronize), timed(disp_loop, s.synchronize)]
-    names = ["raw", "prepared", "dispatch"]
+    # three buffers and a scalar: the raw peer launches prepacked cells, HRX validates
+    # and packs them per call (whole buffers: the compiled dispatch's case)
+    bufs3 = [c.dev.allocate(256) for _ in range(3)]
+    touch3 = THREE.executable(c.dev).function
+    cells3 = [ffi.new("unsigned long long *", b.allocation.native.dptr) for b in bufs3] + [ffi.new("unsigned int *", 0)]
+    params3 = ffi.new("void *[]", cells3)
+
+    def raw3_loop():
+        for _ in range(n):
+            launch(touch3, 1, 1, 1, 32, 1, 1, 0, stream, params3, null)
+
+    def disp3_loop():
+        d = s.dispatch
+        for _ in range(n):
+            d(THREE, 1, bufs3, block=32, scalars=(0,))
+
+    fns = [timed(raw_loop, c.sync_raw), timed(prep_loop, s.synchronize), timed(disp_loop, s.synchronize),
+           timed(raw3_loop, c.sync_raw), timed(disp3_loop, s.synchronize)]
+    names = ["raw", "prepared", "dispatch", "raw3", "dispatch3"]
     try:
         from cuda.bindings import driver as cbd
 
@@ -164,6 +184,10 @@ def bench_launch(c: Ctx, reps: int, n: int = 4000) -> list[dict]:
               med["prepared"], peer="raw cffi cuLaunchKernel", peer_value=med["raw"], goal="<= 1.15", command=CMD),
         entry("cuda.dispatch.empty", "eager stream.dispatch of an empty kernel (validation, bookkeeping, packing per call)", "us",
               med["dispatch"], peer="raw cffi cuLaunchKernel", peer_value=med["raw"], goal="<= 1.3", command=CMD),
+        entry("cuda.dispatch.bufs3", "eager stream.dispatch of a kernel of 3 whole buffers and a scalar (validation, "
+              "hazard notes, retention, packing per call)", "us",
+              med["dispatch3"], peer="raw cffi cuLaunchKernel of the same kernel, arguments prepacked", peer_value=med["raw3"],
+              command=CMD),
     ]
     if "cupy" in med:
         out.append(entry("cuda.launch.prepared_vs_cupy", "prepared launch of an empty kernel vs CuPy RawKernel call", "us",

@@ -305,6 +305,9 @@ class Executable(abc.ABC):
     unloaded: bool = False
     private_bytes: int = 0
     programmatic: bool = False
+    #: the handle an engine's :meth:`NativeQueue.fast_dispatch` entry launches (a
+    #: ``CUfunction`` address); 0: launches go through :meth:`NativeQueue.dispatch`
+    fast_handle: int = 0
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
@@ -476,6 +479,23 @@ class NativeQueue(abc.ABC):
 
     def native_handle(self) -> int | None:
         """The native queue handle for native clients (a ``CUstream`` address), if any."""
+        return None
+
+    def fast_dispatch(self) -> tuple[int, int, Callable[[int], None], Any, str] | None:
+        """Optional: a C entry point for :meth:`dispatch`, called by the core's compiled
+        eager dispatch (:mod:`hrx_core.fastpath`) under the queue's lock.
+
+        Returns ``(entry, argument, on_failure, keep, address_attr)``: ``entry`` the
+        address of a C function ``int entry(void *argument, uintptr_t function, const
+        unsigned int dims[6], void **params)`` that launches ``function`` (an
+        executable's :attr:`Executable.fast_handle`) over the grid ``dims[0:3]`` of
+        blocks ``dims[3:6]`` and returns 0; or -1 having done nothing (the core then
+        calls :meth:`dispatch`); or a native failure code, nothing launched, which the
+        core hands to ``on_failure(code)`` (it raises). ``params`` holds one pointer per
+        argument to its bytes (NULL when there are none): a buffer argument as a 64-bit
+        device address -- the native buffer's integer attribute ``address_attr`` plus
+        the byte offset -- and a scalar as its numpy bytes. ``keep`` keeps ``argument``
+        alive. None (the default): the compiled dispatch calls :meth:`dispatch`."""
         return None
 
     def timestamp(self) -> NativeTimestamp:

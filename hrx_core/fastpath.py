@@ -1065,6 +1065,559 @@ static PyTypeObject SubmitterType = {
     .tp_members = Submitter_members,
 };
 
+/* ---- Eager dispatch (hrx_core.stream.Stream.dispatch) ------------------------------- */
+
+/* An engine's C dispatch entry: 0 launched; -1 nothing done, take the Python path; a
+   positive code: the native failure (nothing launched), handed to on_failure(code). */
+typedef int (*hrx_dispatch_fn)(void *arg, uintptr_t function, const unsigned int *dims, void **params);
+
+#define HRX_FAST_ARGS 32  /* buffers + scalars a compiled dispatch packs; more: the Python path */
+
+static PyObject *s_executables, *s_unloaded, *s_fast_handle, *s_buffer_access, *s_scalar_types,
+    *s_check_scalars, *s_ualloc, *s_base, *s_nbytes, *s_uclosed, *s_device, *s_host_maps,
+    *s_host_dirty, *s_native_attr, *s_retain, *s_commit_locked, *s_note_use, *s_dispatches;
+
+typedef struct {
+    PyObject_HEAD
+    /* object fields, `slot` to `address_attr` (see visit_fields) */
+    PyObject *slot, *acquire, *release, *native, *device, *device_key, *stats;
+    PyObject *kernel_type, *buffer_type, *bufferarg_type;
+    PyObject *launch_py;     /* native.dispatch, used when there is no C entry */
+    PyObject *on_failure;    /* on_failure(code): raises the engine's error for a failed launch */
+    PyObject *keep;          /* what keeps the C entry's argument alive */
+    PyObject *address_attr;  /* the native buffers' device address attribute (C entry only) */
+    int needs_submit;
+    hrx_dispatch_fn fn;
+    void *arg;
+    long max_grid[3], max_block[3], max_threads;
+    Py_ssize_t hits, misses;
+} Dispatcher;
+
+static PyObject *dis_miss(Dispatcher *self)
+{
+    self->misses++;
+    Py_RETURN_NONE;
+}
+
+/* A grid or block given as an exact int or a tuple of 1 to 3 exact ints, each within
+   1..limit: 1 with out[] filled; 0 anything else (the Python path validates and
+   raises); the dims are not written on 0. */
+static int plain_dims(PyObject *value, const long *limit, unsigned int *out)
+{
+    long d[3] = {1, 1, 1};
+    if (PyLong_CheckExact(value)) {
+        int overflow;
+        d[0] = PyLong_AsLongAndOverflow(value, &overflow);
+        if (overflow || (d[0] == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+    } else if (PyTuple_CheckExact(value) && PyTuple_GET_SIZE(value) >= 1 && PyTuple_GET_SIZE(value) <= 3) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(value); i++) {
+            PyObject *v = PyTuple_GET_ITEM(value, i);
+            int overflow;
+            if (!PyLong_CheckExact(v))
+                return 0;
+            d[i] = PyLong_AsLongAndOverflow(v, &overflow);
+            if (overflow || (d[i] == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                return 0;
+            }
+        }
+    } else {
+        return 0;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (d[i] < 1 || d[i] > limit[i])
+            return 0;
+        out[i] = (unsigned int)d[i];
+    }
+    return 1;
+}
+
+/* a Python int attribute as a C long: 1, 0 (not an exact int), -1 error */
+static int long_attr(PyObject *obj, PyObject *name, long long *out)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    int r = 0;
+    if (PyLong_CheckExact(v)) {
+        *out = PyLong_AsLongLong(v);
+        r = (*out == -1 && PyErr_Occurred()) ? -1 : 1;
+    }
+    Py_DECREF(v);
+    return r;
+}
+
+/* dispatcher(stream, kernel, grid, bindings, block, scalars) -> Completion, or None:
+   nothing was done, run the Python path (Stream.dispatch). */
+static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwargs)
+{
+    PyObject *stream, *kernel, *grid, *bindings, *block, *scalars;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "a dispatcher takes positional arguments only");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "dispatcher", 6, 6, &stream, &kernel, &grid, &bindings, &block, &scalars))
+        return NULL;
+    unsigned int dims[6];
+    if ((PyObject *)Py_TYPE(kernel) != self->kernel_type)
+        return dis_miss(self);
+    if (!plain_dims(grid, self->max_grid, dims) || !plain_dims(block, self->max_block, dims + 3))
+        return dis_miss(self);
+    if ((long long)dims[3] * dims[4] * dims[5] > self->max_threads)
+        return dis_miss(self);
+
+    /* everything below holds references released at `out` */
+    PyObject *exe = NULL, *access = NULL, *types = NULL, *conv = NULL, *pyargs = NULL, *handle_obj = NULL;
+    PyObject *allocs = NULL, *committed = NULL, *completion = NULL, *result = NULL;
+    PyObject *alloc_of[HRX_FAST_ARGS];   /* borrowed from the bindings' buffers, kept by `allocs` */
+    long long start_of[HRX_FAST_ARGS], end_of[HRX_FAST_ARGS];
+    int writes_of[HRX_FAST_ARGS];
+    uint64_t cells[HRX_FAST_ARGS][2];
+    void *params[HRX_FAST_ARGS];
+    Py_ssize_t nb = 0, ns = 0, nallocs = 0;
+    uintptr_t handle = 0;
+    int r, locked = 0, missed = 0;
+    PyObject *done = NULL;
+
+    {
+        PyObject *exes = PyObject_GetAttr(kernel, s_executables);
+        if (exes == NULL)
+            goto out;
+        if (PyDict_CheckExact(exes)) {
+            exe = PyDict_GetItemWithError(exes, self->device_key);
+            Py_XINCREF(exe);
+        }
+        Py_DECREF(exes);
+        if (exe == NULL) {
+            if (PyErr_Occurred())
+                goto out;
+            goto miss;  /* not loaded on this device yet: the Python path loads it */
+        }
+    }
+    if ((r = attr_true(exe, s_unloaded)) != 0) {
+        if (r < 0)
+            goto out;
+        goto miss;
+    }
+    if (self->fn != NULL) {
+        handle_obj = PyObject_GetAttr(exe, s_fast_handle);
+        if (handle_obj == NULL)
+            goto out;
+        if (!PyLong_CheckExact(handle_obj))
+            goto miss;
+        handle = (uintptr_t)PyLong_AsUnsignedLongLong(handle_obj);
+        if (PyErr_Occurred())
+            goto out;
+        if (handle == 0)
+            goto miss;  /* the engine launches this executable from Python only */
+    }
+    access = PyObject_GetAttr(kernel, s_buffer_access);
+    if (access == NULL)
+        goto out;
+    if (!PyTuple_CheckExact(access))
+        goto miss;
+    nb = PyTuple_GET_SIZE(access);
+    if (!(PyList_CheckExact(bindings) || PyTuple_CheckExact(bindings)) || PySequence_Fast_GET_SIZE(bindings) != nb
+        || nb > HRX_FAST_ARGS)
+        goto miss;
+    if (self->fn == NULL && (pyargs = PyList_New(0)) == NULL)
+        goto out;
+
+    /* buffers: whole Buffer objects of this device, open, with no host mapping or
+       unflushed host write (Stream._buffer_arg's checks; anything else, the Python path) */
+    for (Py_ssize_t i = 0; i < nb; i++) {
+        PyObject *b = PySequence_Fast_GET_ITEM(bindings, i);
+        if ((PyObject *)Py_TYPE(b) != self->buffer_type)
+            goto miss;
+        if ((r = attr_true(b, s_uclosed)) != 0) {
+            if (r < 0)
+                goto out;
+            goto miss;
+        }
+        if ((r = attr_is(b, s_device, self->device)) != 1) {
+            if (r < 0)
+                goto out;
+            goto miss;
+        }
+        PyObject *alloc = PyObject_GetAttr(b, s_ualloc);
+        if (alloc == NULL)
+            goto out;
+        alloc_of[i] = alloc;  /* a new reference until `allocs` holds it (below) */
+        int found = 0;
+        for (Py_ssize_t j = 0; j < nallocs; j++)
+            found |= PyTuple_GET_ITEM(allocs, j) == alloc;
+        if (allocs == NULL && (allocs = PyTuple_New(nb)) == NULL) {
+            Py_DECREF(alloc);
+            goto out;
+        }
+        if (!found) {
+            PyTuple_SET_ITEM(allocs, nallocs, alloc);  /* steals */
+            nallocs++;
+        } else {
+            Py_DECREF(alloc);  /* `allocs` holds it */
+        }
+        PyObject *maps = PyObject_GetAttr(alloc, s_host_maps);
+        if (maps == NULL)
+            goto out;
+        int mapped = !PyList_CheckExact(maps) || PyList_GET_SIZE(maps) != 0;
+        Py_DECREF(maps);
+        if (mapped)
+            goto miss;
+        if ((r = attr_true(alloc, s_host_dirty)) != 0) {
+            if (r < 0)
+                goto out;
+            goto miss;
+        }
+        long long base, nbytes;
+        if ((r = long_attr(b, s_base, &base)) != 1 || (r = long_attr(b, s_nbytes, &nbytes)) != 1) {
+            if (r < 0)
+                goto out;
+            goto miss;
+        }
+        long acc = PyLong_AsLong(PyTuple_GET_ITEM(access, i));
+        if (acc == -1 && PyErr_Occurred())
+            goto out;
+        start_of[i] = base;
+        end_of[i] = base + nbytes;
+        writes_of[i] = (acc & 2) != 0;
+        PyObject *native = PyObject_GetAttr(alloc, s_native_attr);
+        if (native == NULL)
+            goto out;
+        if (self->fn != NULL) {
+            long long address;
+            r = long_attr(native, self->address_attr, &address);
+            Py_DECREF(native);
+            if (r != 1) {
+                if (r < 0) {
+                    if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+                        goto out;
+                    PyErr_Clear();
+                }
+                goto miss;  /* no address the C entry can pack: the Python path packs it */
+            }
+            cells[i][0] = (uint64_t)address + (uint64_t)base;
+            params[i] = cells[i];
+        } else {
+            PyObject *a[] = {native, NULL, NULL, PyTuple_GET_ITEM(access, i)};
+            a[1] = PyLong_FromLongLong(base);
+            a[2] = PyLong_FromLongLong(nbytes);
+            PyObject *arg = (a[1] == NULL || a[2] == NULL) ? NULL : PyObject_Vectorcall(self->bufferarg_type, a, 4, NULL);
+            Py_DECREF(native);
+            Py_XDECREF(a[1]);
+            Py_XDECREF(a[2]);
+            if (arg == NULL)
+                goto out;
+            r = PyList_Append(pyargs, arg);
+            Py_DECREF(arg);
+            if (r < 0)
+                goto out;
+        }
+    }
+
+    /* scalars: the kernel's own conversion (its checks and errors) unless there are none */
+    types = PyObject_GetAttr(kernel, s_scalar_types);
+    if (types == NULL)
+        goto out;
+    if (PyTuple_CheckExact(types) && PyTuple_GET_SIZE(types) == 0 && (PyTuple_CheckExact(scalars) || PyList_CheckExact(scalars))
+        && PySequence_Fast_GET_SIZE(scalars) == 0) {
+        ns = 0;
+    } else {
+        conv = PyObject_CallMethodOneArg(kernel, s_check_scalars, scalars);
+        if (conv == NULL)
+            goto out;
+        if (!PyTuple_CheckExact(conv) && !PyList_CheckExact(conv))
+            goto miss;
+        ns = PySequence_Fast_GET_SIZE(conv);
+        if (nb + ns > HRX_FAST_ARGS)
+            goto miss;
+        for (Py_ssize_t i = 0; i < ns; i++) {
+            PyObject *v = PySequence_Fast_GET_ITEM(conv, i);
+            if (self->fn != NULL) {
+                Py_buffer view;
+                if (PyObject_GetBuffer(v, &view, PyBUF_SIMPLE) < 0)
+                    goto out;
+                int fits = view.len > 0 && view.len <= (Py_ssize_t)sizeof(cells[0]);
+                if (fits) {
+                    cells[nb + i][0] = cells[nb + i][1] = 0;
+                    memcpy(cells[nb + i], view.buf, (size_t)view.len);
+                    params[nb + i] = cells[nb + i];
+                }
+                PyBuffer_Release(&view);
+                if (!fits)
+                    goto miss;
+            } else if (PyList_Append(pyargs, v) < 0) {
+                goto out;
+            }
+        }
+    }
+
+    /* the queue: taken without waiting (another thread holds it: the Python path waits) */
+    if ((r = try_acquire(self->acquire)) != 1) {
+        if (r < 0)
+            goto out;
+        goto miss;
+    }
+    locked = 1;
+    if ((r = attr_true(self->slot, s_closed)) != 0) {
+        if (r < 0)
+            goto out;
+        goto miss;
+    }
+    if (self->fn != NULL) {
+        int code = self->fn(self->arg, handle, dims, (nb + ns) ? params : NULL);
+        if (code == -1)
+            goto miss;
+        if (code != 0) {
+            PyObject *x = PyObject_CallFunction(self->on_failure, "i", code);
+            if (x == NULL)
+                goto out;  /* raised: nothing launched, nothing committed */
+            Py_DECREF(x);
+        }
+    } else {
+        PyObject *g = Py_BuildValue("(III)", dims[0], dims[1], dims[2]);
+        PyObject *bl = g == NULL ? NULL : Py_BuildValue("(III)", dims[3], dims[4], dims[5]);
+        PyObject *x = NULL;
+        if (bl != NULL) {
+            PyObject *a[] = {exe, g, bl, pyargs};
+            x = PyObject_Vectorcall(self->launch_py, a, 4, NULL);
+        }
+        Py_XDECREF(g);
+        Py_XDECREF(bl);
+        if (x == NULL)
+            goto out;
+        Py_DECREF(x);
+    }
+    if (self->needs_submit && call_method0(self->native, s_submit) < 0)
+        goto out;
+    for (Py_ssize_t j = 0; j < nallocs; j++) {
+        if (call_method0(PyTuple_GET_ITEM(allocs, j), s_retain) < 0)
+            goto out;
+    }
+    {
+        PyObject *retain;
+        if (allocs == NULL) {
+            retain = PyTuple_New(0);
+        } else {
+            retain = nallocs < nb ? PyTuple_GetSlice(allocs, 0, nallocs) : Py_NewRef(allocs);
+        }
+        if (retain == NULL)
+            goto out;
+        committed = PyObject_CallMethodOneArg(self->slot, s_commit_locked, retain);
+        Py_DECREF(retain);
+        if (committed == NULL)
+            goto out;
+        if (!PyTuple_CheckExact(committed) || PyTuple_GET_SIZE(committed) != 2) {
+            PyErr_SetString(PyExc_TypeError, "QueueSlot.commit_locked: expected (value, done)");
+            goto out;
+        }
+        done = PyTuple_GET_ITEM(committed, 1);
+    }
+    locked = 0;
+    if (release_keeping(self->release) < 0)
+        goto out;
+    if ((r = PyObject_IsTrue(done)) != 0) {
+        if (r < 0)
+            goto out;
+        PyObject *x = PyObject_CallMethodOneArg(self->slot, s_release_retired, done);
+        if (x == NULL)
+            goto out;
+        Py_DECREF(x);
+    }
+    {
+        /* Stream._dispatched: the stream's latest completion, or one at the new value */
+        PyObject *value = PyTuple_GET_ITEM(committed, 0);
+        completion = PyObject_GetAttr(stream, s_ulast);
+        if (completion == NULL)
+            goto out;
+        r = 0;
+        if (completion != Py_None) {
+            PyObject *cv = PyObject_GetAttr(completion, s_value);
+            if (cv == NULL)
+                goto out;
+            r = PyObject_RichCompareBool(cv, value, Py_EQ);
+            Py_DECREF(cv);
+            if (r < 0)
+                goto out;
+        }
+        if (r != 1) {
+            Py_DECREF(completion);
+            completion = PyObject_CallMethodOneArg(stream, s_done, value);
+            if (completion == NULL)
+                goto out;
+        }
+    }
+    for (Py_ssize_t i = 0; i < nb; i++) {
+        PyObject *a[] = {alloc_of[i], completion, NULL, NULL, writes_of[i] ? Py_True : Py_False};
+        a[2] = PyLong_FromLongLong(start_of[i]);
+        a[3] = PyLong_FromLongLong(end_of[i]);
+        PyObject *x = (a[2] == NULL || a[3] == NULL) ? NULL
+            : PyObject_VectorcallMethod(s_note_use, a, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_XDECREF(a[2]);
+        Py_XDECREF(a[3]);
+        if (x == NULL)
+            goto out;
+        Py_DECREF(x);
+    }
+    if (add_to(self->stats, s_dispatches, 1, NULL) < 0)
+        goto out;
+    result = completion;
+    completion = NULL;
+    self->hits++;
+    goto out;
+
+miss:
+    missed = 1;
+out:
+    if (locked && release_keeping(self->release) < 0)
+        Py_CLEAR(result);
+    Py_XDECREF(exe);
+    Py_XDECREF(access);
+    Py_XDECREF(types);
+    Py_XDECREF(conv);
+    Py_XDECREF(pyargs);
+    Py_XDECREF(handle_obj);
+    Py_XDECREF(allocs);
+    Py_XDECREF(committed);
+    Py_XDECREF(completion);
+    if (missed && !PyErr_Occurred())
+        return dis_miss(self);
+    return result;
+}
+
+static int Dispatcher_traverse(Dispatcher *self, visitproc visit, void *arg)
+{
+    return visit_fields(&self->slot, &self->address_attr, visit, arg);
+}
+
+static int Dispatcher_clear(Dispatcher *self)
+{
+    clear_fields(&self->slot, &self->address_attr);
+    self->fn = NULL;
+    return 0;
+}
+
+static void Dispatcher_dealloc(Dispatcher *self)
+{
+    PyObject_GC_UnTrack(self);
+    Dispatcher_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int three_longs(PyObject *seq, const char *what, long *out)
+{
+    PyObject *t = PySequence_Tuple(seq);
+    if (t == NULL)
+        return -1;
+    int ok = PyTuple_GET_SIZE(t) == 3;
+    for (Py_ssize_t i = 0; ok && i < 3; i++) {
+        out[i] = PyLong_AsLong(PyTuple_GET_ITEM(t, i));
+        ok = !(out[i] == -1 && PyErr_Occurred()) && out[i] >= 1;
+    }
+    Py_DECREF(t);
+    if (!ok) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "%s: expected three positive ints", what);
+        return -1;
+    }
+    return 0;
+}
+
+/* Dispatcher(slot, device, stats, kernel_type, buffer_type, bufferarg_type, launch,
+   on_failure, entry, argument, keep, address_attr, max_grid, max_block, max_threads) */
+static int Dispatcher_init(Dispatcher *self, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"slot", "device", "stats", "kernel_type", "buffer_type", "bufferarg_type", "launch",
+                            "on_failure", "entry", "argument", "keep", "address_attr", "max_grid", "max_block",
+                            "max_threads", NULL};
+    PyObject *slot, *device, *stats, *kernel_type, *buffer_type, *bufferarg_type, *launch_py, *on_failure, *keep,
+        *address_attr, *max_grid, *max_block;
+    unsigned long long entry, argument;
+    long max_threads;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOKKOUOOl", names, &slot, &device, &stats, &kernel_type,
+                                     &buffer_type, &bufferarg_type, &launch_py, &on_failure, &entry, &argument,
+                                     &keep, &address_attr, &max_grid, &max_block, &max_threads))
+        return -1;
+    if (max_threads < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_threads: expected at least 1");
+        return -1;
+    }
+    if (entry != 0 && !PyCallable_Check(on_failure)) {
+        PyErr_SetString(PyExc_ValueError, "on_failure: a C entry needs a failure handler");
+        return -1;
+    }
+    Dispatcher_clear(self);
+    if (three_longs(max_grid, "max_grid", self->max_grid) < 0 || three_longs(max_block, "max_block", self->max_block) < 0)
+        return -1;
+    self->max_threads = max_threads;
+    PyObject *lock = PyObject_GetAttrString(slot, "lock");
+    if (lock == NULL)
+        return -1;
+    self->acquire = PyObject_GetAttr(lock, s_acquire);
+    self->release = PyObject_GetAttr(lock, s_release);
+    Py_DECREF(lock);
+    self->native = PyObject_GetAttr(slot, s_unative);
+    self->device_key = PyLong_FromVoidPtr(device);
+    int needs_submit = self->native == NULL || self->native == Py_None ? -1 : attr_true(self->native, s_needs_submit);
+    if (self->acquire == NULL || self->release == NULL || self->device_key == NULL || needs_submit < 0) {
+        if (self->native == Py_None)
+            PyErr_SetString(PyExc_ValueError, "slot: its native queue is not created yet");
+        Dispatcher_clear(self);
+        return -1;
+    }
+    self->needs_submit = needs_submit;
+#define KEEP(field, value) do { Py_INCREF(value); self->field = value; } while (0)
+    KEEP(slot, slot);
+    KEEP(device, device);
+    KEEP(stats, stats);
+    KEEP(kernel_type, kernel_type);
+    KEEP(buffer_type, buffer_type);
+    KEEP(bufferarg_type, bufferarg_type);
+    KEEP(launch_py, launch_py);
+    KEEP(on_failure, on_failure);
+    KEEP(keep, keep);
+    KEEP(address_attr, address_attr);
+#undef KEEP
+    self->fn = (hrx_dispatch_fn)(uintptr_t)entry;
+    self->arg = (void *)(uintptr_t)argument;
+    self->hits = self->misses = 0;
+    return 0;
+}
+
+static PyMemberDef Dispatcher_members[] = {
+    {"hits", T_PYSSIZET, offsetof(Dispatcher, hits), READONLY, "dispatches this dispatcher made"},
+    {"misses", T_PYSSIZET, offsetof(Dispatcher, misses), READONLY, "calls it left to the Python path"},
+    {NULL}
+};
+
+static PyObject *Dispatcher_compiled_entry(Dispatcher *self, void *closure)
+{
+    return PyBool_FromLong(self->fn != NULL);
+}
+
+static PyGetSetDef Dispatcher_getset[] = {
+    {"compiled_entry", (getter)Dispatcher_compiled_entry, NULL, "whether the engine launches through C", NULL},
+    {NULL}
+};
+
+static PyTypeObject DispatcherType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hrx_core.fastpath.Dispatcher",
+    .tp_basicsize = sizeof(Dispatcher),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A stream's eager dispatch of whole buffers, in C.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Dispatcher_init,
+    .tp_dealloc = (destructor)Dispatcher_dealloc,
+    .tp_traverse = (traverseproc)Dispatcher_traverse,
+    .tp_clear = (inquiry)Dispatcher_clear,
+    .tp_call = (ternaryfunc)Dispatcher_call,
+    .tp_members = Dispatcher_members,
+    .tp_getset = Dispatcher_getset,
+};
+
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, NULL, "HRX's compiled replay path.", -1, NULL};
 
 static PyObject *hrx_module_create(const char *name)
@@ -1124,10 +1677,30 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_slot_attr, "slot");
     INTERN(s_append, "append");
     INTERN(s_replace, "replace");
+    INTERN(s_executables, "_executables");
+    INTERN(s_unloaded, "unloaded");
+    INTERN(s_fast_handle, "fast_handle");
+    INTERN(s_buffer_access, "buffer_access");
+    INTERN(s_scalar_types, "scalar_types");
+    INTERN(s_check_scalars, "check_scalars");
+    INTERN(s_ualloc, "_alloc");
+    INTERN(s_base, "_base");
+    INTERN(s_nbytes, "nbytes");
+    INTERN(s_uclosed, "_closed");
+    INTERN(s_device, "device");
+    INTERN(s_host_maps, "host_maps");
+    INTERN(s_host_dirty, "host_dirty");
+    INTERN(s_native_attr, "native");
+    INTERN(s_retain, "retain");
+    INTERN(s_commit_locked, "commit_locked");
+    INTERN(s_note_use, "note_use");
+    INTERN(s_dispatches, "dispatches");
 #undef INTERN
     if (PyType_Ready(&ReplayerType) < 0)
         return NULL;
     if (PyType_Ready(&SubmitterType) < 0)
+        return NULL;
+    if (PyType_Ready(&DispatcherType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
@@ -1141,6 +1714,12 @@ static PyObject *hrx_module_create(const char *name)
     Py_INCREF(&SubmitterType);
     if (PyModule_AddObject(m, "Submitter", (PyObject *)&SubmitterType) < 0) {
         Py_DECREF(&SubmitterType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&DispatcherType);
+    if (PyModule_AddObject(m, "Dispatcher", (PyObject *)&DispatcherType) < 0) {
+        Py_DECREF(&DispatcherType);
         Py_DECREF(m);
         return NULL;
     }

@@ -196,6 +196,9 @@ class Stream:
         family = device.info.family(slot.family)
         self._operations = family.operations if family is not None else frozenset()
         self._limits = device.info.limits
+        # the compiled dispatch: False until the first dispatch made the native queue,
+        # then a fastpath.Dispatcher, or None where it cannot be built
+        self._fast_dispatch: Any = False
 
     def __repr__(self) -> str:
         return f"<hrx.Stream on {self.slot.name}>"
@@ -432,6 +435,13 @@ class Stream:
         scalars: Sequence[Any] = (),
     ) -> Completion:
         """Launch ``kernel`` over ``grid`` groups of ``block`` threads."""
+        fast = self._fast_dispatch
+        if fast:
+            # the compiled dispatch (hrx_core.fastpath.Dispatcher): whole buffers, plain
+            # geometry, a loaded kernel, the queue free; None: it did nothing
+            completion = fast(self, kernel, grid, bindings, block, scalars)
+            if completion is not None:
+                return completion
         limits = self._limits
         g = _DIMS.get(("grid", grid, limits.max_grid)) if type(grid) is int else None
         if g is None:
@@ -460,7 +470,32 @@ class Stream:
             value, done = slot.commit_locked(allocs)
         if done:
             slot.release_retired(done)
+        if fast is False:  # the first dispatch made the native queue: compile the next ones
+            self._make_fast_dispatch()
         return self._dispatched(value, ranges)
+
+    def _make_fast_dispatch(self) -> None:
+        """Make the stream's compiled dispatch where it can be built (see
+        :mod:`hrx_core.fastpath`); None (the Python path only) where not. The engine's
+        queue launches through C where it offers :meth:`NativeQueue.fast_dispatch`,
+        else the dispatcher calls its Python ``dispatch``."""
+        self._fast_dispatch = None
+        slot = self.slot
+        queue = slot._native
+        if queue is None or "dispatch" not in self._operations:
+            return
+        from . import fastpath
+
+        mod = fastpath.module()
+        if not mod.compiled:
+            return
+        entry = queue.fast_dispatch()
+        address, argument, on_failure, keep, address_attr = entry if entry is not None else (0, 0, None, None, "")
+        limits = self._limits
+        self._fast_dispatch = mod.lib.Dispatcher(
+            slot, self.device, self.device.stats, Kernel, Buffer, BufferArg, queue.dispatch, on_failure,
+            address, argument, keep, address_attr, limits.max_grid, limits.max_block, limits.max_threads_per_block,
+        )
 
     def _dispatched(self, value: int, ranges: Sequence[tuple[Allocation, int, int, bool]]) -> Completion:
         """The completion of a dispatch at ``value``; notes its buffer uses."""

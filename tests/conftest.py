@@ -57,3 +57,19 @@ def count_calls(monkeypatch, cls, name: str) -> list[int]:
 
     monkeypatch.setattr(cls, name, counted)
     return calls
+
+
+def compiled_or_python(mode: str, monkeypatch, off) -> str:
+    """For tests run with the core's compiled extension (hrx_core.fastpath), then
+    without it: in "compiled" mode skip where it cannot be built here; in "python" mode
+    call ``off(monkeypatch)`` to keep the compiled path from being made."""
+    from hrx_core import fastpath
+
+    monkeypatch.delenv("HRX_HOT_PATH", raising=False)
+    if mode == "compiled":
+        mod = fastpath.module()
+        if not mod.compiled:
+            pytest.skip(f"hrx_core.fastpath not built here: {mod.reason}")
+    else:
+        off(monkeypatch)
+    return mode

@@ -21,6 +21,7 @@ import hrx_core as hrx
 from hrx_core import fastpath
 from hrx_core.execution import Runtime, RuntimeOptions
 
+from .conftest import compiled_or_python
 from .kernels import ADD_U32, SLEEPY
 
 MODES = ["compiled", "python"]
@@ -29,14 +30,8 @@ MODES = ["compiled", "python"]
 @pytest.fixture(params=MODES)
 def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test with the compiled resubmission, then with the Python path only."""
-    monkeypatch.delenv("HRX_HOT_PATH", raising=False)
-    if request.param == "compiled":
-        mod = fastpath.module()
-        if not mod.compiled:
-            pytest.skip(f"compiled resubmission not built here: {mod.reason}")
-    else:
-        monkeypatch.setattr(Runtime, "_make_fast_submit", lambda self, graph, plan: setattr(graph, "_fast_submit", False))
-    return str(request.param)
+    return compiled_or_python(request.param, monkeypatch, lambda mp: mp.setattr(
+        Runtime, "_make_fast_submit", lambda self, graph, plan: setattr(graph, "_fast_submit", False)))
 
 
 def _pipeline(rt: Runtime) -> tuple[Any, Any, Any, Any]:

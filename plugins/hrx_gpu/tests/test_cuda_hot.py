@@ -818,6 +818,67 @@ def test_graph_fast_entry_needs_the_hot_path(world: Any, monkeypatch: pytest.Mon
     graph.close()
 
 
+def test_dispatch_entry_launches_like_the_python_dispatch(world: Any, compiled: Any) -> None:
+    """hrx_dispatch_fast, called as the core's compiled dispatch calls it (argument
+    cells it packed, the executable's fast_handle): the cuLaunchKernel the Python
+    dispatch makes; nothing (-1) with another context current or when the driver
+    answers CUDA_ERROR_INVALID_CONTEXT; a failure's code, which the handler raises."""
+    fake, queue, exe = world.fake, world.queue, world.exe
+    lib, dffi = fake.driver.lib, fake.driver.ffi
+    entry = queue.fast_dispatch()
+    assert entry is not None
+    address, argument, on_failure, keep, address_attr = entry
+    assert address_attr == "dptr" and keep is not None
+    assert exe.fast_handle == int(dffi.cast("uintptr_t", exe.function)) == 0xF00D
+    ffi = compiled.ffi
+    fn = ffi.cast("int (*)(void *, uintptr_t, const unsigned int *, void **)", address)
+    arg = ffi.cast("void *", argument)
+    cells = ffi.new("uint64_t[3]", [0x7010, 0xDEAD, 0x9000])
+    params = ffi.new("void *[3]", [cells + 0, cells + 1, cells + 2])
+    dims = ffi.new("unsigned int[6]", [7, 8, 9, 64, 2, 3])
+
+    def call(p: Any = params) -> int:
+        return int(fn(arg, exe.fast_handle, dims, p))
+
+    fake.reset(widths=(8, 4, 8))
+    lib.cuCtxSetCurrent(dffi.cast("CUcontext", 0xBAD))  # another context: nothing
+    assert call() == -1 and fake.calls() == []
+    lib.cuCtxSetCurrent(world.device.ctx)
+    assert call() == 0
+    queue.dispatch(exe, (7, 8, 9), (64, 2, 3), [barg(0x7000, 16), np.uint32(0xDEAD), barg(0x9000)])
+    compiled_call, python_call = fake.calls()
+    for c in (compiled_call, python_call):
+        c.pop("params")  # (the cells live in different places)
+    assert compiled_call == python_call
+    assert compiled_call["values"] == (0x7010, 0xDEAD, 0x9000) and compiled_call["stream"] == queue.stream_address
+    # no arguments: kernelParams NULL, as pack_args gives
+    fake.reset()
+    assert call(ffi.NULL) == 0
+    assert fake.calls()[0]["params"] == 0 and fake.calls()[0]["values"] == ()
+    # failures
+    fake.reset(widths=(8, 4, 8))
+    fake.fail(LAUNCH, 201)  # CUDA_ERROR_INVALID_CONTEXT: the Python dispatch retries it
+    assert call() == -1
+    fake.fail(LAUNCH, 700)
+    code = call()
+    assert code == 700
+    with pytest.raises(HRXError, match="cuLaunchKernel"):
+        on_failure(code)
+    # closed: the executable launches from Python only; a copy queue has no entry
+    other = world.other
+    other.close()
+    assert other.fast_handle == 0
+    from hrx_gpu.cuda.queue import CudaQueue
+
+    copy = CudaQueue(world.device, "copy", 0)
+    assert copy.fast_dispatch() is None
+
+
+def test_dispatch_entry_needs_the_hot_path(world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HRX_HOT_PATH", "0")
+    assert world.queue.fast_dispatch() is None
+
+
 def _timeline(world: Any) -> Any:
     """A CUDA timeline whose counter lives at a fake device address (nothing reads it)."""
     from hrx_gpu.cuda.timeline import CudaTimeline

@@ -14,6 +14,9 @@ Two C entry points take the place of several cffi ABI-mode calls each:
   reports its ``CUresult``, the step (:data:`STEP_SET_PARAMS` or :data:`STEP_LAUNCH`)
   and the node; nodes already updated are no longer dirty, so a retry resumes where
   it stopped.
+* :c:func:`hrx_dispatch_fast` -- the core's compiled eager dispatch
+  (:mod:`hrx_core.fastpath`) launches through it: a context check and one
+  ``cuLaunchKernel`` with the argument cells the core packed.
 * :c:func:`hrx_graph_replay_signal` -- the same replay with its launch, then
   ``cuStreamWriteValue64`` of a timeline value on the same stream: a runtime
   resubmission's launch and completion signal in one call. A failing write is
@@ -91,8 +94,16 @@ typedef struct {
     hrx_replay_result result;
 } hrx_fast_replay;
 
+typedef struct {
+    uintptr_t launch;          /* cuLaunchKernel */
+    uintptr_t stream;          /* CUstream */
+    uintptr_t ctx_get;         /* cuCtxGetCurrent */
+    uintptr_t ctx;             /* the device's CUcontext */
+} hrx_fast_dispatch;
+
 int hrx_launch(const hrx_launch_record *record);
 int hrx_graph_fast(void *arg, long long *info);
+int hrx_dispatch_fast(void *arg, uintptr_t function, const unsigned int *dims, void **params);
 int hrx_graph_replay(hrx_graph_record *graph, size_t ncells, uintptr_t stream, int launch, hrx_replay_result *result);
 int hrx_graph_replay_signal(hrx_graph_record *graph, size_t ncells, uintptr_t stream, uintptr_t write_value,
                             uint64_t address, uint64_t value, hrx_replay_result *result);
@@ -159,6 +170,30 @@ typedef struct {
 } hrx_fast_replay;
 
 typedef hrx_CUresult (*hrx_ctx_get_fn)(void **ctx);
+
+typedef struct {
+    uintptr_t launch;
+    uintptr_t stream;
+    uintptr_t ctx_get;
+    uintptr_t ctx;
+} hrx_fast_dispatch;
+
+/* The core's compiled eager dispatch (hrx_core.fastpath.Dispatcher) calls this under
+   the queue's lock: one cuLaunchKernel of `function` with the core's argument cells,
+   or -1 (nothing done) where another context is current on this thread or the driver
+   said so (the Python dispatch activates the device's own first). */
+int hrx_dispatch_fast(void *arg, uintptr_t function, const unsigned int *dims, void **params)
+{
+    hrx_fast_dispatch *f = (hrx_fast_dispatch *)arg;
+    void *current = 0;
+    if (((hrx_ctx_get_fn)f->ctx_get)(&current) != 0 || (uintptr_t)current != f->ctx)
+        return -1;
+    hrx_CUresult code = ((hrx_launch_fn)f->launch)((void *)function, dims[0], dims[1], dims[2], dims[3], dims[4],
+                                                   dims[5], 0, (void *)f->stream, params, 0);
+    /* CUDA_ERROR_INVALID_CONTEXT: nothing launched; the Python dispatch retries it
+       after making the device's context current (Driver.retry_on_foreign_context) */
+    return code == 201 ? -1 : code;
+}
 
 int hrx_launch(const hrx_launch_record *r)
 {
@@ -276,6 +311,8 @@ class CudaHot:
         self.ctx_get = int(dffi.cast("uintptr_t", dlib.cuCtxGetCurrent))
         #: the address of ``hrx_graph_fast`` (the core's compiled replay calls it)
         self.graph_fast = int(self.ffi.cast("uintptr_t", self.ffi.addressof(mod.lib, "hrx_graph_fast")))
+        #: the address of ``hrx_dispatch_fast`` (the core's compiled dispatch calls it)
+        self.dispatch_fast = int(self.ffi.cast("uintptr_t", self.ffi.addressof(mod.lib, "hrx_dispatch_fast")))
         #: ``cuStreamWriteValue64`` (0 where the driver lacks stream memory operations)
         self.write_value = 0 if driver.write_value64 is None else int(dffi.cast("uintptr_t", driver.write_value64))
 

@@ -77,11 +77,14 @@ class CudaExecutable(Executable):
         self.name = name
         self.target = target
         self.closed = False
+        #: the CUfunction as an int: what the compiled dispatch launches (0 once closed)
+        self.fast_handle = int(device.driver.ffi.cast("uintptr_t", function))
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
+        self.fast_handle = 0
         device = self.device
         device._forget_executable(self)
         if device.closed or EXIT.exiting:

@@ -148,6 +148,28 @@ class CudaQueue(NativeQueue):
         if code:
             self._fail(code, "cuLaunchKernel", fn, *call_args)
 
+    def fast_dispatch(self) -> tuple[int, int, Any, Any, str] | None:
+        """The compiled hot path's ``hrx_dispatch_fast`` for :mod:`hrx_core.fastpath`:
+        one ``cuLaunchKernel`` on this stream with the core's argument cells (device
+        addresses from ``CudaBuffer.dptr``), or nothing where another context is
+        current on the calling thread. None without the hot path or on a copy queue."""
+        from .hot import for_driver
+
+        hot = for_driver(self._driver)
+        if hot is None or not self._dispatch_ok or self.closed:
+            return None
+        pack = hot.ffi.new("hrx_fast_dispatch *")
+        pack.launch = hot.launch_kernel
+        pack.stream = self.stream_address
+        pack.ctx_get = hot.ctx_get
+        pack.ctx = int(self._driver.ffi.cast("uintptr_t", self._ctx))
+        address = int(hot.ffi.cast("uintptr_t", pack))
+        return hot.dispatch_fast, address, self._dispatch_failed, pack, "dptr"
+
+    def _dispatch_failed(self, code: int) -> None:
+        """A compiled dispatch's failed ``cuLaunchKernel`` (this context was current)."""
+        raise self._driver.error(code, "cuLaunchKernel", self.name)
+
     def launch_graph(self, graph_exec: Any) -> None:
         """``cuGraphLaunch`` of an instantiated graph (the Python path; :class:`CudaGraph`
         replays through the compiled hot path where it was built)."""
