@@ -35,6 +35,8 @@ SOURCE = r"""
 #include <Python.h>
 #include <structmember.h>
 #include <stdint.h>
+#include <float.h>
+#include <limits.h>
 
 /* An engine's C replay entry: 0 launched; -1 nothing done, take the Python path;
    a positive code: the native failure, with info[0] = step and info[1] = node. */
@@ -1073,9 +1075,10 @@ typedef int (*hrx_dispatch_fn)(void *arg, uintptr_t function, const unsigned int
 
 #define HRX_FAST_ARGS 32  /* buffers + scalars a compiled dispatch packs; more: the Python path */
 
-static PyObject *s_executables, *s_unloaded, *s_fast_handle, *s_buffer_access, *s_scalar_types,
+static PyObject *s_executables, *s_unloaded, *s_fast_handle, *s_buffer_access,
     *s_check_scalars, *s_ualloc, *s_base, *s_nbytes, *s_uclosed, *s_device, *s_host_maps,
-    *s_host_dirty, *s_native_attr, *s_retain, *s_commit_locked, *s_note_use, *s_dispatches;
+    *s_host_dirty, *s_native_attr, *s_retain, *s_commit_locked, *s_note_use, *s_dispatches, *s_scalar_plan,
+    *s_pending, *s_device_dirty;
 
 typedef struct {
     PyObject_HEAD
@@ -1150,6 +1153,111 @@ static int long_attr(PyObject *obj, PyObject *name, long long *out)
     return r;
 }
 
+/* One scalar into an argument cell as Kernel.check_scalars would convert it, where the
+   kernel's plan (Kernel._scalar_plan: code, numpy scalar type) lets C do it exactly: a
+   numpy scalar of the declared type, an exact int in an integer dtype's range, an
+   exact float for float64 (or float32 within its range). 1 converted; 0 leave the
+   call to check_scalars (its checks and errors); -1 an exception. */
+static int convert_scalar(PyObject *v, long code, PyObject *stype, uint64_t *cell)
+{
+    int size = (int)(code & 0xF), kind = (int)(code & 0xF0);
+    cell[0] = cell[1] = 0;
+    if (code == 0 || !(size == 1 || size == 2 || size == 4 || size == 8))
+        return 0;
+    if ((PyObject *)Py_TYPE(v) == stype) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(v, &view, PyBUF_SIMPLE) < 0)
+            return -1;
+        int ok = view.len == size;
+        if (ok)
+            memcpy(cell, view.buf, (size_t)size);
+        PyBuffer_Release(&view);
+        return ok;
+    }
+    if (PyLong_CheckExact(v) && (kind == 0x10 || kind == 0x20)) {
+        if (kind == 0x20 && size == 8) {
+            unsigned long long u = PyLong_AsUnsignedLongLong(v);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();  /* negative or too large: check_scalars says so */
+                return 0;
+            }
+            memcpy(cell, &u, 8);
+            return 1;
+        }
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        long long lo = 0, hi = LLONG_MAX;
+        if (kind == 0x10 && size < 8) {
+            hi = (1LL << (8 * size - 1)) - 1;
+            lo = -hi - 1;
+        } else if (kind == 0x10) {
+            lo = LLONG_MIN;
+        } else {
+            hi = (1LL << (8 * size)) - 1;
+        }
+        if (x < lo || x > hi)
+            return 0;
+        switch (size) {
+        case 1: { uint8_t b = (uint8_t)x; memcpy(cell, &b, 1); break; }
+        case 2: { uint16_t b = (uint16_t)x; memcpy(cell, &b, 2); break; }
+        case 4: { uint32_t b = (uint32_t)x; memcpy(cell, &b, 4); break; }
+        default: { uint64_t b = (uint64_t)x; memcpy(cell, &b, 8); break; }
+        }
+        return 1;
+    }
+    if (PyFloat_CheckExact(v) && kind == 0x30) {
+        double d = PyFloat_AS_DOUBLE(v);
+        if (size == 8) {
+            memcpy(cell, &d, 8);
+            return 1;
+        }
+        if (d - d == 0.0 && (d > FLT_MAX || d < -FLT_MAX))
+            return 0;  /* finite and past float32: numpy's overflow check decides */
+        float x = (float)d;
+        memcpy(cell, &x, 4);
+        return 1;
+    }
+    return 0;
+}
+
+/* Allocation.note_use's common case (the same bytes, later work on this queue): 1 done;
+   0 the Python method must do it; -1 an exception. */
+static int note_use_fast(PyObject *alloc, PyObject *slot, PyObject *completion, long long start, long long end,
+                         int writes)
+{
+    PyObject *pending = PyObject_GetAttr(alloc, s_pending);
+    if (pending == NULL)
+        return -1;
+    int r = 0;
+    if (PyDict_CheckExact(pending)) {
+        PyObject *entry = PyDict_GetItemWithError(pending, slot);  /* borrowed */
+        if (entry == NULL) {
+            r = PyErr_Occurred() ? -1 : 0;
+        } else if (PyList_CheckExact(entry) && PyList_GET_SIZE(entry) == 4) {
+            PyObject *e1 = PyList_GET_ITEM(entry, 1), *e2 = PyList_GET_ITEM(entry, 2), *e3 = PyList_GET_ITEM(entry, 3);
+            if (PyLong_CheckExact(e1) && PyLong_CheckExact(e2) && (e3 == Py_True || (e3 == Py_False && !writes))) {
+                long long s1 = PyLong_AsLongLong(e1), s2 = PyLong_AsLongLong(e2);
+                if (PyErr_Occurred()) {
+                    PyErr_Clear();
+                } else if (s1 <= start && end <= s2) {
+                    Py_INCREF(completion);
+                    Py_INCREF(entry);
+                    r = PyList_SetItem(entry, 0, completion) < 0 ? -1 : 1;
+                    Py_DECREF(entry);
+                    if (r == 1 && writes && PyObject_SetAttr(alloc, s_device_dirty, Py_True) < 0)
+                        r = -1;
+                }
+            }
+        }
+    }
+    Py_DECREF(pending);
+    return r;
+}
+
 /* dispatcher(stream, kernel, grid, bindings, block, scalars) -> Completion, or None:
    nothing was done, run the Python path (Stream.dispatch). */
 static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwargs)
@@ -1170,7 +1278,7 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
         return dis_miss(self);
 
     /* everything below holds references released at `out` */
-    PyObject *exe = NULL, *access = NULL, *types = NULL, *conv = NULL, *pyargs = NULL, *handle_obj = NULL;
+    PyObject *exe = NULL, *access = NULL, *plan = NULL, *conv = NULL, *pyargs = NULL, *handle_obj = NULL;
     PyObject *allocs = NULL, *committed = NULL, *completion = NULL, *result = NULL;
     PyObject *alloc_of[HRX_FAST_ARGS];   /* borrowed from the bindings' buffers, kept by `allocs` */
     long long start_of[HRX_FAST_ARGS], end_of[HRX_FAST_ARGS];
@@ -1317,39 +1425,63 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
         }
     }
 
-    /* scalars: the kernel's own conversion (its checks and errors) unless there are none */
-    types = PyObject_GetAttr(kernel, s_scalar_types);
-    if (types == NULL)
+    /* scalars: converted here where the kernel's plan allows (C entry only: the Python
+       dispatch takes numpy scalars), else by the kernel's own check (its errors) */
+    plan = PyObject_GetAttr(kernel, s_scalar_plan);
+    if (plan == NULL)
         goto out;
-    if (PyTuple_CheckExact(types) && PyTuple_GET_SIZE(types) == 0 && (PyTuple_CheckExact(scalars) || PyList_CheckExact(scalars))
-        && PySequence_Fast_GET_SIZE(scalars) == 0) {
-        ns = 0;
-    } else {
-        conv = PyObject_CallMethodOneArg(kernel, s_check_scalars, scalars);
-        if (conv == NULL)
-            goto out;
-        if (!PyTuple_CheckExact(conv) && !PyList_CheckExact(conv))
-            goto miss;
-        ns = PySequence_Fast_GET_SIZE(conv);
-        if (nb + ns > HRX_FAST_ARGS)
-            goto miss;
-        for (Py_ssize_t i = 0; i < ns; i++) {
-            PyObject *v = PySequence_Fast_GET_ITEM(conv, i);
-            if (self->fn != NULL) {
-                Py_buffer view;
-                if (PyObject_GetBuffer(v, &view, PyBUF_SIMPLE) < 0)
+    if (!PyTuple_CheckExact(plan))
+        goto miss;
+    {
+        int converted = 0;
+        Py_ssize_t np_ = PyTuple_GET_SIZE(plan);
+        if ((PyTuple_CheckExact(scalars) || PyList_CheckExact(scalars)) && PySequence_Fast_GET_SIZE(scalars) == np_
+            && nb + np_ <= HRX_FAST_ARGS && (self->fn != NULL || np_ == 0)) {
+            converted = 1;
+            for (Py_ssize_t i = 0; i < np_; i++) {
+                PyObject *step = PyTuple_GET_ITEM(plan, i);
+                long code = 0;
+                if (!PyTuple_CheckExact(step) || PyTuple_GET_SIZE(step) != 2
+                    || ((code = PyLong_AsLong(PyTuple_GET_ITEM(step, 0))) == -1 && PyErr_Occurred()))
+                    goto out_or_miss;
+                r = convert_scalar(PySequence_Fast_GET_ITEM(scalars, i), code, PyTuple_GET_ITEM(step, 1), cells[nb + i]);
+                if (r < 0)
                     goto out;
-                int fits = view.len > 0 && view.len <= (Py_ssize_t)sizeof(cells[0]);
-                if (fits) {
-                    cells[nb + i][0] = cells[nb + i][1] = 0;
-                    memcpy(cells[nb + i], view.buf, (size_t)view.len);
-                    params[nb + i] = cells[nb + i];
+                if (r == 0) {
+                    converted = 0;
+                    break;
                 }
-                PyBuffer_Release(&view);
-                if (!fits)
-                    goto miss;
-            } else if (PyList_Append(pyargs, v) < 0) {
+                params[nb + i] = cells[nb + i];
+            }
+            ns = np_;
+        }
+        if (!converted) {
+            conv = PyObject_CallMethodOneArg(kernel, s_check_scalars, scalars);
+            if (conv == NULL)
                 goto out;
+            if (!PyTuple_CheckExact(conv) && !PyList_CheckExact(conv))
+                goto miss;
+            ns = PySequence_Fast_GET_SIZE(conv);
+            if (nb + ns > HRX_FAST_ARGS)
+                goto miss;
+            for (Py_ssize_t i = 0; i < ns; i++) {
+                PyObject *v = PySequence_Fast_GET_ITEM(conv, i);
+                if (self->fn != NULL) {
+                    Py_buffer view;
+                    if (PyObject_GetBuffer(v, &view, PyBUF_SIMPLE) < 0)
+                        goto out;
+                    int fits = view.len > 0 && view.len <= (Py_ssize_t)sizeof(cells[0]);
+                    if (fits) {
+                        cells[nb + i][0] = cells[nb + i][1] = 0;
+                        memcpy(cells[nb + i], view.buf, (size_t)view.len);
+                        params[nb + i] = cells[nb + i];
+                    }
+                    PyBuffer_Release(&view);
+                    if (!fits)
+                        goto miss;
+                } else if (PyList_Append(pyargs, v) < 0) {
+                    goto out;
+                }
             }
         }
     }
@@ -1450,6 +1582,11 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
         }
     }
     for (Py_ssize_t i = 0; i < nb; i++) {
+        if ((r = note_use_fast(alloc_of[i], self->slot, completion, start_of[i], end_of[i], writes_of[i])) != 0) {
+            if (r < 0)
+                goto out;
+            continue;
+        }
         PyObject *a[] = {alloc_of[i], completion, NULL, NULL, writes_of[i] ? Py_True : Py_False};
         a[2] = PyLong_FromLongLong(start_of[i]);
         a[3] = PyLong_FromLongLong(end_of[i]);
@@ -1468,6 +1605,9 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
     self->hits++;
     goto out;
 
+out_or_miss:
+    if (PyErr_Occurred())
+        goto out;
 miss:
     missed = 1;
 out:
@@ -1475,7 +1615,7 @@ out:
         Py_CLEAR(result);
     Py_XDECREF(exe);
     Py_XDECREF(access);
-    Py_XDECREF(types);
+    Py_XDECREF(plan);
     Py_XDECREF(conv);
     Py_XDECREF(pyargs);
     Py_XDECREF(handle_obj);
@@ -1681,7 +1821,6 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_unloaded, "unloaded");
     INTERN(s_fast_handle, "fast_handle");
     INTERN(s_buffer_access, "buffer_access");
-    INTERN(s_scalar_types, "scalar_types");
     INTERN(s_check_scalars, "check_scalars");
     INTERN(s_ualloc, "_alloc");
     INTERN(s_base, "_base");
@@ -1695,6 +1834,9 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_commit_locked, "commit_locked");
     INTERN(s_note_use, "note_use");
     INTERN(s_dispatches, "dispatches");
+    INTERN(s_scalar_plan, "_scalar_plan");
+    INTERN(s_pending, "pending");
+    INTERN(s_device_dirty, "device_dirty");
 #undef INTERN
     if (PyType_Ready(&ReplayerType) < 0)
         return NULL;

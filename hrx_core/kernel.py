@@ -126,6 +126,10 @@ class Kernel:
                 raise InvalidArgument(f"scalars[{i}]: {dt} is not a numeric scalar dtype")
             types.append(dt)
         self.scalar_types = tuple(types)
+        #: per scalar, what the compiled dispatch (hrx_core.fastpath) converts itself:
+        #: (code, numpy scalar type); code 0x10 | size for native signed ints, 0x20 |
+        #: size unsigned, 0x30 | size floats, 0 for anything it leaves to check_scalars
+        self._scalar_plan = tuple((_scalar_code(dt), dt.type) for dt in types)
         if sources is not None and not isinstance(sources, Mapping):
             raise InvalidArgument(f"sources: expected a mapping of target to source, got {type(sources).__name__}")
         found: dict[str, Any] = dict(sources or {})
@@ -280,6 +284,19 @@ class Kernel:
                 continue
             out.append(_convert_scalar(i, value, dtype))
         return tuple(out)
+
+
+def _scalar_code(dtype: np.dtype) -> int:
+    """The compiled dispatch's conversion code for ``dtype`` (see Kernel._scalar_plan)."""
+    if not dtype.isnative or dtype.itemsize not in (1, 2, 4, 8):
+        return 0
+    if dtype.kind == "i":
+        return 0x10 | dtype.itemsize
+    if dtype.kind == "u":
+        return 0x20 | dtype.itemsize
+    if dtype.kind == "f" and dtype.itemsize in (4, 8):
+        return 0x30 | dtype.itemsize
+    return 0
 
 
 def _convert_scalar(i: int, value: Any, dtype: np.dtype) -> np.generic:

@@ -439,7 +439,7 @@ class Stream:
         if fast:
             # the compiled dispatch (hrx_core.fastpath.Dispatcher): whole buffers, plain
             # geometry, a loaded kernel, the queue free; None: it did nothing
-            completion = fast(self, kernel, grid, bindings, block, scalars)
+            completion: Completion | None = fast(self, kernel, grid, bindings, block, scalars)
             if completion is not None:
                 return completion
         limits = self._limits

@@ -874,6 +874,107 @@ def test_dispatch_entry_launches_like_the_python_dispatch(world: Any, compiled: 
     assert copy.fast_dispatch() is None
 
 
+SCALAR_TYPES = (np.int8, np.uint16, np.int32, np.uint64, np.float32, np.float64, np.int64, np.uint8)
+
+
+def _core_dispatcher(world: Any) -> Any:
+    """The core's compiled dispatch (hrx_core.fastpath.Dispatcher) of a host-engine
+    stream, launching through this fake-driver queue's hrx_dispatch_fast: what the cuda
+    engine gives it, with each host buffer's ``nbytes`` standing in for its device
+    address (the cell is that plus the byte offset)."""
+    from hrx_core import fastpath
+    from hrx_core.buffer import Buffer
+    from hrx_core.engine import BufferArg
+    from hrx_core.kernel import Kernel
+
+    import hrx_core as hrx
+
+    mod = fastpath.module()
+    if not mod.compiled:
+        pytest.skip(f"hrx_core.fastpath not built here: {mod.reason}")
+    dev = hrx.device("host")
+    s = dev.stream()
+    kernel = Kernel("packed", buffers=("read", "write", "read_write"), scalars=SCALAR_TYPES, host=lambda *a: None)
+    bufs = [dev.allocate(n) for n in (1024, 2048, 4096)]
+    s.dispatch(kernel, 1, bufs, scalars=(0,) * len(SCALAR_TYPES))  # loads the kernel, makes the queue
+    exe = kernel.executable(dev)
+    object.__setattr__(exe, "fast_handle", 0xF00D)
+    entry, argument, on_failure, keep, _attr = world.queue.fast_dispatch()
+    limits = dev.info.limits
+    d = mod.lib.Dispatcher(s.slot, dev, dev.stats, Kernel, Buffer, BufferArg, s.slot._native.dispatch, on_failure,
+                           entry, argument, keep, "nbytes", limits.max_grid, limits.max_block, limits.max_threads_per_block)
+    assert d.compiled_entry
+    world.fake.driver.lib.cuCtxSetCurrent(world.device.ctx)
+    return type("Core", (), {"dev": dev, "s": s, "kernel": kernel, "bufs": bufs, "d": d, "keep": keep})
+
+
+def test_core_dispatch_packs_like_check_scalars(world: Any, compiled: Any) -> None:
+    """The core's compiled dispatch packs buffer addresses and scalars into the cells
+    hrx_dispatch_fast hands cuLaunchKernel: the bytes Kernel.check_scalars makes, for
+    exact ints at the ends of each range, floats, numpy scalars; values it cannot
+    convert exactly go to check_scalars, which raises what the Python path raises."""
+    core = _core_dispatcher(world)
+    fake, s, k, bufs, d = world.fake, core.s, core.kernel, core.bufs, core.d
+    widths = (8, 8, 8, 1, 2, 4, 8, 4, 8, 8, 1)
+    cases = [
+        (-128, 65535, -(2**31), 2**64 - 1, 1.5, -2.25, -(2**63), 255),
+        (127, 0, 2**31 - 1, 0, float("nan"), float("inf"), 2**63 - 1, 0),
+        (np.int8(-5), np.uint16(7), np.int32(-9), np.uint64(2**63), np.float32(3.4e38), np.float64(1e300), np.int64(-1), np.uint8(9)),
+        (1, 2, 3, 4, 1e-50, 5, 6, 7),  # float32 underflows to 0; an int for float64: check_scalars converts
+        (1, 2, 3, 4, -3.4028234663852886e38, 1e308, 6, 7),
+    ]
+    checked = []
+    real_check = k.check_scalars
+    k.check_scalars = lambda values: checked.append(values) or real_check(values)  # type: ignore[method-assign]
+    for i, scalars in enumerate(cases):
+        fake.reset(widths=widths)
+        hits = d.hits
+        c = d(s, k, (2, 3), bufs, (32, 2), scalars)
+        assert c is not None and d.hits == hits + 1
+        # converted in C, each end of each range included, but for the int given to float64
+        assert checked == ([scalars] if i == 3 else []), scalars
+        checked.clear()
+        (call,) = fake.calls()
+        assert call["function"] == 0xF00D and call["grid"] == (2, 3, 1) and call["block"] == (32, 2, 1)
+        assert call["values"][:3] == (1024, 2048, 4096)
+        expected = real_check(scalars)
+        for w, got, want in zip(widths[3:], call["values"][3:], expected):
+            assert got.to_bytes(8, "little")[:w] == want.tobytes(), (scalars, want)
+    # out of range, bools, float32 overflow, wrong counts: check_scalars raises, nothing launched
+    for bad, match in (
+        ((128, 0, 0, 0, 0.0, 0.0, 0, 0), "outside the range"),
+        ((0, -1, 0, 0, 0.0, 0.0, 0, 0), "outside the range"),
+        ((0, 0, 0, -1, 0.0, 0.0, 0, 0), "outside the range"),
+        ((0, 0, 0, 2**64, 0.0, 0.0, 0, 0), "outside the range"),
+        ((True, 0, 0, 0, 0.0, 0.0, 0, 0), "not a valid"),
+        ((0, 0, 0, 0, 1e300, 0.0, 0, 0), "not a valid"),
+        ((0, 0, 0, 0, 0.0, 0.0, 0), "takes 8 scalars"),
+        ((0, 0, 0, 0, None, 0.0, 0, 0), "not a valid"),
+    ):
+        fake.reset(widths=widths)
+        with pytest.raises(InvalidArgument, match=match):
+            d(s, k, 1, bufs, 32, bad)
+        assert fake.calls() == []
+    # a view: nothing done (the Python path packs its offset)
+    fake.reset(widths=widths)
+    misses = d.misses
+    assert d(s, k, 1, [bufs[0].slice(64, 64), bufs[1], bufs[2]], 32, cases[0]) is None
+    assert d.misses == misses + 1 and fake.calls() == []
+    # a failed launch: the engine's error, nothing committed
+    value = s.slot.pending_value
+    fake.reset(widths=widths)
+    fake.fail(LAUNCH, 700)
+    with pytest.raises(HRXError, match="cuLaunchKernel"):
+        d(s, k, 1, bufs, 32, cases[0])
+    assert s.slot.pending_value == value and [c["code"] for c in fake.calls()] == [700]
+    # another context current: nothing done
+    fake.reset(widths=widths)
+    fake.driver.lib.cuCtxSetCurrent(fake.driver.ffi.cast("CUcontext", 0xBAD))
+    assert d(s, k, 1, bufs, 32, cases[0]) is None and fake.calls() == []
+    fake.driver.lib.cuCtxSetCurrent(world.device.ctx)
+    s.synchronize(60)
+
+
 def test_dispatch_entry_needs_the_hot_path(world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HRX_HOT_PATH", "0")
     assert world.queue.fast_dispatch() is None
