@@ -185,6 +185,76 @@ static int add_to(PyObject *obj, PyObject *name, long delta, long *out)
     return rc;
 }
 
+/* hrx_core.completion.Completion, imported on first use */
+static PyObject *completion_type = NULL;
+static PyObject *s_slot_attr;  /* (interned with the others, in hrx_module_create) */
+
+/* Stream._done(value) without a Python frame where nothing unusual happens: the value
+   noted in the stream's list (unless it is its last), a new Completion(slot, value)
+   made the stream's latest. A list due for pruning, or a latest completion at or past
+   `value` (another thread moved on), goes to the Python method. New reference or NULL. */
+static PyObject *stream_done(PyObject *stream, PyObject *slot, PyObject *value)
+{
+    if (completion_type == NULL) {
+        PyObject *m = PyImport_ImportModule("hrx_core.completion");
+        if (m == NULL)
+            return NULL;
+        completion_type = PyObject_GetAttrString(m, "Completion");
+        Py_DECREF(m);
+        if (completion_type == NULL)
+            return NULL;
+        if (!PyType_Check(completion_type)) {
+            Py_CLEAR(completion_type);
+            PyErr_SetString(PyExc_TypeError, "hrx_core.completion.Completion: expected a class");
+            return NULL;
+        }
+    }
+    PyObject *values = PyObject_GetAttr(stream, s_values), *last = NULL, *completion = NULL;
+    if (values == NULL)
+        return NULL;
+    int slow = !PyList_CheckExact(values) || PyList_GET_SIZE(values) >= 4096;
+    if (!slow) {
+        last = PyObject_GetAttr(stream, s_ulast);
+        if (last == NULL)
+            goto done;
+        if (last != Py_None) {
+            PyObject *lv = PyObject_GetAttr(last, s_value);
+            if (lv == NULL)
+                goto done;
+            slow = PyObject_RichCompareBool(lv, value, Py_GE);
+            Py_DECREF(lv);
+            if (slow < 0)
+                goto done;
+        }
+    }
+    if (slow) {
+        completion = PyObject_CallMethodOneArg(stream, s_done, value);
+        goto done;
+    }
+    {
+        Py_ssize_t n = PyList_GET_SIZE(values);
+        int same = n == 0 ? 0 : PyObject_RichCompareBool(PyList_GET_ITEM(values, n - 1), value, Py_EQ);
+        if (same < 0 || (!same && PyList_Append(values, value) < 0))
+            goto done;
+    }
+    {
+        PyTypeObject *type = (PyTypeObject *)completion_type;
+        PyObject *c = type->tp_alloc(type, 0);
+        if (c == NULL)
+            goto done;
+        if (PyObject_SetAttr(c, s_slot_attr, slot) < 0 || PyObject_SetAttr(c, s_value, value) < 0
+            || PyObject_SetAttr(stream, s_ulast, c) < 0) {
+            Py_DECREF(c);
+            goto done;
+        }
+        completion = c;
+    }
+done:
+    Py_XDECREF(values);
+    Py_XDECREF(last);
+    return completion;
+}
+
 /* 1 when the graph's launch record was validated at the current EPOCH, 0 if not, -1 error */
 static int record_current(Replayer *self)
 {
@@ -475,7 +545,7 @@ static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind
     }
     if (r != 1) {
         Py_DECREF(completion);
-        completion = PyObject_CallMethodOneArg(self->stream, s_done, value);
+        completion = stream_done(self->stream, self->slot, value);
         if (completion == NULL)
             goto unlock;
     }
@@ -1576,7 +1646,7 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
         }
         if (r != 1) {
             Py_DECREF(completion);
-            completion = PyObject_CallMethodOneArg(stream, s_done, value);
+            completion = stream_done(stream, self->slot, value);
             if (completion == NULL)
                 goto out;
         }
