@@ -226,6 +226,8 @@ class Event:
     __slots__ = ("completion", "upstream", "resolved", "timestamp")
 
     def __init__(self, completion: Completion, timestamp: NativeTimestamp | None = None) -> None:
+        # (hrx_core.fastpath's Submitter sets these fields without calling __init__:
+        # change both; tests/test_submit_fastpath.py compares them)
         self.completion = completion
         self.upstream: tuple[Event, ...] = ()
         #: the runtime's cached verdict once complete (None until then)

@@ -744,7 +744,9 @@ static PyObject *s_submit_plan, *s_gclosed, *s_fast_resubmit, *s_resubmit, *s_ge
     *s_upstream, *s_room_taken, *s_sequence,
     *s_usequence, *s_add_uncounted, *s_observe, *s_quarantined, *s_releasing,
     *s_prove_idle, *s_give_room_back, *s_notice,
-    *s_reservations, *s_slot_attr, *s_append, *s_replace;
+    *s_reservations, *s_slot_attr, *s_append, *s_replace, *s_device_graph, *s_fast, *s_completion, *s_resolved,
+    *s_timestamp, *s_reported, *s_waited, *s_runtime_attr, *s_graph_attr, *s_events, *s_owners, *s_submitted,
+    *s_settled;
 
 typedef struct {
     PyObject_HEAD
@@ -752,11 +754,12 @@ typedef struct {
     PyObject *runtime, *plan, *inflight, *submission_type, *event_type, *perf_counter;
     PyObject *submit_acquire, *submit_release, *space_acquire, *space_release;
     PyObject *pending, *uncounted, *unstamped;
-    PyObject *owners, *counters, *infos, *reservations;
+    PyObject *owners, *counters, *infos, *reservations, *empty;
     /* the graph's one region, its lane, the lane's stream and queue slot, the lane
        lock's methods */
     PyObject *region, *lane, *stream, *slot, *lane_acquire, *lane_release;
     int lazy, reads_own_writes;
+    int direct;   /* the region replays its device graph (_RecordedRegion.encode_signaled): call its replayer */
     int observe;  /* RuntimeOptions.observe: Runtime._observe keeps the submission */
     long max_submissions;
     Py_ssize_t fold_after;  /* runtime._FOLD_AFTER */
@@ -782,20 +785,51 @@ static PyObject *encode_region(Submitter *self, PyObject *again)
     }
     Py_DECREF(got);
     PyObject *completion = NULL, *event = NULL;
-    {
+    if (self->direct && self->lazy) {
+        /* _RecordedRegion.encode_signaled(lane, lazy=True): its device graph's compiled
+           replay where the lane's stream recorded it (None: it did nothing) */
+        PyObject *dg = PyObject_GetAttr(self->region, s_device_graph);
+        PyObject *fast = dg == NULL ? NULL : PyObject_GetAttr(dg, s_fast);
+        int same = fast == NULL ? -1 : attr_is(dg, s_stream, self->stream);
+        if (same == 1 && fast != Py_None) {
+            completion = PyObject_CallOneArg(fast, dg);
+            if (completion == Py_None)
+                Py_CLEAR(completion);
+            else if (completion == NULL)
+                same = -1;
+        }
+        Py_XDECREF(dg);
+        Py_XDECREF(fast);
+        if (same < 0)
+            goto unlock;
+    }
+    if (completion == NULL) {
         PyObject *args[] = {self->region, self->lane, self->lazy ? Py_True : Py_False};
         completion = PyObject_VectorcallMethod(s_encode_signaled, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         if (completion == NULL)
             goto unlock;
     }
-    event = PyObject_CallOneArg(self->event_type, completion);
+    /* Event(completion), its fields as Event.__init__ sets them */
+    event = ((PyTypeObject *)self->event_type)->tp_alloc((PyTypeObject *)self->event_type, 0);
     if (event == NULL)
         goto unlock;
+    if (PyObject_SetAttr(event, s_completion, completion) < 0 || PyObject_SetAttr(event, s_upstream, self->empty) < 0
+        || PyObject_SetAttr(event, s_resolved, Py_None) < 0 || PyObject_SetAttr(event, s_timestamp, Py_None) < 0) {
+        Py_CLEAR(event);
+        goto unlock;
+    }
     {
-        PyObject *r = PyObject_CallMethodNoArgs(self->stream, s_forget_failures);
-        if (r == NULL)
+        /* Stream._forget_failures: the runtime reports the region's failures */
+        PyObject *values = PyObject_GetAttr(self->stream, s_values);
+        Py_ssize_t n = values == NULL ? -1 : PyObject_Length(values);
+        Py_XDECREF(values);
+        PyObject *count = n < 0 ? NULL : PyLong_FromSsize_t(n);
+        PyObject *waited = count == NULL ? NULL : PyList_New(0);
+        if (waited == NULL || PyObject_SetAttr(self->stream, s_reported, count) < 0
+            || PyObject_SetAttr(self->stream, s_waited, waited) < 0)
             Py_CLEAR(event);
-        Py_XDECREF(r);
+        Py_XDECREF(count);
+        Py_XDECREF(waited);
     }
 unlock:
     Py_XDECREF(completion);
@@ -830,11 +864,34 @@ unlock:
         PyObject *places = PyObject_GetAttr(again, s_places);
         if (places == NULL)
             goto fail;
-        PyObject *x = PyObject_CallMethodObjArgs(self->inflight, s_replace, places, event, NULL);
+        PyObject *seq = PySequence_Fast(places, "places");
         Py_DECREF(places);
-        if (x == NULL)
+        if (seq == NULL)
             goto fail;
-        Py_DECREF(x);
+        int bad = 0;
+        for (Py_ssize_t i = 0; !bad && i < PySequence_Fast_GET_SIZE(seq); i++) {
+            PyObject *place = PySequence_Fast_GET_ITEM(seq, i), *entries, *index;
+            bad = !PyTuple_Check(place) || PyTuple_GET_SIZE(place) != 2;
+            if (bad)
+                break;
+            entries = PyTuple_GET_ITEM(place, 0);
+            index = PyTuple_GET_ITEM(place, 1);
+            PyObject *old = PyObject_GetItem(entries, index);
+            PyObject *entry = NULL;
+            if (old != NULL && PyTuple_Check(old) && PyTuple_GET_SIZE(old) == 4)
+                entry = PyTuple_Pack(4, PyTuple_GET_ITEM(old, 0), PyTuple_GET_ITEM(old, 1), PyTuple_GET_ITEM(old, 2), event);
+            else if (old != NULL)
+                PyErr_SetString(PyExc_TypeError, "_Inflight entry: expected (start, end, writes, event)");
+            bad = entry == NULL || PyObject_SetItem(entries, index, entry) < 0;
+            Py_XDECREF(old);
+            Py_XDECREF(entry);
+        }
+        Py_DECREF(seq);
+        if (bad) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "_Resubmit.places: expected (entries, index) pairs");
+            goto fail;
+        }
     }
     return event;
 fail:
@@ -933,14 +990,17 @@ static PyObject *Submitter_call(Submitter *self, PyObject *args, PyObject *kwarg
         PyList_SET_ITEM(events, 0, event);
     }
     {
-        PyObject *a[] = {self->runtime, graph, events, self->owners, submitted};
-        submission = PyObject_Vectorcall(self->submission_type, a, 5, NULL);
+        /* Submission(runtime, graph, events, owners, submitted), its fields as
+           Submission.__init__ sets them, numbered */
+        submission = ((PyTypeObject *)self->submission_type)->tp_alloc((PyTypeObject *)self->submission_type, 0);
         if (submission == NULL)
             goto error;
-    }
-    {
         PyObject *seq = PyObject_GetAttr(self->runtime, s_usequence);
-        if (seq == NULL || PyObject_SetAttr(submission, s_sequence, seq) < 0) {
+        if (seq == NULL || PyObject_SetAttr(submission, s_runtime_attr, self->runtime) < 0
+            || PyObject_SetAttr(submission, s_graph_attr, graph) < 0 || PyObject_SetAttr(submission, s_events, events) < 0
+            || PyObject_SetAttr(submission, s_owners, self->owners) < 0
+            || PyObject_SetAttr(submission, s_submitted, submitted) < 0 || PyObject_SetAttr(submission, s_sequence, seq) < 0
+            || PyObject_SetAttr(submission, s_settled, Py_False) < 0) {
             Py_XDECREF(seq);
             goto error;
         }
@@ -1049,7 +1109,8 @@ static PyObject *get_method(PyObject *obj, const char *attr, const char *method)
 
 /* Submitter(runtime, plan, regions, submission_type, event_type, perf_counter,
    observe, max_submissions, fold_after); regions: a 1-tuple of
-   (region, lane, lazy, reads_own_writes) */
+   (region, lane, lazy, reads_own_writes, direct) -- direct: the region's
+   encode_signaled is _RecordedRegion's (a replay of its device graph) */
 static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"runtime", "plan", "regions", "submission_type", "event_type", "perf_counter",
@@ -1070,9 +1131,10 @@ static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
     Submitter_clear(self);
     {
         PyObject *region, *lane;
-        int lazy, own;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(regions, 0), "OOpp", &region, &lane, &lazy, &own))
+        int lazy, own, direct;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(regions, 0), "OOppp", &region, &lane, &lazy, &own, &direct))
             return -1;
+        self->direct = direct;
         Py_INCREF(region);
         self->region = region;
         Py_INCREF(lane);
@@ -1106,8 +1168,13 @@ static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
         || (self->reservations = PyObject_GetAttrString(runtime, "_reservations")) == NULL
         || (self->owners = PyObject_GetAttrString(plan, "owners")) == NULL
         || (self->counters = PyObject_GetAttrString(plan, "counters")) == NULL
-        || (self->infos = PyObject_GetAttrString(plan, "infos")) == NULL)
+        || (self->infos = PyObject_GetAttrString(plan, "infos")) == NULL
+        || (self->empty = PyTuple_New(0)) == NULL)
         goto fail;
+    if (!PyType_Check(submission_type) || !PyType_Check(event_type)) {
+        PyErr_SetString(PyExc_TypeError, "Submitter: submission_type and event_type must be classes");
+        goto fail;
+    }
     self->hits = self->misses = 0;
     return 0;
 fail:
@@ -1887,6 +1954,19 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_slot_attr, "slot");
     INTERN(s_append, "append");
     INTERN(s_replace, "replace");
+    INTERN(s_device_graph, "device_graph");
+    INTERN(s_fast, "_fast");
+    INTERN(s_completion, "completion");
+    INTERN(s_resolved, "resolved");
+    INTERN(s_timestamp, "timestamp");
+    INTERN(s_reported, "_reported");
+    INTERN(s_waited, "_waited");
+    INTERN(s_runtime_attr, "runtime");
+    INTERN(s_graph_attr, "graph");
+    INTERN(s_events, "events");
+    INTERN(s_owners, "owners");
+    INTERN(s_submitted, "submitted");
+    INTERN(s_settled, "_settled");
     INTERN(s_executables, "_executables");
     INTERN(s_unloaded, "unloaded");
     INTERN(s_fast_handle, "fast_handle");

@@ -273,6 +273,7 @@ class Stream:
     # -- bookkeeping ------------------------------------------------------------
 
     def _done(self, value: int) -> Completion:
+        # (hrx_core.fastpath's stream_done does the common case in C: change both)
         values = self._values
         if not values or values[-1] != value:
             values.append(value)
@@ -597,7 +598,8 @@ class Stream:
 
     def _forget_failures(self) -> None:
         """Treat the failures of work issued so far as reported elsewhere (the runtime
-        reports its regions' failures through their submissions)."""
+        reports its regions' failures through their submissions). hrx_core.fastpath's
+        Submitter does the same in C: change both."""
         self._reported = len(self._values)
         self._waited = []
 

@@ -338,3 +338,36 @@ def test_a_region_class_with_its_own_encode_is_encoded_through_it(dev: hrx.Devic
         assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 5
     finally:
         rt.close()
+
+
+def test_c_made_objects_have_the_python_made_fields(dev: hrx.Device, mode: str) -> None:
+    """The compiled resubmission builds its Event and Submission without calling their
+    __init__ (and forgets the stream's failures, and re-points the in-flight entries,
+    without calling the Python methods): the fields must be exactly what the Python
+    path sets, so that a field added there is not missing here."""
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    try:
+        _g, _up, _down, h = _pipeline(rt)
+        first = rt.submit(h)  # the Python path (a scan)
+        first.wait(60)  # (finished cleanly: the next one inherits nothing from it)
+        again = rt.submit(h)  # compiled in compiled mode
+        if mode == "compiled":
+            assert h._fast_submit.hits == 1
+        assert type(again) is type(first) and vars(again).keys() == vars(first).keys()
+        assert again.sequence == first.sequence + 1 and again._settled is False and again.graph is h
+        assert again.owners is first.owners and again.runtime is rt
+        (e1,), (e2,) = first.events, again.events
+        slots = type(e1).__slots__
+        assert [getattr(e2, k) is not None or k in ("resolved", "timestamp") for k in slots] == [True] * len(slots)
+        assert e2.upstream == () and e2.resolved is None and e2.timestamp is None
+        assert e2.completion.value > e1.completion.value
+        stream = rt.lane(h.regions[0].lane).stream
+        assert stream._reported == len(stream._values) and stream._waited == []
+        region = h.regions[0]
+        assert region.last is e2
+        # the region's in-flight entries name the new event
+        entries = [x for lst in rt._inflight._entries.values() for x in lst]
+        assert any(x[3] is e2 for x in entries) and not any(x[3] is e1 for x in entries)
+        again.wait(60)
+    finally:
+        rt.close()

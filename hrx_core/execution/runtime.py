@@ -34,7 +34,7 @@ from ..completion import Event
 from ..errors import HRXError, InvalidArgument, QueueFull, Timeout, Unsupported, show, strict_init
 from ..timeouts import check_timeout, remaining
 from .failures import event_failure, own_failure, pending_failure, raise_event_failure
-from .graph import ReadRange, Region, RegionInfo, SubmitPlan, TrackedGraph
+from .graph import ReadRange, Region, RegionInfo, SubmitPlan, TrackedGraph, _RecordedRegion
 from .lanes import LANES, Lane
 
 log = logging.getLogger("hrx.runtime")
@@ -114,6 +114,8 @@ class Submission:
     """The completion handle of one submitted graph: wait, poll or await it."""
 
     def __init__(self, runtime: Runtime, graph: TrackedGraph, events: list[Event], owners: Sequence[Allocation], submitted: float) -> None:
+        # (hrx_core.fastpath's Submitter sets these fields without calling __init__:
+        # change both; tests/test_submit_fastpath.py compares them)
         self.runtime = runtime
         self.graph = graph
         self.events = events
@@ -300,7 +302,8 @@ class _Inflight:
         return out, marks
 
     def replace(self, places: Sequence[tuple[list[Any], int]], event: Event) -> None:
-        """A resubmitted region's entries name ``event`` in place of its previous one's."""
+        """A resubmitted region's entries name ``event`` in place of its previous one's
+        (hrx_core.fastpath's Submitter does the same in C: change both)."""
         for entries, i in places:
             s, e, w, _ = entries[i]
             entries[i] = (s, e, w, event)
@@ -583,7 +586,11 @@ class Runtime:
         if not mod.compiled:
             graph._fast_submit = False
             return
-        regions = tuple((r, self.lanes[r.lane], self.lanes[r.lane].lazy_signals, r.reads_own_writes) for r in graph.regions)
+        regions = tuple(
+            (r, self.lanes[r.lane], self.lanes[r.lane].lazy_signals, r.reads_own_writes,
+             type(r).encode_signaled is _RecordedRegion.encode_signaled)
+            for r in graph.regions
+        )
         graph._fast_submit = mod.lib.Submitter(
             self, plan, regions, Submission, Event, time.perf_counter, bool(self.options.observe),
             self.options.max_submissions, _FOLD_AFTER,
