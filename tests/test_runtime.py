@@ -439,7 +439,8 @@ class _RandomProgram:
     model of their bytes, an upload and a download graph per buffer, and a loop that
     submits graphs chosen at random (often the same one again), applying each graph's
     steps to the model and checking downloads and the final bytes against it. Records
-    which resubmissions skipped the hazard scan (by the submitted graph's region count)."""
+    which resubmissions skipped the hazard scan (by the submitted graph's region count):
+    the Python path's calls of ``_Inflight.replace`` and the compiled resubmission's hits."""
 
     def __init__(self, dev, fast, monkeypatch, nbuf, seed):
         from hrx_core.execution import runtime as runtime_mod
@@ -503,7 +504,11 @@ class _RandomProgram:
             for step in steps:
                 self.step(*step)
             self.regions = len(g.regions)
+            compiled = g._fast_submit
+            hits = compiled.hits if compiled else 0
             rt.submit(g)
+            if compiled and compiled.hits > hits:
+                self.skipped.append(1)  # the compiled resubmission (one region, no scan, entries re-pointed in C)
             # every access entry names some region's latest submission: a resubmission's
             # entries replace its previous ones (the slow path by the scan, the fast in place)
             lasts = {id(r.last) for x in everything for r in x.regions if r.last is not None}

@@ -262,7 +262,11 @@ def test_a_resubmission_reading_its_own_failed_output_inherits_the_failure(fast,
     for e in first.events:
         e.completion.wait_quiet(10)  # failed, not reported
     FAIL["on"] = False
+    compiled = g._fast_submit
+    hits = compiled.hits if compiled else 0
     second = rt.submit(g)
+    if compiled and compiled.hits > hits:
+        skipped.append(1)  # the compiled resubmission skipped the scan (it re-points entries in C)
     tried("faults", "Submission.wait")
     with pytest.raises(hrx.DeviceError, match="reads bytes written by failed work"):
         second.wait(10)
