@@ -745,7 +745,7 @@ static PyObject *s_submit_plan, *s_gclosed, *s_fast_resubmit, *s_resubmit, *s_ge
     *s_usequence, *s_add_uncounted, *s_observe, *s_quarantined, *s_releasing,
     *s_prove_idle, *s_give_room_back, *s_notice,
     *s_reservations, *s_slot_attr, *s_append, *s_replace, *s_device_graph, *s_fast, *s_completion, *s_resolved,
-    *s_timestamp, *s_reported, *s_waited, *s_runtime_attr, *s_graph_attr, *s_events, *s_owners, *s_submitted,
+    *s_timestamp, *s_reported, *s_waited, *s_signaled, *s_utimeline, *s_completed, *s_has_errors, *s_runtime_attr, *s_graph_attr, *s_events, *s_owners, *s_submitted,
     *s_settled;
 
 typedef struct {
@@ -770,6 +770,84 @@ static PyObject *sub_miss(Submitter *self)
 {
     self->misses++;
     Py_RETURN_NONE;
+}
+
+/* Runtime._inherits_previous(previous), its common outcomes without Python frames:
+   the previous submission not finished (1: it inherits), or finished with nothing
+   upstream, no verdict and no failure on its timeline at all (0). Anything else --
+   where the answer needs pending_failure -- asks the Python method. 1, 0, -1 error. */
+static int inherits_previous(PyObject *runtime, PyObject *previous)
+{
+    PyObject *c = PyObject_GetAttr(previous, s_completion), *slot = NULL, *tl = NULL, *v = NULL, *x = NULL;
+    int r = -1, ask = 0;
+    if (c == NULL || (slot = PyObject_GetAttr(c, s_slot_attr)) == NULL || (v = PyObject_GetAttr(c, s_value)) == NULL)
+        goto done;
+    {
+        /* Completion.done_now: value <= slot.signaled and timeline.completed() >= value */
+        PyObject *signaled = PyObject_GetAttr(slot, s_signaled);
+        if (signaled == NULL)
+            goto done;
+        int le = PyObject_RichCompareBool(v, signaled, Py_LE);
+        Py_DECREF(signaled);
+        if (le < 0)
+            goto done;
+        if (!le) {
+            r = 1;
+            goto done;
+        }
+        tl = PyObject_GetAttr(slot, s_utimeline);
+        if (tl == NULL)
+            goto done;
+        if (tl == Py_None) {
+            ask = 1;
+            goto done;
+        }
+        PyObject *completed = PyObject_CallMethodNoArgs(tl, s_completed);
+        if (completed == NULL)
+            goto done;
+        int ge = PyObject_RichCompareBool(completed, v, Py_GE);
+        Py_DECREF(completed);
+        if (ge < 0)
+            goto done;
+        if (!ge) {
+            r = 1;
+            goto done;
+        }
+    }
+    {
+        /* finished: bool(upstream) or resolved is not None or timeline.has_errors() needs
+           pending_failure (the Python method); else it inherits nothing */
+        int up = attr_true(previous, s_upstream);
+        if (up < 0)
+            goto done;
+        int resolved = up ? 1 : attr_is(previous, s_resolved, Py_None);
+        if (resolved < 0)
+            goto done;
+        if (up || resolved == 0) {
+            ask = 1;
+            goto done;
+        }
+        PyObject *errors = PyObject_CallMethodNoArgs(tl, s_has_errors);
+        int bad = errors == NULL ? -1 : PyObject_IsTrue(errors);
+        Py_XDECREF(errors);
+        if (bad < 0)
+            goto done;
+        if (bad)
+            ask = 1;
+        else
+            r = 0;
+    }
+done:
+    Py_XDECREF(c);
+    Py_XDECREF(slot);
+    Py_XDECREF(tl);
+    Py_XDECREF(v);
+    if (ask) {
+        x = PyObject_CallMethodOneArg(runtime, s_inherits_previous, previous);
+        r = x == NULL ? -1 : PyObject_IsTrue(x);
+        Py_XDECREF(x);
+    }
+    return r;
 }
 
 /* Encode one region as Runtime._encode's resubmission branch does: the event, or NULL */
@@ -841,9 +919,7 @@ unlock:
     }
     if (self->reads_own_writes && previous != Py_None) {
         /* (Runtime._inherits_previous: does it carry its previous submission's failure?) */
-        PyObject *x = PyObject_CallMethodOneArg(self->runtime, s_inherits_previous, previous);
-        int inherit = x == NULL ? -1 : PyObject_IsTrue(x);
-        Py_XDECREF(x);
+        int inherit = inherits_previous(self->runtime, previous);
         if (inherit < 0)
             goto fail;
         if (inherit) {
@@ -1960,6 +2036,10 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_resolved, "resolved");
     INTERN(s_timestamp, "timestamp");
     INTERN(s_reported, "_reported");
+    INTERN(s_signaled, "signaled");
+    INTERN(s_utimeline, "_timeline");
+    INTERN(s_completed, "completed");
+    INTERN(s_has_errors, "has_errors");
     INTERN(s_waited, "_waited");
     INTERN(s_runtime_attr, "runtime");
     INTERN(s_graph_attr, "graph");

@@ -371,3 +371,36 @@ def test_c_made_objects_have_the_python_made_fields(dev: hrx.Device, mode: str) 
         again.wait(60)
     finally:
         rt.close()
+
+
+def test_a_resubmission_behind_its_running_predecessor_carries_it_upstream(dev: hrx.Device, mode: str) -> None:
+    """A region that reads what it writes, resubmitted while its previous submission
+    still runs: the new event lists that one upstream (its failure would be this
+    one's), compiled or not; resubmitted after it finished cleanly, it lists nothing."""
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    try:
+        x = rt.allocate(256)
+        init = rt.graph("init")
+        init.upload(x, np.zeros(64, np.uint32))
+        rt.submit(init).wait(60)
+        g = rt.graph("slow_inc")
+
+        def body(r: Any) -> None:
+            r.dispatch(SLEEPY, 1, [x.slice(128, 64)], block=1, scalars=(np.uint64(50_000_000),))
+            r.dispatch(ADD_U32, 1, [x], block=64, scalars=(1, 32))
+
+        g.compute("slow_inc", body)
+        assert g.regions[0].reads_own_writes
+        rt.submit(g).wait(60)
+        done = rt.submit(g)
+        done.wait(60)
+        running = rt.submit(g)
+        behind = rt.submit(g)  # 50 ms of sleep ahead of it
+        (e_done,), (e_running,), (e_behind,) = done.events, running.events, behind.events
+        assert e_running.upstream == () and e_behind.upstream == (e_running,)
+        if mode == "compiled":
+            assert g._fast_submit.hits == 3
+        behind.wait(60)
+        assert rt.lane("compute").stream.download(x).view(np.uint32)[:2].tolist() == [4, 4]
+    finally:
+        rt.close()

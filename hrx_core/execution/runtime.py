@@ -862,7 +862,8 @@ class Runtime:
         """A resubmitted region that reads what it writes: does its new event carry the
         previous submission's failure? What the skipped scan would find -- the output
         it reads, unless that finished cleanly (nothing upstream of it, no verdict yet
-        and no failure recorded on its queue at all; else no failure pending for it)."""
+        and no failure recorded on its queue at all; else no failure pending for it).
+        hrx_core.fastpath's Submitter answers the first two cases in C: change both."""
         c = previous.completion
         return not c.done_now() or (
             (bool(previous.upstream) or previous.resolved is not None
