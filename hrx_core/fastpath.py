@@ -1550,6 +1550,10 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
     /* buffers: whole Buffer objects of this device, open, with no host mapping or
        unflushed host write (Stream._buffer_arg's checks; anything else, the Python path) */
     for (Py_ssize_t i = 0; i < nb; i++) {
+        /* (Python code may run between items -- BufferArg's constructor -- and another
+           thread may shrink a list meanwhile: checked on every item) */
+        if (i >= PySequence_Fast_GET_SIZE(bindings))
+            goto miss;
         PyObject *b = PySequence_Fast_GET_ITEM(bindings, i);
         if ((PyObject *)Py_TYPE(b) != self->buffer_type)
             goto miss;
@@ -1657,6 +1661,8 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
                 if (!PyTuple_CheckExact(step) || PyTuple_GET_SIZE(step) != 2
                     || ((code = PyLong_AsLong(PyTuple_GET_ITEM(step, 0))) == -1 && PyErr_Occurred()))
                     goto out_or_miss;
+                if (i >= PySequence_Fast_GET_SIZE(scalars))
+                    goto miss;
                 r = convert_scalar(PySequence_Fast_GET_ITEM(scalars, i), code, PyTuple_GET_ITEM(step, 1), cells[nb + i]);
                 if (r < 0)
                     goto out;
