@@ -395,6 +395,8 @@ class Stream:
             isinstance(bindings, (Buffer, View, Binding)) or not isinstance(bindings, Sequence)
         ):
             raise InvalidArgument("bindings: expected a list of Buffer, View or Binding")
+        if type(bindings) is list:
+            bindings = tuple(bindings)  # one snapshot: another thread may change the list
         expected = kernel.buffer_access
         if len(bindings) != len(expected):
             raise InvalidArgument(f"bindings: kernel {kernel.name!r} takes {len(expected)} buffers, got {len(bindings)}")

@@ -207,3 +207,56 @@ def test_max_submissions_holds_under_concurrent_non_blocking_submits(monkeypatch
     monkeypatch.setattr(Runtime, "_encode", real_encode)
     rt.synchronize(30)
     rt.close()
+
+
+def _add_each(a, b, c):
+    for x in (a, b, c):
+        x.view(np.uint32)[:4] += 1
+
+
+ADD_EACH = hrx.Kernel("add_each", buffers=3, host=_add_each)
+
+
+def test_a_bindings_list_shrunk_by_another_thread_during_dispatch():
+    """Another thread empties and refills the list a dispatch is given, as fast as it
+    can, with thread switches every microsecond: each dispatch launches with the three
+    buffers or is refused (InvalidArgument), the compiled dispatch included (it runs
+    Python code between the list's items on the host engine); nothing crashes, and
+    every buffer counts exactly the launches accepted."""
+    import sys
+
+    dev = hrx.open_device("host")
+    s = dev.stream()
+    bufs = [dev.allocate(256) for _ in range(3)]
+    for b in bufs:
+        s.upload(b, np.zeros(64, np.uint32))
+    s.dispatch(ADD_EACH, 1, bufs)  # makes the queue and the compiled dispatch
+    shared = list(bufs)
+    stop = threading.Event()
+
+    def mutate():
+        while not stop.is_set():
+            shared.clear()
+            shared.extend(bufs)
+
+    accepted, refused = 1, 0
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    t = threading.Thread(target=mutate, daemon=True)
+    t.start()
+    try:
+        for _ in range(3000):
+            try:
+                s.dispatch(ADD_EACH, 1, shared)
+                accepted += 1
+            except hrx.InvalidArgument:
+                refused += 1
+    finally:
+        stop.set()
+        sys.setswitchinterval(old)
+        join_all([t], 60)
+    tried("concurrency", "Stream.dispatch (bindings list mutated)", 3000)
+    s.synchronize(60)
+    assert accepted > 1 and accepted + refused == 3001
+    for b in bufs:
+        assert s.download(b).view(np.uint32)[:4].tolist() == [accepted] * 4
