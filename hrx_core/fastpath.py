@@ -745,7 +745,7 @@ static PyObject *s_submit_plan, *s_gclosed, *s_fast_resubmit, *s_resubmit, *s_ge
     *s_usequence, *s_add_uncounted, *s_observe, *s_quarantined, *s_releasing,
     *s_prove_idle, *s_give_room_back, *s_notice,
     *s_reservations, *s_slot_attr, *s_append, *s_replace, *s_device_graph, *s_fast, *s_completion, *s_resolved,
-    *s_timestamp, *s_reported, *s_waited, *s_signaled, *s_utimeline, *s_completed, *s_has_errors, *s_runtime_attr, *s_graph_attr, *s_events, *s_owners, *s_submitted,
+    *s_timestamp, *s_signaled, *s_utimeline, *s_completed, *s_has_errors, *s_runtime_attr, *s_graph_attr, *s_events, *s_owners, *s_submitted,
     *s_settled;
 
 typedef struct {
@@ -896,19 +896,8 @@ static PyObject *encode_region(Submitter *self, PyObject *again)
         Py_CLEAR(event);
         goto unlock;
     }
-    {
-        /* Stream._forget_failures: the runtime reports the region's failures */
-        PyObject *values = PyObject_GetAttr(self->stream, s_values);
-        Py_ssize_t n = values == NULL ? -1 : PyObject_Length(values);
-        Py_XDECREF(values);
-        PyObject *count = n < 0 ? NULL : PyLong_FromSsize_t(n);
-        PyObject *waited = count == NULL ? NULL : PyList_New(0);
-        if (waited == NULL || PyObject_SetAttr(self->stream, s_reported, count) < 0
-            || PyObject_SetAttr(self->stream, s_waited, waited) < 0)
-            Py_CLEAR(event);
-        Py_XDECREF(count);
-        Py_XDECREF(waited);
-    }
+    if (call_method0(self->stream, s_forget_failures) < 0)  /* the runtime reports the region's failures */
+        Py_CLEAR(event);
 unlock:
     Py_XDECREF(completion);
     if (release_keeping(self->lane_release) < 0)
@@ -2041,12 +2030,10 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_completion, "completion");
     INTERN(s_resolved, "resolved");
     INTERN(s_timestamp, "timestamp");
-    INTERN(s_reported, "_reported");
     INTERN(s_signaled, "signaled");
     INTERN(s_utimeline, "_timeline");
     INTERN(s_completed, "completed");
     INTERN(s_has_errors, "has_errors");
-    INTERN(s_waited, "_waited");
     INTERN(s_runtime_attr, "runtime");
     INTERN(s_graph_attr, "graph");
     INTERN(s_events, "events");

@@ -600,8 +600,7 @@ class Stream:
 
     def _forget_failures(self) -> None:
         """Treat the failures of work issued so far as reported elsewhere (the runtime
-        reports its regions' failures through their submissions). hrx_core.fastpath's
-        Submitter does the same in C: change both."""
+        reports its regions' failures through their submissions)."""
         self._reported = len(self._values)
         self._waited = []
 

@@ -342,9 +342,9 @@ def test_a_region_class_with_its_own_encode_is_encoded_through_it(dev: hrx.Devic
 
 def test_c_made_objects_have_the_python_made_fields(dev: hrx.Device, mode: str) -> None:
     """The compiled resubmission builds its Event and Submission without calling their
-    __init__ (and forgets the stream's failures, and re-points the in-flight entries,
-    without calling the Python methods): the fields must be exactly what the Python
-    path sets, so that a field added there is not missing here."""
+    __init__ (and re-points the in-flight entries without calling _Inflight.replace):
+    the fields must be exactly what the Python path sets, so that a field added there
+    is not missing here."""
     rt = Runtime(dev, RuntimeOptions(observe=False))
     try:
         _g, _up, _down, h = _pipeline(rt)
