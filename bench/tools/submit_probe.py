@@ -1,6 +1,6 @@
 """Where ``Runtime.submit``'s host time goes beside the replay it makes (any engine).
 
-    python bench/tools/submit_probe.py [--engine cuda] [--nodes 100] [--calls 300] [--rounds 7] [--only] [--gc] [--others]
+    python bench/tools/submit_probe.py [--engine cuda] [--nodes 100] [--calls 300] [--rounds 7] [--only] [--gc] [--others] [--warm]
 
 bench/runtime.py's replay graph (one compute region of ``--nodes`` dispatches, lazy
 signals) timed per call with its lane idle before each: ``Runtime.submit`` of it, the
@@ -28,6 +28,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--only", action="store_true", help="Runtime.submit alone (no interleaved peers)")
     ap.add_argument("--gc", action="store_true", help="collect and disable the cyclic GC while timing")
+    ap.add_argument("--warm", action="store_true",
+                    help="also time each callable back to back (bursts of 32, the lane settled between bursts): "
+                         "what an idle call pays for cold caches after the wait shows as the difference")
     ap.add_argument("--observe", choices=["false", "true"], default="false")
     ap.add_argument("--others", action="store_true",
                     help="keep bench/runtime.py's three other runtimes (observe=True, observe='exact', signals='each') "
@@ -99,6 +102,18 @@ def main() -> int:
         print(f"  {k:9s} {statistics.median(v):8.2f} us a call with the round's settling; one call: median "
               f"{calls[len(calls) // 2]:.2f}, p90 {calls[len(calls) * 9 // 10]:.2f}, p99 {calls[len(calls) * 99 // 100]:.2f}, "
               f"max {calls[-1]:.1f} us")
+    if args.warm:
+        print("  back to back (bursts of 32, medians of 100 bursts):")
+        for k, fn in fns.items():
+            bursts = []
+            for _ in range(100):
+                t = time.perf_counter()
+                for _ in range(32):
+                    fn()
+                bursts.append((time.perf_counter() - t) / 32 * 1e6)
+                s.synchronize()
+                rt.synchronize()
+            print(f"  {k:9s} {statistics.median(bursts):8.2f} us a call")
     fs = g._fast_submit
     print(f"  compiled submission: hits {fs.hits}, misses {fs.misses}" if fs else "  no compiled submission")
     if dg._fast is not None:
