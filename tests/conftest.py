@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import pytest
 
 import hrx_core as hrx
@@ -73,3 +76,45 @@ def compiled_or_python(mode: str, monkeypatch, off) -> str:
     else:
         off(monkeypatch)
     return mode
+
+
+def run_threads(n, target, timeout=10.0):
+    """Run ``target(i)`` on ``n`` threads at once; fail if one is still running after
+    ``timeout`` seconds or raised (the first exception is raised here)."""
+    errors = []
+
+    def run(i):
+        try:
+            target(i)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    assert not any(t.is_alive() for t in threads)
+    if errors:
+        raise errors[0]
+
+
+@contextlib.contextmanager
+def lock_held_elsewhere(lock, timeout=60.0):
+    """Hold ``lock`` on another thread while the block runs; yields the Event that lets
+    it go (set on exit at the latest, then the thread is joined)."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with lock:
+            held.set()
+            release.wait(timeout)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(timeout)
+    try:
+        yield release
+    finally:
+        release.set()
+        t.join(timeout)

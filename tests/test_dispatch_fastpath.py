@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import hrx_core as hrx
 from hrx_core.stream import Stream
 
-from .conftest import compiled_or_python
+from .conftest import compiled_or_python, lock_held_elsewhere, run_threads
 from .kernels import ADD_U32, INC_BYTES, XOR_BYTES
 
 MODES = ["compiled", "python"]
@@ -266,23 +266,13 @@ def test_a_busy_queue_waits_on_the_python_path(dev: hrx.Device, mode: str) -> No
     the Python path waits for the lock, as every dispatch did before."""
     s, buf = _started(dev, mode)
     misses = _misses(s, mode)
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with s.slot.lock:
-            held.set()
-            release.wait(60)
-
-    t = threading.Thread(target=hold)
-    t.start()
-    held.wait(60)
-    timer = threading.Timer(0.2, release.set)
-    timer.start()
-    t0 = time.perf_counter()
-    s.dispatch(ADD_U32, 1, [buf], block=64, scalars=(1, 64))
-    assert time.perf_counter() - t0 >= 0.15
-    t.join(60)
-    timer.join(60)
+    with lock_held_elsewhere(s.slot.lock) as release:
+        timer = threading.Timer(0.2, release.set)
+        timer.start()
+        t0 = time.perf_counter()
+        s.dispatch(ADD_U32, 1, [buf], block=64, scalars=(1, 64))
+        assert time.perf_counter() - t0 >= 0.15
+        timer.join(60)
     if mode == "compiled":
         assert _misses(s, mode) == misses + 1
     assert _u32(s, buf)[0] == 2
@@ -295,21 +285,12 @@ def test_threads_dispatching_on_one_stream(dev: hrx.Device, mode: str) -> None:
         s.upload(b, np.zeros(64, np.uint32))
     s.dispatch(ADD_U32, 1, [bufs[0]], block=64, scalars=(0, 64))
     fast = _fast(s, mode)
-    errors: list[BaseException] = []
 
     def work(k: int) -> None:
-        try:
-            for _ in range(50):
-                s.dispatch(ADD_U32, 1, [bufs[k]], block=64, scalars=(1, 64))
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
+        for _ in range(50):
+            s.dispatch(ADD_U32, 1, [bufs[k]], block=64, scalars=(1, 64))
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors
+    run_threads(4, work, timeout=120)
     s.synchronize(60)
     for b in bufs:
         assert _u32(s, b).tolist() == [50] * 64

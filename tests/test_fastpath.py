@@ -18,6 +18,7 @@ import hrx_core as hrx
 from hrx_core import fastpath, hotpath
 from hrx_core.device import AUTO_FLUSH_OPS
 
+from .conftest import lock_held_elsewhere
 from .kernels import ADD_U32
 
 
@@ -163,26 +164,15 @@ def test_lock_held_by_another_thread_waits(dev: hrx.Device, compiled: None) -> N
     s, buf, g = _replayed(dev)
     fast = g._fast
     misses = fast.misses
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with s.slot.lock:
-            held.set()
-            release.wait(10)
-
-    t = threading.Thread(target=hold)
-    t.start()
-    held.wait(10)
     done = []
-    launcher = threading.Thread(target=lambda: done.append(g.launch()))
-    launcher.start()
-    deadline = time.monotonic() + 10
-    while fast.misses == misses and time.monotonic() < deadline:
-        time.sleep(0.001)
-    launcher.join(0.05)
-    assert not done and fast.misses == misses + 1  # it left the call to the Python path, which waits
-    release.set()
-    t.join(10)
+    with lock_held_elsewhere(s.slot.lock, 10):
+        launcher = threading.Thread(target=lambda: done.append(g.launch()))
+        launcher.start()
+        deadline = time.monotonic() + 10
+        while fast.misses == misses and time.monotonic() < deadline:
+            time.sleep(0.001)
+        launcher.join(0.05)
+        assert not done and fast.misses == misses + 1  # it left the call to the Python path, which waits
     launcher.join(10)
     assert done
     s.synchronize()

@@ -10,6 +10,8 @@ import pytest
 import hrx_core as hrx
 from hrx_core.execution.plan_cache import PlanCache, PlanLease
 
+from .conftest import run_threads
+
 
 class Plan:
     """A plan that records its closing."""
@@ -23,15 +25,6 @@ class Plan:
         self.closed = True
         if self._log is not None:
             self._log.append(self.key)
-
-
-def run_threads(n, target):
-    threads = [threading.Thread(target=target, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=10)
-    assert not any(t.is_alive() for t in threads)
 
 
 def fill(cache, keys, log=None):

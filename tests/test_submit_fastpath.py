@@ -21,7 +21,7 @@ import hrx_core as hrx
 from hrx_core import fastpath
 from hrx_core.execution import Runtime, RuntimeOptions
 
-from .conftest import compiled_or_python
+from .conftest import compiled_or_python, run_threads
 from .kernels import ADD_U32, SLEEPY
 
 MODES = ["compiled", "python"]
@@ -287,22 +287,13 @@ def test_threads_resubmitting_one_graph(dev: hrx.Device, mode: str) -> None:
         rt.submit(h).wait(60)
         subs: list[Any] = []
         lock = threading.Lock()
-        errors: list[BaseException] = []
 
-        def work() -> None:
-            try:
-                mine = [rt.submit(h) for _ in range(40)]
-                with lock:
-                    subs.extend(mine)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
+        def work(_: int) -> None:
+            mine = [rt.submit(h) for _ in range(40)]
+            with lock:
+                subs.extend(mine)
 
-        threads = [threading.Thread(target=work) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert not errors
+        run_threads(4, work, timeout=60)
         rt.synchronize(60)
         assert sorted(s.sequence for s in subs) == list(range(2, 2 + 160))
         assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 161

@@ -33,6 +33,7 @@ from hrx_core.errors import InvalidArgument, Unsupported
 from ._driver import CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, CU_STREAM_WAIT_VALUE_GEQ, CURRENT, EXIT
 from .errors import CUDA_ERROR_NOT_SUPPORTED
 from .mapped import BLOCK as MAPPED_BLOCK
+from .hot import for_driver
 from .kernel import CudaExecutable, address_of, pack_args
 from .timeline import CudaTimeline
 from .timing import CudaTimestamp
@@ -153,8 +154,6 @@ class CudaQueue(NativeQueue):
         one ``cuLaunchKernel`` on this stream with the core's argument cells (device
         addresses from ``CudaBuffer.dptr``), or nothing where another context is
         current on the calling thread. None without the hot path or on a copy queue."""
-        from .hot import for_driver
-
         hot = for_driver(self._driver)
         if hot is None or not self._dispatch_ok or self.closed:
             return None
