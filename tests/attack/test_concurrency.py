@@ -223,6 +223,7 @@ def test_a_bindings_list_shrunk_by_another_thread_during_dispatch():
     buffers or is refused (InvalidArgument), the compiled dispatch included (it runs
     Python code between the list's items on the host engine); nothing crashes, and
     every buffer counts exactly the launches accepted."""
+    import random
     import sys
 
     dev = hrx.open_device("host")
@@ -234,10 +235,16 @@ def test_a_bindings_list_shrunk_by_another_thread_during_dispatch():
     shared = list(bufs)
     stop = threading.Event()
 
+    # The list's content after each step is drawn at random, so what the dispatching
+    # thread sees does not depend on where the interpreter's thread switches fall
+    # (a strict empty/full alternation could lock step with them and refuse every
+    # dispatch, which CI once saw).
+    lists = [[], bufs[:1], bufs[:2], bufs, bufs, bufs]
+
     def mutate():
+        draw = random.Random(15).choice
         while not stop.is_set():
-            shared.clear()
-            shared.extend(bufs)
+            shared[:] = draw(lists)
 
     accepted, refused = 1, 0
     old = sys.getswitchinterval()
