@@ -21,6 +21,7 @@ import numpy as np
 
 from .engine import Access, CacheOp, NativeBuffer
 from .errors import AccessConflict, InvalidArgument, OutOfBounds, Unsupported, show
+from .finalize import close_later_if_collecting
 
 if TYPE_CHECKING:
     from .budget import Charge
@@ -399,7 +400,10 @@ class Buffer:
 
     def __del__(self) -> None:
         try:
-            self.close()
+            # (inside a garbage collection: closed at the next safe point, see
+            # hrx_core.finalize)
+            if not self._closed and not close_later_if_collecting(self.close):
+                self.close()
         except Exception:
             pass
 

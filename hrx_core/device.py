@@ -17,6 +17,7 @@ from .buffer import Allocation, Buffer, check_int
 from .completion import Completion, Notifier
 from .engine import DeviceInfo, Engine, EngineDevice, Limits, NativeQueue, QueueFamily, Timeline
 from .errors import DeviceError, HRXError, InvalidArgument, Timeout, Unsupported
+from .finalize import drain_at_entry
 from .timeouts import check_timeout
 
 if TYPE_CHECKING:
@@ -439,10 +440,12 @@ class Device:
 
     def allocate(self, nbytes: int, *, budget: MemoryBudget | None = None) -> Buffer:
         """Ordinary device memory (contents undefined)."""
+        drain_at_entry()  # finalizers' closes queued in a collection (hrx_core.finalize)
         return Buffer(self, self._allocate(nbytes, shared=False, budget=budget, what="buffer"))
 
     def allocate_shared(self, nbytes: int, *, budget: MemoryBudget | None = None) -> Buffer:
         """Coherent host-visible memory: map it without cache control."""
+        drain_at_entry()  # finalizers' closes queued in a collection (hrx_core.finalize)
         return Buffer(self, self._allocate(nbytes, shared=True, budget=budget, what="shared buffer"))
 
     def wrap(self, obj: Any) -> Buffer:
@@ -485,6 +488,7 @@ class Device:
     def synchronize(self, timeout: float | None = None) -> None:
         """Wait for every queue of the device (``timeout`` for each). Failures of the
         work are reported by its completions and streams, not here."""
+        drain_at_entry()  # finalizers' closes queued in a collection (hrx_core.finalize)
         timeout = check_timeout("timeout", timeout)
         for slots in list(self._slots.values()):
             for slot in slots:
@@ -494,6 +498,7 @@ class Device:
 
     def close(self) -> None:
         """Drain and release every queue; the device cannot be used afterwards."""
+        drain_at_entry()  # finalizers' closes queued in a collection (hrx_core.finalize)
         with self._lock:
             if self.closed:
                 return

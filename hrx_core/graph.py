@@ -30,6 +30,7 @@ from .completion import Completion
 from .device import AUTO_FLUSH_OPS
 from .engine import Access, BufferArg, Executable, GraphNode, NativeGraph, NativeQueue
 from .errors import InvalidArgument, OutOfBounds, Overlap, show
+from .finalize import close_later_if_collecting
 from .hazards import HazardTracker
 from .kernel import Kernel
 from .record import LaunchRecord, merge_uses
@@ -117,6 +118,22 @@ class _GraphHold:
         if graph is not None:
             graph._unhold()
 
+
+
+def _weak_check(graph: Graph) -> Any:
+    """The graph's record check, holding the graph weakly: the record is registered on
+    every allocation it binds, so a strong reference would keep a graph its user
+    dropped (its native graph and retained memory included) alive as long as any of
+    those buffers lives."""
+    ref = weakref.WeakMethod(graph._check_record)
+
+    def check() -> None:
+        method = ref()
+        if method is None:  # (its finalizer closes the record; nothing launches it)
+            raise InvalidArgument("graph: was garbage-collected")
+        method()
+
+    return check
 
 class Graph:
     """A recorded graph of copies, fills, dispatches and joins."""
@@ -853,7 +870,7 @@ class Graph:
         plan = (allocs, uses, encode)
         if cache:
             self._drop_record()
-            self._record = LaunchRecord(uses, check=self._check_record)
+            self._record = LaunchRecord(uses, check=_weak_check(self))
             self._default_allocs = {id(a): a for a in allocs}
             self._plan = plan
         return plan
@@ -964,6 +981,7 @@ class Graph:
 
     def __del__(self) -> None:
         try:
-            self.close()
+            if not self._closed and not close_later_if_collecting(self.close):  # (see hrx_core.finalize)
+                self.close()
         except Exception:
             pass

@@ -23,6 +23,7 @@ from .buffer import EPOCH, Allocation, Binding, Buffer, View, as_binding, backin
 from .completion import Completion, Event
 from .device import AUTO_FLUSH_OPS
 from .engine import Access, BufferArg, CacheOp, KernelArg, NativeQueue, NativeTimestamp
+from .finalize import close_later_if_collecting, drain_at_entry
 from .errors import ArtifactError, DeviceError, InvalidArgument, OutOfBounds, Overlap, Unsupported, show
 from .kernel import Kernel
 from .record import LaunchRecord
@@ -172,7 +173,8 @@ class PreparedLaunch:
 
     def __del__(self) -> None:
         try:
-            self.close()
+            if not self.closed and not close_later_if_collecting(self.close):  # (see hrx_core.finalize)
+                self.close()
         except Exception:  # noqa: BLE001
             pass
 
@@ -230,13 +232,16 @@ class Stream:
     # -- allocation -------------------------------------------------------------
 
     def allocate(self, nbytes: int) -> Buffer:
+        drain_at_entry()  # finalizers' closes queued in a collection (hrx_core.finalize)
         return self.device.allocate(nbytes, budget=self._budget)
 
     def allocate_shared(self, nbytes: int) -> Buffer:
+        drain_at_entry()  # finalizers' closes queued in a collection (hrx_core.finalize)
         return self.device.allocate_shared(nbytes, budget=self._budget)
 
     def allocate_from(self, data: Any) -> Buffer:
         """A new buffer initialised from nonempty host data, with no separate zero-fill."""
+        drain_at_entry()  # finalizers' closes queued in a collection (hrx_core.finalize)
         src = transfer.host_bytes("data", data)
         alloc = self.device._allocate(src.nbytes, shared=False, budget=self._budget, what="buffer")
         buffer = Buffer(self.device, alloc)
@@ -586,6 +591,7 @@ class Stream:
     def synchronize(self, timeout: float | None = None) -> None:
         """Wait for everything issued on this stream; raise the first failure not yet
         reported (by an earlier synchronize or download) and forget the others."""
+        drain_at_entry()  # finalizers' closes queued in a collection (hrx_core.finalize)
         with self._transfer_lock:
             self.slot.completion().wait_quiet(timeout)
             self.slot.settle(timeout)  # releases a completion callback's thread is making

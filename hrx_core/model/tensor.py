@@ -24,6 +24,7 @@ from ml_dtypes import bfloat16
 from ..buffer import Binding, Buffer, View
 from ..completion import Completion
 from ..errors import InvalidArgument, OutOfBounds, show
+from ..finalize import close_later_if_collecting
 from ..stream import Stream
 
 if TYPE_CHECKING:
@@ -397,7 +398,8 @@ class DeviceTensor:
 
     def __del__(self) -> None:
         try:
-            self.close()
+            if not self._closed and not close_later_if_collecting(self.close):  # (see hrx_core.finalize)
+                self.close()
         except Exception:  # noqa: BLE001 - never raise from a finalizer
             pass
 
