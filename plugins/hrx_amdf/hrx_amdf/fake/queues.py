@@ -147,6 +147,7 @@ class FakeUserQueue(UserQueue):
         self._control_memory = provider._internal_memory(device, 4096)
         self._ring = self._ring_memory.device_view(0, ring_bytes)
         self._control = self._control_memory.device_view(0, 16).view(np.uint64)
+        self._control_words = self._control.data  # the doorbell's check reads it: no NumPy scalar
         self._ring_address = self._ring_memory.address()
         self._control_address = self._control_memory.address()
         self._doorbell_address = provider._next_doorbell()
@@ -247,7 +248,7 @@ class FakeUserQueue(UserQueue):
             self._cond.notify_all()
 
     def _check_publication(self, value: int) -> str:
-        write_index = int(self._control[1])
+        write_index: int = self._control_words[1]
         if self.kind == CommandType.GPU_AQL:
             capacity = self.info.ring_bytes // PACKET_BYTES
             if value < self._bell:

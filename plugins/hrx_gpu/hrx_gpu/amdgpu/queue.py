@@ -100,6 +100,8 @@ class AmdgpuQueue(NativeQueue):
         self._retire_slab, self._retire_slot = device._signal_slot()
         self.retire_address = self._retire_slab.base + self._retire_slot * 64 + 8
         self._retire = self._retire_slab.records[self._retire_slot, 1:2].view(np.uint64)
+        # reads through a memoryview: one machine load, no NumPy scalar (a hot path)
+        self._retire_word = self._retire.data
         self.failure: DeviceError | None = None
         self._open()
         self.closed = False
@@ -113,7 +115,7 @@ class AmdgpuQueue(NativeQueue):
     # -- progress ---------------------------------------------------------------------------
 
     def retired(self) -> int:
-        return int(self._retire[0])
+        return self._retire_word[0]  # type: ignore[no-any-return]
 
     def idle(self) -> bool:
         with self._lock:

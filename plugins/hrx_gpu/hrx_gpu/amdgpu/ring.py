@@ -18,6 +18,8 @@ how much fits and writes what fits; callers keep what does not for later (see
 
 from __future__ import annotations
 
+import array
+
 import numpy as np
 
 from hrx_amdf.provider import UserQueue, UserQueueMapping
@@ -34,6 +36,11 @@ class Ring:
         self.mapping: UserQueueMapping = queue.map()
         self.ring = self.mapping.ring
         self.words = self.ring.view(np.uint32)
+        # the hot path reads and writes through memoryviews (a machine load or store,
+        # no NumPy scalar or list conversion); NumPy views stay for the rest
+        self._words = self.words.data
+        self._read_index = self.mapping.read_index.data
+        self._write_index = self.mapping.write_index.data
         self.ring_bytes = self.mapping.info.ring_bytes
         self.write = int(self.mapping.write_index[0])
         if kind == "pm4":
@@ -48,7 +55,7 @@ class Ring:
     # -- progress -------------------------------------------------------------------------
 
     def consumed(self) -> int:
-        raw = int(self.mapping.read_index[0])
+        raw: int = self._read_index[0]
         if self.kind == "pm4":
             return self.write - ((self.write - raw) & (self.capacity - 1))
         return raw
@@ -79,7 +86,7 @@ class Ring:
             self.words[pos:] = pm4.nop(filler)
             self.write += filler
             pos = 0
-        self.words[pos : pos + len(words)] = words
+        self._words[pos : pos + len(words)] = array.array("I", words)
         self.write += len(words)
         self._publish(self.write)
 
@@ -126,7 +133,7 @@ class Ring:
     # -- common --------------------------------------------------------------------------------
 
     def _publish(self, value: int) -> None:
-        self.mapping.write_index[0] = value
+        self._write_index[0] = value
         self.published = value
         self.mapping.doorbell.write(value)
 
