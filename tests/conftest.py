@@ -100,6 +100,24 @@ def run_threads(n, target, timeout=10.0):
 
 
 @contextlib.contextmanager
+def collector_off():
+    """Free earlier tests' garbage now (closes queued by finalizers included, see
+    hrx_core.finalize) and keep the cyclic collector off inside: no free moves the
+    launch records' epoch, or runs a finalizer, at a point the test did not choose."""
+    import gc
+
+    from hrx_core import finalize
+
+    gc.collect()
+    finalize.drain()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+@contextlib.contextmanager
 def lock_held_elsewhere(lock, timeout=60.0):
     """Hold ``lock`` on another thread while the block runs; yields the Event that lets
     it go (set on exit at the latest, then the thread is joined)."""

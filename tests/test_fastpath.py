@@ -8,7 +8,6 @@ a closed graph or queue, another thread holding the queue's lock, a changed plan
 
 from __future__ import annotations
 
-import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -17,10 +16,10 @@ import numpy as np
 import pytest
 
 import hrx_core as hrx
-from hrx_core import fastpath, finalize, hotpath
+from hrx_core import fastpath, hotpath
 from hrx_core.device import AUTO_FLUSH_OPS
 
-from .conftest import lock_held_elsewhere
+from .conftest import collector_off, lock_held_elsewhere
 from .kernels import ADD_U32
 
 
@@ -30,15 +29,10 @@ def compiled(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     mod = fastpath.module()
     if not mod.compiled:
         pytest.skip(f"compiled replay not built here: {mod.reason}")
-    # Earlier tests' garbage freed now, not during the test: a free moves the launch
-    # records' epoch, and the hit and miss counts these tests check would move with it.
-    gc.collect()
-    finalize.drain()
-    gc.disable()
-    try:
+    # (a free moves the launch records' epoch, and the hit and miss counts these tests
+    # check would move with it)
+    with collector_off():
         yield
-    finally:
-        gc.enable()
 
 
 def _counter_graph(dev: hrx.Device, owned: bool = False) -> tuple[hrx.Stream, hrx.Buffer, hrx.Graph]:

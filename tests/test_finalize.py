@@ -17,7 +17,7 @@ import pytest
 import hrx_core as hrx
 from hrx_core import finalize
 
-from .conftest import open_device
+from .conftest import collector_off
 
 #: A function whose frame counts as HRX code (its module name starts with "hrx"), as
 #: an engine's would: it holds ``lock`` while a collection runs, as an allocation
@@ -31,13 +31,8 @@ collect_holding: Callable[[threading.Lock], None] = _PROBE["collect_holding"]  #
 def no_automatic_collections() -> Iterator[None]:
     """Only the collections a test makes run (one the test did not plan could collect
     its garbage at another point)."""
-    gc.collect()
-    finalize.drain()
-    gc.disable()
-    try:
+    with collector_off():
         yield
-    finally:
-        gc.enable()
 
 
 def _settled_live(dev: hrx.Device) -> int:
