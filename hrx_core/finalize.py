@@ -1,6 +1,6 @@
 """Finalizers that never run engine code inside the garbage collector.
 
-A handle dropped without ``close()`` (a Buffer, Stream, Graph, DeviceTensor) closes
+A handle dropped without ``close()`` (a Buffer, Graph, PreparedLaunch, DeviceTensor) closes
 itself in ``__del__``. When the last reference goes away in ordinary code that is
 safe. When the handle is part of a reference cycle, though, the cyclic garbage
 collector finalizes it -- and a collection starts at whatever allocation crosses its
@@ -30,6 +30,7 @@ import gc
 import sys
 import threading
 from collections.abc import Callable
+from types import FrameType
 
 #: Closes queued by finalizers during a collection, oldest first.
 _pending: collections.deque[Callable[[], object]] = collections.deque()
@@ -48,14 +49,13 @@ def _on_gc(phase: str, info: dict[str, int]) -> None:
         drain()
 
 
-def _inside_hrx(frame: object) -> bool:
+def _inside_hrx(frame: FrameType | None) -> bool:
     """Whether a frame of HRX code is on the stack from ``frame`` down."""
-    f = frame
-    while f is not None:
-        name = f.f_globals.get("__name__", "")  # type: ignore[attr-defined]
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
         if isinstance(name, str) and name.startswith("hrx") and name != __name__:
             return True
-        f = f.f_back  # type: ignore[attr-defined]
+        frame = frame.f_back
     return False
 
 

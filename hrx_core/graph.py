@@ -119,7 +119,6 @@ class _GraphHold:
             graph._unhold()
 
 
-
 def _weak_check(graph: Graph) -> Any:
     """The graph's record check, holding the graph weakly: the record is registered on
     every allocation it binds, so a strong reference would keep a graph its user
@@ -134,6 +133,7 @@ def _weak_check(graph: Graph) -> Any:
         method()
 
     return check
+
 
 class Graph:
     """A recorded graph of copies, fills, dispatches and joins."""

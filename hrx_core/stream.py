@@ -23,8 +23,8 @@ from .buffer import EPOCH, Allocation, Binding, Buffer, View, as_binding, backin
 from .completion import Completion, Event
 from .device import AUTO_FLUSH_OPS
 from .engine import Access, BufferArg, CacheOp, KernelArg, NativeQueue, NativeTimestamp
-from .finalize import close_later_if_collecting, drain_at_entry
 from .errors import ArtifactError, DeviceError, InvalidArgument, OutOfBounds, Overlap, Unsupported, show
+from .finalize import close_later_if_collecting, drain_at_entry
 from .kernel import Kernel
 from .record import LaunchRecord
 from .timeouts import check_timeout
