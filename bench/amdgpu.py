@@ -8,8 +8,8 @@ layout, ring publication -- not a GPU. Each figure is the CPU time of the *issui
 thread* per call (``time.thread_time``), so the simulation's command processors,
 which execute the work on their own threads, are excluded; so is the time the
 issuing thread spends in the simulated provider's doorbell (one store on hardware,
-Python in the simulation; printed as ``fake_doorbell.*``). The queue is drained
-between rounds.
+Python in the simulation; printed as ``fake_doorbell.*``, the totals with it as
+``with_fake_doorbell.*``). The queue is drained between rounds.
 
 Launches are issued back to back; graph replays one at a time with the device idle
 (as bench/gpu.py measures the cuda engine's).
@@ -239,6 +239,7 @@ def _measure(a, amd: Setup, cuda: Setup | None, raw, raw_drain, provider: Provid
                 bell = (provider.seconds - before) / a.calls * 1e6
                 samples.setdefault(f"amdgpu.{key}", []).append(total - bell)
                 samples.setdefault(f"fake_doorbell.{key}", []).append(bell)
+                samples.setdefault(f"with_fake_doorbell.{key}", []).append(total)
             if cuda is not None:
                 samples.setdefault(f"cuda.{key}", []).append(per_call(getattr(cuda, method), a.calls, cuda.drain, idle=idle))
                 samples.setdefault(f"raw.{key}", []).append(per_call(raw[raw_key], a.calls, raw_drain, idle=idle))
