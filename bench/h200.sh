@@ -70,9 +70,9 @@ for step in $steps; do
     none) ;;  # install only (for diagnostics run after it)
     *) echo "unknown step $step"; exit 2 ;;
   esac
-  cp bench/results/h200.json "$OUT/h200.json"
+  for f in bench/results/h[0-9]*.json; do [ -f "$f" ] && cp "$f" "$OUT/"; done  # h200.json, or h100.json on an H100
 done
 if [ -f ../shared/tools/bench_check.py ]; then  # (not on the device machine: run it where the results land)
-  python3 ../shared/tools/bench_check.py bench/results/h200.json > "$OUT/bench_check.log" 2>&1 || true
+  for f in bench/results/h[0-9]*.json; do python3 ../shared/tools/bench_check.py "$f"; done > "$OUT/bench_check.log" 2>&1 || true
   tail -3 "$OUT/bench_check.log"
 fi
