@@ -89,12 +89,28 @@ def test_gather_range_check_in_the_index_write(ops, dev, monkeypatch, writer):
         assert y.numpy().tobytes() == table[idx].tobytes()
 
 
-def test_gather_ring_reuse_and_held_results(ops):
+def _gather_ring(ops, cols: int) -> int:
+    """The index ring length of the (idle) gather slot of rows of ``cols`` uint16."""
+    plan = next(p for key, p in ops._front.items() if key[0] == "gather" and key[1] == 2 * cols)
+    slot = plan.take_idle()
+    assert slot is not None
+    try:
+        return len(slot.entries)
+    finally:
+        plan.give(slot)
+
+
+@pytest.mark.parametrize("cols, ring", [(8, 8), (256, ops_module.INDEX_RING)])
+def test_gather_ring_reuse_and_held_results(ops, cols, ring):
     """More calls than index ring entries, results closed at once (entries reused
-    while earlier gathers may run) and held (distinct slots): every result is its own."""
+    while earlier gathers may run) and held (distinct slots): every result is its own.
+    Narrow rows get a ring of 8 entries (its indices within the output's bytes), wide
+    rows the whole INDEX_RING."""
     rng = np.random.default_rng(24)
-    table = rng.integers(0, 2**16, (64, 8), dtype=np.uint16)
+    table = rng.integers(0, 2**16, (64, cols), dtype=np.uint16)
     t = ops.upload(table)
+    ops.gather_rows(t, rng.integers(0, 64, 33)).close()
+    assert _gather_ring(ops, cols) == ring
     picks = [rng.integers(0, 64, 33) for _ in range(3 * ops_module.INDEX_RING + 1)]
     for p in picks:
         ops.gather_rows(t, p).close()
