@@ -447,3 +447,102 @@ def test_graph_patch_args_rewrites_pointers_only_or_refuses_whole(dev):
     g.close()
     with pytest.raises(InvalidArgument):
         g.patch_args([(0, 0, arg(bufs[1]))])
+
+
+def test_graph_rebinds_that_come_back_switch_to_a_laid_out_copy(dev, monkeypatch):
+    """Inputs alternating between two sets of buffers: each set is laid out in a copy of
+    the graph's memory once, later replays switch copies without writing a node; every
+    replay still works on its own set (also through the compiled rebind)."""
+    from hrx_gpu.amdgpu.graph import _Copy
+
+    s = dev.stream()
+    bufs = [s.allocate_from(np.full(64, k + 1, dtype=np.uint32)) for k in range(3)]
+    g = s.graph()
+    g.input("x", bufs[0])
+    g.dispatch(SCALE, 1, [bufs[0]], block=64, scalars=(2, 64), deps=[])
+    g.launch().wait()
+    writes = []
+    write = _Copy.write
+    monkeypatch.setattr(_Copy, "write", lambda self, *a: (writes.append(a[0]), write(self, *a)))
+    sets = [{"x": bufs[1]}, {"x": bufs[2]}]
+    for i in range(8):
+        g.launch(inputs=sets[i % 2]).wait()
+    assert len(writes) <= 2  # each set's node once (9 before copies were matched by content)
+    assert np.array_equal(s.download(bufs[0]).view(np.uint32), np.full(64, 2))
+    assert np.array_equal(s.download(bufs[1]).view(np.uint32), np.full(64, 2 * 2**4))
+    assert np.array_equal(s.download(bufs[2]).view(np.uint32), np.full(64, 3 * 2**4))
+    g.launch().wait()  # the recorded binding again: back on bufs[0]
+    assert np.array_equal(s.download(bufs[0]).view(np.uint32), np.full(64, 4))
+
+
+def test_graph_patch_results_are_remembered_per_content(dev):
+    """A remembered patch result is only taken for the content it was made from: after
+    update() changes a node, the same patch re-encodes (the new scalar runs); patches of
+    two arguments of one node, applied in any order, give the node both."""
+    from tests.kernels import XOR_BYTES
+
+    from hrx_core.engine import GraphNode
+    from hrx_gpu.amdgpu.graph import AmdgpuGraph
+
+    native = dev.native
+    exe = SCALE.executable(dev)
+    bufs = [native.allocate(256, shared=True) for _ in range(4)]
+    for b in bufs:
+        b.host_view().view(np.uint32)[:] = 1
+
+    def arg(b):
+        return BufferArg(b, 0, 256, Access.READ_WRITE)
+
+    def scale(b, a):
+        return GraphNode("dispatch", (), {"executable": exe, "grid": (1, 1, 1), "block": (64, 1, 1),
+                                          "args": (arg(b), np.uint32(a), np.uint32(64))})
+
+    g = AmdgpuGraph(native, [scale(bufs[0], 3)])
+    q = native.create_queue("compute", 0)
+    t = native.create_timeline()
+    value = 0
+
+    def run():
+        nonlocal value
+        g.launch(q)
+        value += 1
+        q.signal(t, value)
+        q.submit()
+        assert t.wait(value, 10)
+
+    def values(b):
+        return int(b.host_view().view(np.uint32)[0])
+
+    run()  # bufs[0] * 3
+    assert g.patch_args([(0, 0, arg(bufs[1]))])
+    run()  # bufs[1] * 3
+    assert g.patch_args([(0, 0, arg(bufs[0]))])
+    run()  # bufs[0] * 3
+    g.update(0, scale(bufs[0], 5))
+    assert g.patch_args([(0, 0, arg(bufs[1]))])  # the same patch as before, of new content
+    run()  # bufs[1] * 5, not * 3
+    assert (values(bufs[0]), values(bufs[1])) == (9, 15)
+
+    x = native.create_queue("compute", 0)  # two buffer arguments: src, dst
+    xe = XOR_BYTES.executable(dev)
+    node = GraphNode("dispatch", (), {"executable": xe, "grid": (1, 1, 1), "block": (32, 1, 1),
+                                      "args": (BufferArg(bufs[2], 0, 16, Access.READ), BufferArg(bufs[3], 0, 16, Access.WRITE),
+                                               np.uint8(0xFF), np.uint32(16))})
+    g2 = AmdgpuGraph(native, [node])
+    src, dst = native.allocate(256, shared=True), native.allocate(256, shared=True)
+    src.host_view()[:] = 7
+    p_src = g2.prepare_patches([(0, 0, BufferArg(src, 0, 16, Access.READ))])
+    p_dst = g2.prepare_patches([(0, 1, BufferArg(dst, 0, 16, Access.WRITE))])
+    back = g2.prepare_patches([(0, 0, BufferArg(bufs[2], 0, 16, Access.READ))])
+    for order in ([p_src, p_dst], [back], [p_dst, p_src], [back], [p_src]):
+        for p in order:
+            assert g2.apply_patches(p)
+    args = g2.nodes[0].params["args"]
+    assert args[0].buffer is src and args[1].buffer is dst
+    g2.launch(x)
+    x.signal(t, value + 1)
+    x.submit()
+    assert t.wait(value + 1, 10)
+    assert list(dst.host_view()[:16]) == [7 ^ 0xFF] * 16 and (bufs[3].host_view().view(np.uint32)[:4] == 1).all()
+    for obj in (q, x, g, g2):
+        obj.close()

@@ -15,10 +15,17 @@ changed nodes; the next launch patches them into a copy of the graph's memory th
 replay is reading and switches to it -- so rebinding never changes bytes an in-flight
 replay reads. Up to four copies are kept (multi-buffering); a rebind waits on the host
 only when every copy is still in flight.
+
+Each node's content has a token (``_versions``), and each copy records the tokens it
+holds. :meth:`AmdgpuGraph.patch_args` remembers what a patch made of a node (the same
+patch of the same content gives the same new node, encodings and token), so bindings
+that come back -- inputs alternating between sets of buffers -- find a copy that
+already holds them: the launch switches to it without writing anything.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -38,6 +45,31 @@ if TYPE_CHECKING:
 MASK32 = 0xFFFFFFFF
 #: Copies of a graph's memory kept for rebinding while earlier replays are in flight.
 MAX_COPIES = 4
+#: Patch results remembered per graph (node content + patch -> new content); cleared when full.
+MAX_DERIVED = 256
+#: Node content tokens: equal tokens, equal node content (never reused in a process).
+_TOKENS = itertools.count(1)
+
+
+def _first(item: tuple[int, Any]) -> int:
+    return item[0]
+
+
+#: Transitions remembered per prepared patch set (content token -> patched content).
+MAX_TRANSITIONS = 16
+
+
+class _Prepared:
+    """:meth:`AmdgpuGraph.prepare_patches`' result: the patches, grouped by node, and
+    what they made of each node content they met ((node, token) -> token, node,
+    encodings, overrides)."""
+
+    __slots__ = ("patches", "by_node", "transitions")
+
+    def __init__(self, patches: tuple[tuple[int, int, BufferArg], ...], by_node: dict[int, list[tuple[int, BufferArg]]]) -> None:
+        self.patches = patches
+        self.by_node = by_node
+        self.transitions: dict[tuple[int, int], tuple[Any, ...]] = {}
 
 
 class _Encoded:
@@ -161,7 +193,13 @@ class AmdgpuGraph(NativeGraph):
         self._encoded: dict[str, list[_Encoded]] = {}
         self._copies: dict[str, list[_Copy]] = {}
         self._current: dict[str, int] = {}
-        self._versions = [0] * len(self.nodes)
+        self._versions = [next(_TOKENS) for _ in self.nodes]  # each node's content token
+        # a node's content: as built or last updated (its root token) with the buffer
+        # arguments patched since (argument index -> BufferArg)
+        self._roots = list(self._versions)
+        self._overrides: list[dict[int, BufferArg]] = [{} for _ in self.nodes]
+        # (node index, root token, overrides) -> (token, node, encodings by kind)
+        self._derived: dict[tuple[Any, ...], tuple[int, GraphNode, dict[str, _Encoded]]] = {}
         self.closed = False
 
     # -- encoding ---------------------------------------------------------------------------
@@ -242,7 +280,8 @@ class AmdgpuGraph(NativeGraph):
         if not 0 <= index < len(self.nodes) or node.kind != self.nodes[index].kind:
             raise InvalidArgument(f"graph update: node {index} must keep its kind")
         self.nodes[index] = node
-        self._versions[index] += 1
+        self._versions[index] = self._roots[index] = next(_TOKENS)
+        self._overrides[index] = {}
         for kind, encoded in self._encoded.items():
             encoded[index] = self._encode(kind, node)
 
@@ -256,22 +295,96 @@ class AmdgpuGraph(NativeGraph):
             raise InvalidArgument("graph is closed")
         if any(not hasattr(getattr(arg, "buffer", None), "address") for _, _, arg in patches):
             return False
-        changed = patched_args(self.nodes, patches)
+        # per node, its patches; a node whose content was patched alike before takes
+        # the remembered result (validated then, against the same content)
+        by_node: dict[int, list[tuple[int, BufferArg]]] = {}
+        for index, arg_index, arg in patches:
+            by_node.setdefault(index, []).append((arg_index, arg))
+        hits: dict[int, tuple[int, GraphNode, dict[str, _Encoded]]] = {}
+        keys: dict[int, tuple[Any, ...]] = {}
+        for index, mine in by_node.items():
+            try:
+                if not 0 <= index < len(self.nodes):
+                    return False
+                overrides = {**self._overrides[index], **dict(mine)}
+                key = keys[index] = (index, self._roots[index], tuple(sorted(overrides.items(), key=_first)))
+                hit = self._derived.get(key)
+            except TypeError:  # not an index, or an unhashable argument (not a buffer argument)
+                return False
+            if hit is not None:
+                hits[index] = hit
+        # the rest is checked before anything changes (a refused call changes nothing)
+        changed = patched_args(self.nodes, [p for p in patches if p[0] not in hits]) if len(hits) < len(by_node) else {}
         if changed is None:
             return False
-        # each patched pointer's place among its kernel's buffer arguments
-        pointers: dict[int, list[tuple[int, BufferArg]]] = {}
-        for index, arg_index, arg in patches:
-            before = self.nodes[index].params["args"][:arg_index]
-            pointers.setdefault(index, []).append((sum(isinstance(a, BufferArg) for a in before), arg))
+        for index, hit in hits.items():
+            self._take(index, *hit)
+            self._overrides[index] = dict(keys[index][2])
+        if len(self._derived) + len(changed) > MAX_DERIVED:
+            self._derived.clear()
         for index, args in changed.items():
             node = self.nodes[index]
-            self.nodes[index] = GraphNode(node.kind, node.deps, {**node.params, "args": tuple(args)})
-            self._versions[index] += 1
+            # each patched pointer's place among its kernel's buffer arguments
+            pointers = [(sum(isinstance(a, BufferArg) for a in node.params["args"][:arg_index]), arg)
+                        for arg_index, arg in by_node[index]]
             layout = node.params["executable"].layout
-            for encoded in self._encoded.values():
-                encoded[index] = encoded[index].with_pointers(layout, pointers[index])
+            made = (next(_TOKENS), GraphNode(node.kind, node.deps, {**node.params, "args": tuple(args)}),
+                    {kind: encoded[index].with_pointers(layout, pointers) for kind, encoded in self._encoded.items()})
+            self._derived[keys[index]] = made
+            self._take(index, *made)
+            self._overrides[index] = dict(keys[index][2])
         return True
+
+    def prepare_patches(self, patches: Sequence[tuple[int, int, BufferArg]]) -> Any:
+        """``patches`` grouped by node, for :meth:`apply_patches` (which the core's
+        compiled replay calls when it rebinds this graph)."""
+        if not patches:
+            return None
+        by_node: dict[int, list[tuple[int, BufferArg]]] = {}
+        for index, arg_index, arg in patches:
+            by_node.setdefault(index, []).append((arg_index, arg))
+        return _Prepared(tuple(patches), by_node)
+
+    def apply_patches(self, prepared: Any) -> bool:
+        """Stage ``prepared`` as :meth:`patch_args` stages its patches. A node whose
+        content token the same patches met before takes the result they made then."""
+        if self.closed or type(prepared) is not _Prepared:
+            return False
+        transitions = prepared.transitions
+        versions = self._versions
+        found = []
+        for index in prepared.by_node:
+            hit = transitions.get((index, versions[index]))
+            if hit is None:
+                break
+            found.append((index, hit))
+        else:
+            for index, (token, node, encodings, overrides) in found:
+                self._take(index, token, node, encodings)
+                self._overrides[index] = overrides
+            return True
+        before = {index: versions[index] for index in prepared.by_node}
+        if not self.patch_args(prepared.patches):
+            return False
+        if len(transitions) >= MAX_TRANSITIONS:
+            transitions.clear()
+        for index, token in before.items():
+            key = (index, self._roots[index], tuple(sorted(self._overrides[index].items(), key=_first)))
+            made = self._derived.get(key)
+            if made is not None and made[0] == versions[index]:
+                transitions[(index, token)] = (*made, self._overrides[index])
+        return True
+
+    def _take(self, index: int, token: int, node: GraphNode, encodings: dict[str, _Encoded]) -> None:
+        """Make node ``index`` the patched content ``node`` (token ``token``), with its
+        encodings for the queue kinds encoded so far (others are encoded now, and kept)."""
+        self.nodes[index] = node
+        self._versions[index] = token
+        for kind, encoded in self._encoded.items():
+            mine = encodings.get(kind)
+            if mine is None:
+                mine = encodings[kind] = self._encode(kind, node)
+            encoded[index] = mine
 
     def launch(self, queue: NativeQueue) -> None:
         self.launch_on(queue)  # type: ignore[arg-type]
@@ -310,12 +423,17 @@ class AmdgpuGraph(NativeGraph):
         current = copies[self._current[kind]]
         if current.versions == self._versions:
             return current
+        for i, copy in enumerate(copies):  # a copy that holds these contents already
+            if copy is not current and copy.versions == self._versions and copy.idle():
+                self._current[kind] = i
+                return copy
         # Rebound nodes: patch a copy no replay is reading, then switch to it. Up to
         # MAX_COPIES copies exist; only when all are in flight does a rebind wait.
         others = [i for i in range(len(copies)) if i != self._current[kind]]
         target = next((i for i in others if copies[i].idle()), None)
         if target is None and len(copies) < MAX_COPIES:
-            copies.append(_Copy(self.device, kind, encoded))
+            copies.append(_Copy(self.device, kind, encoded))  # (laid out as the graph is now)
+            copies[-1].versions = list(self._versions)
             target = len(copies) - 1
         elif target is None:
             target = min(others, key=lambda i: max((s for _, s in copies[i].in_flight), default=0))
