@@ -1,10 +1,11 @@
 """Where the GPU time of GPT-2 prefill and decode goes, HRX against PyTorch, on cuda.
 
-    python bench/tools/profile_model.py [--shape gpt2|1b] [--prompt 1024] [--steps 32] [--attention streamed]
+    python bench/tools/profile_model.py [--shape gpt2|1b] [--prompt 1024] [--steps 32] [--attention streamed] [--logits]
 
 Records CUDA kernel activity with torch.profiler (CUPTI sees every kernel of the
 process, HRX's graph nodes included) over three prefills of a ``--prompt``-token
-prompt to the first token and ``--steps`` decode steps, by HRX and by the PyTorch
+prompt to the first token and ``--steps`` decode steps (without the logits and the
+greedy choice unless ``--logits``), by HRX and by the PyTorch
 reference (the prompt as a matrix, causal SDPA), and prints the GPU time per kernel
 name per run. A diagnostic, not a benchmark: it writes no results file.
 """
@@ -44,6 +45,9 @@ def main() -> None:
     ap.add_argument("--shape", default="gpt2", choices=sorted(SHAPES))
     ap.add_argument("--prompt", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--logits", action="store_true",
+                    help="profile the decode step with its logits and greedy choice (the step generate() runs); "
+                         "default: the step without them (as prefill runs it one token at a time)")
     ap.add_argument("--attention", choices=["streamed", "earlier"], default="streamed",
                     help="the decode attention kernel (streamed: the decoder's, hrx_models.gpt2.attention_streamed; "
                          "earlier: kernels.ATTENTION)")
@@ -74,7 +78,7 @@ def main() -> None:
 
         def hrx_decode():
             for _ in range(args.steps):
-                slot.step(logits=False)
+                slot.step(logits=args.logits)
             slot.stream.synchronize()
 
         def torch_prefill():
@@ -101,7 +105,8 @@ def main() -> None:
         hrx_prefill()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             hrx_decode()
-        table(prof, args.steps, f"HRX decode step after {n} positions, {args.steps} steps ({args.shape})")
+        table(prof, args.steps, f"HRX decode step {'with' if args.logits else 'without'} logits after {n} positions, "
+                                f"{args.steps} steps ({args.shape})")
     dec.close()
 
 
