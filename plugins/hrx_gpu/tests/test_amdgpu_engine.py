@@ -546,3 +546,38 @@ def test_graph_patch_results_are_remembered_per_content(dev):
     assert list(dst.host_view()[:16]) == [7 ^ 0xFF] * 16 and (bufs[3].host_view().view(np.uint32)[:4] == 1).all()
     for obj in (q, x, g, g2):
         obj.close()
+
+
+def test_graph_rebinds_switch_to_a_copy_still_in_flight(dev, monkeypatch):
+    """Replays queued behind a held queue, inputs alternating between two sets: a
+    replay switches to the copy that holds its set even while an earlier replay of that
+    copy is still queued (replays only read a copy), and each runs on its own set."""
+    from hrx_gpu.amdgpu.graph import _Copy
+
+    s = dev.stream()
+    bufs = [s.allocate_from(np.full(64, k + 1, dtype=np.uint32)) for k in range(3)]
+    g = s.graph()
+    g.input("x", bufs[0])
+    g.dispatch(SCALE, 1, [bufs[0]], block=64, scalars=(3, 64), deps=[])
+    g.launch().wait()
+    g.launch(inputs={"x": bufs[1]}).wait()
+    g.launch(inputs={"x": bufs[2]}).wait()  # both sets laid out, each in its copy
+    copies = [c for cs in g._native._copies.values() for c in cs]
+    writes = []
+    write = _Copy.write
+    monkeypatch.setattr(_Copy, "write", lambda self, *a: (writes.append(a[0]), write(self, *a)))
+    queue = s.native_queue()
+    gate = dev.native.create_timeline()
+    queue.wait(gate, 1)  # hold the stream's queue: the replays below stay queued
+    queue.submit()
+    done = [g.launch(inputs={"x": bufs[1 + i % 2]}) for i in range(6)]
+    assert not done[0].is_complete
+    assert writes == [] and len([c for cs in g._native._copies.values() for c in cs]) == len(copies)
+    releaser = dev.native.create_queue("copy", 0)
+    releaser.signal(gate, 1)
+    releaser.submit()
+    for d in done:
+        d.wait(timeout=10)
+    assert np.array_equal(s.download(bufs[1]).view(np.uint32), np.full(64, 2 * 3**4))
+    assert np.array_equal(s.download(bufs[2]).view(np.uint32), np.full(64, 3 * 3**4))
+    releaser.close()

@@ -423,8 +423,10 @@ class AmdgpuGraph(NativeGraph):
         current = copies[self._current[kind]]
         if current.versions == self._versions:
             return current
-        for i, copy in enumerate(copies):  # a copy that holds these contents already
-            if copy is not current and copy.versions == self._versions and copy.idle():
+        for i, copy in enumerate(copies):
+            # a copy that holds these contents already (in flight or not: replays only
+            # read a copy, and nothing is written to this one)
+            if copy is not current and copy.versions == self._versions:
                 self._current[kind] = i
                 return copy
         # Rebound nodes: patch a copy no replay is reading, then switch to it. Up to
