@@ -449,21 +449,34 @@ def test_graph_patch_args_rewrites_pointers_only_or_refuses_whole(dev):
         g.patch_args([(0, 0, arg(bufs[1]))])
 
 
-def test_graph_rebinds_that_come_back_switch_to_a_laid_out_copy(dev, monkeypatch):
-    """Inputs alternating between two sets of buffers: each set is laid out in a copy of
-    the graph's memory once, later replays switch copies without writing a node; every
-    replay still works on its own set (also through the compiled rebind)."""
-    from hrx_gpu.amdgpu.graph import _Copy
-
+def _one_input_graph(dev, factor: int):
+    """A stream, three buffers of 64 words (1, 2, 3) and a replayed graph scaling its
+    input "x" (bound to the first) by ``factor``."""
     s = dev.stream()
     bufs = [s.allocate_from(np.full(64, k + 1, dtype=np.uint32)) for k in range(3)]
     g = s.graph()
     g.input("x", bufs[0])
-    g.dispatch(SCALE, 1, [bufs[0]], block=64, scalars=(2, 64), deps=[])
+    g.dispatch(SCALE, 1, [bufs[0]], block=64, scalars=(factor, 64), deps=[])
     g.launch().wait()
-    writes = []
+    return s, bufs, g
+
+
+def _count_copy_writes(monkeypatch) -> list:
+    """The node indices written into graph copies from now on."""
+    from hrx_gpu.amdgpu.graph import _Copy
+
+    writes: list = []
     write = _Copy.write
     monkeypatch.setattr(_Copy, "write", lambda self, *a: (writes.append(a[0]), write(self, *a)))
+    return writes
+
+
+def test_graph_rebinds_that_come_back_switch_to_a_laid_out_copy(dev, monkeypatch):
+    """Inputs alternating between two sets of buffers: each set is laid out in a copy of
+    the graph's memory once, later replays switch copies without writing a node; every
+    replay still works on its own set (also through the compiled rebind)."""
+    s, bufs, g = _one_input_graph(dev, 2)
+    writes = _count_copy_writes(monkeypatch)
     sets = [{"x": bufs[1]}, {"x": bufs[2]}]
     for i in range(8):
         g.launch(inputs=sets[i % 2]).wait()
@@ -552,20 +565,11 @@ def test_graph_rebinds_switch_to_a_copy_still_in_flight(dev, monkeypatch):
     """Replays queued behind a held queue, inputs alternating between two sets: a
     replay switches to the copy that holds its set even while an earlier replay of that
     copy is still queued (replays only read a copy), and each runs on its own set."""
-    from hrx_gpu.amdgpu.graph import _Copy
-
-    s = dev.stream()
-    bufs = [s.allocate_from(np.full(64, k + 1, dtype=np.uint32)) for k in range(3)]
-    g = s.graph()
-    g.input("x", bufs[0])
-    g.dispatch(SCALE, 1, [bufs[0]], block=64, scalars=(3, 64), deps=[])
-    g.launch().wait()
+    s, bufs, g = _one_input_graph(dev, 3)
     g.launch(inputs={"x": bufs[1]}).wait()
     g.launch(inputs={"x": bufs[2]}).wait()  # both sets laid out, each in its copy
     copies = [c for cs in g._native._copies.values() for c in cs]
-    writes = []
-    write = _Copy.write
-    monkeypatch.setattr(_Copy, "write", lambda self, *a: (writes.append(a[0]), write(self, *a)))
+    writes = _count_copy_writes(monkeypatch)
     queue = s.native_queue()
     gate = dev.native.create_timeline()
     queue.wait(gate, 1)  # hold the stream's queue: the replays below stay queued
