@@ -14,6 +14,9 @@
 # host-bound eager GEMVs); none of these is part of the default run)
 #
 # With no argument it runs everything. Logs and the results file go to $OUT (or ./h200-out).
+# The results file is named for the GPU the run finds (h200.json; h100-80gb-hbm3.json on an
+# H100). Over several device calls, copy it from $OUT back into bench/results/ before the
+# next call: each call starts from the local tree, and its scripts update the file they find.
 # A copy of the tree whose git metadata is not current (a remote device's) records a
 # wrong commit in the results: name the measured one, HRX_COMMIT=<short sha> bash bench/h200.sh ...
 set -uo pipefail
