@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 MASK32 = 0xFFFFFFFF
 #: Copies of a graph's memory kept for rebinding while earlier replays are in flight.
 MAX_COPIES = 4
+#: In-flight entries a graph copy keeps before it drops the retired ones (then twice
+#: what is left, at least this).
+PRUNE_AT = 32
 #: Patch results remembered per graph (node content + patch -> new content); cleared when full.
 MAX_DERIVED = 256
 #: Node content tokens: equal tokens, equal node content (never reused in a process).
@@ -133,6 +136,7 @@ class _Copy:
         self.node_sdma: list[list[int]] = [[] for _ in nodes]
         self.versions = [-1] * len(nodes)
         self.in_flight: list[tuple[AmdgpuQueue, int]] = []
+        self._prune_at = PRUNE_AT
         for i, node in enumerate(nodes):
             self.write(i, node, 0)
 
@@ -173,6 +177,15 @@ class _Copy:
     def idle(self) -> bool:
         self.in_flight = [(q, s) for q, s in self.in_flight if q.retired() < s and q.failure is None]
         return not self.in_flight
+
+    def note_launch(self, queue: AmdgpuQueue, sequence: int) -> None:
+        """A replay of this copy goes out in ``queue``'s batch ``sequence``. Retired
+        entries are dropped once the list doubles, so a copy replayed over and over
+        (the same bindings every time) keeps only what may still be in flight."""
+        self.in_flight.append((queue, sequence))
+        if len(self.in_flight) >= self._prune_at:
+            self.idle()
+            self._prune_at = max(PRUNE_AT, 2 * len(self.in_flight))
 
     def destroy(self) -> None:
         self.mapping.destroy()
@@ -409,7 +422,7 @@ class AmdgpuGraph(NativeGraph):
                 batch.items.append(("sdma", words, []))
         queue._dirty = True
         batch.graphs.append(self)
-        copy.in_flight.append((queue, queue._next_sequence))  # the sequence this batch will get
+        copy.note_launch(queue, queue._next_sequence)  # the sequence this batch will get
 
     def _copy_for(self, kind: str) -> _Copy:
         encoded = self._encoded.get(kind)
