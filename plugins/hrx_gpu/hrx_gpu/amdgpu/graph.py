@@ -58,21 +58,29 @@ def _first(item: tuple[int, Any]) -> int:
     return item[0]
 
 
+def _by_node(patches: Sequence[tuple[int, int, BufferArg]]) -> dict[int, list[tuple[int, BufferArg]]]:
+    """``patches`` grouped by node index: (argument index, new argument) in order."""
+    by_node: dict[int, list[tuple[int, BufferArg]]] = {}
+    for index, arg_index, arg in patches:
+        by_node.setdefault(index, []).append((arg_index, arg))
+    return by_node
+
+
 #: Transitions remembered per prepared patch set (content token -> patched content).
 MAX_TRANSITIONS = 16
 
 
 class _Prepared:
     """:meth:`AmdgpuGraph.prepare_patches`' result: the patches, grouped by node, and
-    what they made of each node content they met ((node, token) -> token, node,
-    encodings, overrides)."""
+    what they made of each node content they met ((node, token) -> the patched content,
+    as ``AmdgpuGraph._derived`` holds it)."""
 
     __slots__ = ("patches", "by_node", "transitions")
 
     def __init__(self, patches: tuple[tuple[int, int, BufferArg], ...], by_node: dict[int, list[tuple[int, BufferArg]]]) -> None:
         self.patches = patches
         self.by_node = by_node
-        self.transitions: dict[tuple[int, int], tuple[Any, ...]] = {}
+        self.transitions: dict[tuple[int, int], _Content] = {}
 
 
 class _Encoded:
@@ -107,6 +115,12 @@ class _Encoded:
             layout.set_pointer(raw, extents, index, arg)
         out.describes = [(offset, extents)]
         return out
+
+
+
+#: A node's patched content: its token, node, encodings by queue kind and the buffer
+#: arguments patched since its root.
+_Content = tuple[int, GraphNode, dict[str, _Encoded], dict[int, BufferArg]]
 
 
 class _Copy:
@@ -211,8 +225,8 @@ class AmdgpuGraph(NativeGraph):
         # arguments patched since (argument index -> BufferArg)
         self._roots = list(self._versions)
         self._overrides: list[dict[int, BufferArg]] = [{} for _ in self.nodes]
-        # (node index, root token, overrides) -> (token, node, encodings by kind)
-        self._derived: dict[tuple[Any, ...], tuple[int, GraphNode, dict[str, _Encoded]]] = {}
+        # (node index, root token, overrides) -> (token, node, encodings by kind, overrides)
+        self._derived: dict[tuple[Any, ...], _Content] = {}
         self.closed = False
 
     # -- encoding ---------------------------------------------------------------------------
@@ -310,10 +324,8 @@ class AmdgpuGraph(NativeGraph):
             return False
         # per node, its patches; a node whose content was patched alike before takes
         # the remembered result (validated then, against the same content)
-        by_node: dict[int, list[tuple[int, BufferArg]]] = {}
-        for index, arg_index, arg in patches:
-            by_node.setdefault(index, []).append((arg_index, arg))
-        hits: dict[int, tuple[int, GraphNode, dict[str, _Encoded]]] = {}
+        by_node = _by_node(patches)
+        hits: dict[int, _Content] = {}
         keys: dict[int, tuple[Any, ...]] = {}
         for index, mine in by_node.items():
             try:
@@ -332,7 +344,6 @@ class AmdgpuGraph(NativeGraph):
             return False
         for index, hit in hits.items():
             self._take(index, *hit)
-            self._overrides[index] = dict(keys[index][2])
         if len(self._derived) + len(changed) > MAX_DERIVED:
             self._derived.clear()
         for index, args in changed.items():
@@ -342,10 +353,10 @@ class AmdgpuGraph(NativeGraph):
                         for arg_index, arg in by_node[index]]
             layout = node.params["executable"].layout
             made = (next(_TOKENS), GraphNode(node.kind, node.deps, {**node.params, "args": tuple(args)}),
-                    {kind: encoded[index].with_pointers(layout, pointers) for kind, encoded in self._encoded.items()})
+                    {kind: encoded[index].with_pointers(layout, pointers) for kind, encoded in self._encoded.items()},
+                    dict(keys[index][2]))
             self._derived[keys[index]] = made
             self._take(index, *made)
-            self._overrides[index] = dict(keys[index][2])
         return True
 
     def prepare_patches(self, patches: Sequence[tuple[int, int, BufferArg]]) -> Any:
@@ -353,10 +364,7 @@ class AmdgpuGraph(NativeGraph):
         compiled replay calls when it rebinds this graph)."""
         if not patches:
             return None
-        by_node: dict[int, list[tuple[int, BufferArg]]] = {}
-        for index, arg_index, arg in patches:
-            by_node.setdefault(index, []).append((arg_index, arg))
-        return _Prepared(tuple(patches), by_node)
+        return _Prepared(tuple(patches), _by_node(patches))
 
     def apply_patches(self, prepared: Any) -> bool:
         """Stage ``prepared`` as :meth:`patch_args` stages its patches. A node whose
@@ -372,9 +380,8 @@ class AmdgpuGraph(NativeGraph):
                 break
             found.append((index, hit))
         else:
-            for index, (token, node, encodings, overrides) in found:
-                self._take(index, token, node, encodings)
-                self._overrides[index] = overrides
+            for index, hit in found:
+                self._take(index, *hit)
             return True
         before = {index: versions[index] for index in prepared.by_node}
         if not self.patch_args(prepared.patches):
@@ -385,14 +392,17 @@ class AmdgpuGraph(NativeGraph):
             key = (index, self._roots[index], tuple(sorted(self._overrides[index].items(), key=_first)))
             made = self._derived.get(key)
             if made is not None and made[0] == versions[index]:
-                transitions[(index, token)] = (*made, self._overrides[index])
+                transitions[(index, token)] = made
         return True
 
-    def _take(self, index: int, token: int, node: GraphNode, encodings: dict[str, _Encoded]) -> None:
-        """Make node ``index`` the patched content ``node`` (token ``token``), with its
-        encodings for the queue kinds encoded so far (others are encoded now, and kept)."""
+    def _take(self, index: int, token: int, node: GraphNode, encodings: dict[str, _Encoded],
+              overrides: dict[int, BufferArg]) -> None:
+        """Make node ``index`` the patched content ``node`` (token ``token``, its buffer
+        arguments patched since its root ``overrides``), with its encodings for the
+        queue kinds encoded so far (others are encoded now, and kept)."""
         self.nodes[index] = node
         self._versions[index] = token
+        self._overrides[index] = overrides
         for kind, encoded in self._encoded.items():
             mine = encodings.get(kind)
             if mine is None:
