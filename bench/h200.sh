@@ -67,7 +67,7 @@ for step in $steps; do
     budget) run budget-ab 120 python3 bench/tools/budget_ab.py --all ;  # hrx_tensor's GEMV at both budgets, every warp-kernel sweep shape
             run budget-splits 240 python3 bench/tools/gemv_variants.py --unroll 4,2b8 --reps 100 \
               --shapes 1024x8192,2048x4096,2048x8192,2560x8192,4096x2048,4096x4096,6144x2048,8192x2048,16384x1024 ;;  # splits at each budget
-    plan) run plan-ab 240 python3 bench/tools/plan_ab.py --variants plan,six,warp,warp6 \
+    plan) run plan-ab 240 python3 bench/tools/plan_ab.py --variants plan,six,warp,warp6,bulk \
             --shapes 4096x16384,8192x8192,8192x16384,12288x16384,16384x4096,16384x8192,16384x16384 ;;  # the GEMV plan against its variants
     eager) run eager-probe 120 python3 bench/tools/eager_probe.py --engine cuda ;;  # where host-bound eager GEMV time goes
     none) ;;  # install only (for diagnostics run after it)

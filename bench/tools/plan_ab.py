@@ -10,7 +10,9 @@ some of its choices switched off (class attributes, set only while it is made):
 - ``six``: no register budget (``use_budget_linear = False``: the warp kernel at six
   blocks an SM wherever the plan would take eight);
 - ``warp``: no bulk-copy kernel (``use_bulk_linear = False``: the warp kernel, at its budget);
-- ``warp6``: neither.
+- ``warp6``: neither;
+- ``bulk``: the bulk-copy kernel on any Hopper (``use_bulk_linear = "always"``: the
+  plan's bandwidth rule, ``kernels.bulk_linear_pays``, left out).
 
 Each variant is timed as the sweep times HRX (bench/tensor.py ``cuda_sweep``): eager
 ``linear`` calls over the rotated weights, and ``Runtime.submit`` of one region that
@@ -41,16 +43,19 @@ import hrx_core as hrx
 from hrx_core.execution import Runtime
 
 #: variant -> the TensorOps switches it turns off
-VARIANTS = {"plan": (), "six": ("use_budget_linear",), "warp": ("use_bulk_linear",),
-            "warp6": ("use_budget_linear", "use_bulk_linear")}
+#: variant -> the plan switches (TensorOps class attributes) it sets, and to what
+VARIANTS: dict[str, dict[str, object]] = {
+    "plan": {}, "six": {"use_budget_linear": False}, "warp": {"use_bulk_linear": False},
+    "warp6": {"use_budget_linear": False, "use_bulk_linear": False}, "bulk": {"use_bulk_linear": "always"},
+}
 
 
-def make_ops(dev: hrx.Device, off: tuple[str, ...]) -> TensorOps:
-    """A TensorOps made with the plan choices ``off`` switched off (restored after)."""
-    saved = {name: getattr(TensorOps, name) for name in off}
+def make_ops(dev: hrx.Device, switches: dict[str, object]) -> TensorOps:
+    """A TensorOps made with the plan ``switches`` set (restored after)."""
+    saved = {name: getattr(TensorOps, name) for name in switches}
     try:
-        for name in off:
-            setattr(TensorOps, name, False)
+        for name, value in switches.items():
+            setattr(TensorOps, name, value)
         return TensorOps(dev)
     finally:
         for name, value in saved.items():

@@ -102,8 +102,11 @@ def test_probe_and_info(cuda_engine, cuda_status, cuda_device) -> None:  # type:
     assert info.native_graphs and info.coherent_shared_memory and not info.host_mappable
     assert info.dlpack_device_type == 2
     props = info.properties
-    for key in ("compute_capability", "multiprocessors", "copy_engines", "driver_version", "l2_bytes", "pci_bus_id"):
+    for key in ("compute_capability", "multiprocessors", "copy_engines", "driver_version", "l2_bytes", "pci_bus_id",
+                "memory_bandwidth"):
         assert key in props, key
+    # peak bytes a second from the memory clock and bus width, 0 where not reported
+    assert props["memory_bandwidth"] == 0 or 1e11 < props["memory_bandwidth"] < 1e14
     major, minor = props["compute_capability"].split(".")
     assert cuda_device.compile_options("cuda") == (f"--gpu-architecture=sm_{major}{minor}", "--std=c++17")
     assert cuda_device.compile_options("ptx") == ()

@@ -98,6 +98,16 @@ LINEAR_BULK_SMALL_MIN_K = 16384
 LINEAR_BULK_SMALL_MIN_N = 8192
 LINEAR_BULK_STAGES = 2
 LINEAR_BULK_CHUNK = 8192
+#: The bulk GEMV pays only where each SM must keep many bytes in flight: where the
+#: memory's peak bandwidth per SM (the cuda device property ``memory_bandwidth`` over
+#: ``multiprocessors``) is at least this many bytes a second. The H200 (4.9 TB/s peak,
+#: 132 SMs: 37 GB/s an SM) measured the bulk kernel ahead (above); the H100 SXM (3.35
+#: TB/s, 132 SMs: 25 GB/s an SM) measured it behind the eight-block warp kernel at all
+#: six bulk shapes in two runs (bench/tools/plan_ab.py, weight TB/s, eager / as a
+#: region: 12288x4096 warp 1.032x / 1.077x the bulk kernel, 12288x8192 1.049 / 1.081,
+#: 12288x16384 1.025 / 1.008, 16384x4096 1.043 / 1.059, 16384x8192 1.050 / 1.036,
+#: 16384x16384 1.012 / 1.029). A device that reports no bandwidth keeps the bulk kernel.
+LINEAR_BULK_MIN_BANDWIDTH_PER_SM = 30e9
 #: Threads per block of the CUDA gather (at most; fewer when all rows need fewer).
 GATHER_THREADS = 256
 #: Threads per gathered row: about one per GATHER_UNITS_PER_THREAD units of the row, a
@@ -599,6 +609,22 @@ def linear_bulk_chunk(k: int, limit: int = LINEAR_BULK_CHUNK) -> int:
     while row % parts or (row // parts) % 16:
         parts += 1
     return row // parts
+
+
+def bulk_linear_pays(properties: Any) -> bool:
+    """Whether the GEMV plan streams long rows through the bulk-copy kernel on a device
+    of these cuda ``properties``: Hopper or later (compute capability 9.0+) with a known
+    SM count, and a peak memory bandwidth per SM of LINEAR_BULK_MIN_BANDWIDTH_PER_SM or
+    more (or none reported)."""
+    try:
+        major = str(properties.get("compute_capability", "0")).split(".")[0]
+        sms = int(properties.get("multiprocessors", 0) or 0)
+        bandwidth = int(properties.get("memory_bandwidth", 0) or 0)
+    except (AttributeError, TypeError, ValueError):  # not a mapping of numbers: no choice made
+        return False
+    if not major.isdigit() or int(major) < 9 or sms <= 0:
+        return False
+    return bandwidth <= 0 or bandwidth / sms >= LINEAR_BULK_MIN_BANDWIDTH_PER_SM
 
 
 def linear_bulk_launch(k: int, n: int, sms: int) -> tuple[int, int, int] | None:

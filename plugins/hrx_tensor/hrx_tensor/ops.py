@@ -158,9 +158,10 @@ class TensorOps(OpFamily):
     engines = _kernels.ENGINES
     kernel_names = (_kernels.LINEAR.name, _kernels.GATHER.name)
     own_kernels = staticmethod(_kernels.kernels_for)
-    #: Let the plan choose the bulk-copy GEMV on Hopper (tests compare both kernels by
-    #: setting it False before creating a TensorOps).
-    use_bulk_linear = True
+    #: Let the plan choose the bulk-copy GEMV on Hopper where it pays
+    #: (kernels.bulk_linear_pays: the memory's bandwidth per SM); tests compare both
+    #: kernels by setting it False, or "always" (any Hopper), before creating a TensorOps.
+    use_bulk_linear: bool | str = True
     #: Let the plan choose the warp GEMV's register budget on CUDA (kernels.gemv_budget:
     #: ``hrx_tensor_linear_b8`` where eight blocks an SM fill the grid better; tests
     #: compare both kernels by setting it False before creating a TensorOps).
@@ -171,7 +172,8 @@ class TensorOps(OpFamily):
         self._linear = self._kernels[_kernels.LINEAR.name]
         self._gather = self._kernels[_kernels.GATHER.name]
         # Hopper's bulk-copy GEMV for long rows (the plan's choice, linear_bulk_launch):
-        # only beside this distribution's own linear kernel, on compute capability 9.0+
+        # only beside this distribution's own linear kernel, on compute capability 9.0+ where
+        # the memory's bandwidth an SM makes it pay (kernels.bulk_linear_pays)
         self._linear_bulk: Kernel | None = None
         # and the warp GEMV at eight blocks an SM (the plan's choice, gemv_budget), also
         # only beside this distribution's own kernel, where the SM count is known
@@ -183,8 +185,10 @@ class TensorOps(OpFamily):
                 self._sms = max(0, int(props.get("multiprocessors", 0) or 0))
             except (TypeError, ValueError):  # not a count: neither choice is made
                 self._sms = 0
-            major = str(props.get("compute_capability", "0")).split(".")[0]
-            if self.use_bulk_linear and self._sms and major.isdigit() and int(major) >= 9:
+            bulk = self.use_bulk_linear
+            if bulk == "always":  # any Hopper: the bandwidth rule left out
+                props = {**props, "memory_bandwidth": 0}
+            if bulk and _kernels.bulk_linear_pays(props):
                 self._linear_bulk = _kernels.LINEAR_BULK
             if self.use_budget_linear and self._sms:
                 self._linear_b8 = _kernels.LINEAR_B8

@@ -149,10 +149,40 @@ def test_bulk_source_sets_the_block_size_and_name():
             tk.linear_bulk_source(bad)
 
 
+# cuda properties: (compute capability, SMs, peak memory bytes a second) -> bulk planned
+PAYS = [
+    (("9.0", 132, 4_917_248_000_000), True),  # H200: 37 GB/s an SM
+    (("9.0", 132, 3_352_320_000_000), False),  # H100 SXM: 25 GB/s an SM
+    (("9.0", 132, 0), True),  # no bandwidth reported: the bulk kernel, as before the rule
+    (("9.0", 132, None), True),
+    (("10.0", 148, 8_000_000_000_000), True),
+    (("8.0", 108, 4_917_248_000_000), False),  # no bulk copies before Hopper
+    (("9.0", 0, 4_917_248_000_000), False),  # no SM count
+    (("9.0", "many", 4_917_248_000_000), False),
+    (("sm90", 132, 4_917_248_000_000), False),
+]
+
+
+@pytest.mark.parametrize("props,pays", PAYS, ids=[f"cc{p[0]}-sms{p[1]}-bw{p[2]}" for p, _ in PAYS])
+def test_the_bulk_kernel_pays_where_the_memory_bandwidth_an_sm_is_high(props, pays):
+    cc, sms, bandwidth = props
+    got = {"compute_capability": cc, "multiprocessors": sms}
+    if bandwidth is not None:
+        got["memory_bandwidth"] = bandwidth
+    assert tk.bulk_linear_pays(got) is pays
+    assert tk.bulk_linear_pays(None) is False and tk.bulk_linear_pays({}) is False
+
+
 def test_the_bulk_kernel_is_planned_only_on_hopper_cuda(dev):
     ops = TensorOps(dev)
     props = dev.info.properties
     hopper = dev.info.engine == "cuda" and int(str(props.get("compute_capability", "0")).split(".")[0]) >= 9
+    assert (ops._linear_bulk is tk.LINEAR_BULK) == (hopper and tk.bulk_linear_pays(props))
+    TensorOps.use_bulk_linear = "always"  # any Hopper, whatever its memory
+    try:
+        ops = TensorOps(dev)
+    finally:
+        TensorOps.use_bulk_linear = True
     assert (ops._linear_bulk is tk.LINEAR_BULK) == hopper
     kernel, grid, block, scalars = ops._linear_geometry(16384, [8192, 8192], np.dtype(np.float32))
     wide = ops._linear_geometry(16384, [4096], np.dtype(np.float32))
@@ -252,6 +282,20 @@ def cuda_ops():
     return TensorOps(open_device("cuda"))
 
 
+@pytest.fixture(scope="module")
+def bulk_ops(cuda_ops):
+    """A cuda TensorOps that plans the bulk-copy GEMV on any Hopper (the bandwidth rule
+    left out), so that its tests run on every Hopper; skips before Hopper."""
+    TensorOps.use_bulk_linear = "always"
+    try:
+        ops = TensorOps(cuda_ops.device)
+    finally:
+        TensorOps.use_bulk_linear = True
+    if ops._linear_bulk is None:
+        pytest.skip("the bulk-copy GEMV needs compute capability 9.0+")
+    return ops
+
+
 # (K, [N0, N1, N2], grid): chunks of 3280 bytes (5 a row: a partial last pass of the
 # block's threads), 16 bytes (K = 8: one vector a row), whole 8192-byte slots, with
 # empty projections, blocks owning several rows (grid < N) and blocks owning none.
@@ -262,9 +306,8 @@ BULK_DIRECT = [(8200, [5, 0, 7], 3), (8, [9, 4, 0], 2), (4096, [33, 1, 2], 40), 
 @pytest.mark.parametrize("threads", sorted(tk.BULK_BY_THREADS))
 @pytest.mark.parametrize("out_dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("k,ns,grid", BULK_DIRECT, ids=[f"K{k}xN{'+'.join(map(str, ns))}-grid{g}" for k, ns, g in BULK_DIRECT])
-def test_the_bulk_kernel_matches_the_reference(cuda_ops, k, ns, grid, out_dtype, threads):
-    if cuda_ops._linear_bulk is None:
-        pytest.skip("the bulk-copy GEMV needs compute capability 9.0+")
+def test_the_bulk_kernel_matches_the_reference(bulk_ops, k, ns, grid, out_dtype, threads):
+    cuda_ops = bulk_ops
     rng = np.random.default_rng(k + sum(ns))
     x = rand_bf16(rng, (1, k))
     ws = [rand_bf16(rng, (max(n, 1), k), 0.05) for n in ns]
@@ -294,12 +337,11 @@ def test_the_bulk_kernel_matches_the_reference(cuda_ops, k, ns, grid, out_dtype,
 @pytest.mark.gpu
 @pytest.mark.parametrize("k,n", [(16384, 4096), (12288, 6144), (16384, 8192)],
                          ids=["K16384xN4096", "K12288xN6144", "K16384xN8192"])
-def test_bulk_and_warp_kernels_agree_through_the_op(cuda_ops, k, n):
+def test_bulk_and_warp_kernels_agree_through_the_op(bulk_ops, k, n):
     """The same call through the plan's bulk kernel (of the block size it plans) and,
     with it switched off, the warp-per-row kernel: both within the F32 bound of the
     float64 reference."""
-    if cuda_ops._linear_bulk is None:
-        pytest.skip("the bulk-copy GEMV needs compute capability 9.0+")
+    cuda_ops = bulk_ops
     threads = tk.linear_bulk_launch(k, n, cuda_ops._sms)[1]
     assert cuda_ops._linear_geometry(k, [n], np.dtype(np.float32))[0] is tk.BULK_BY_THREADS[threads]
     agrees_with_the_choice_off(cuda_ops, "use_bulk_linear", k, n, k * n)
@@ -340,7 +382,11 @@ def test_recorded_bulk_linears_run_one_after_another(dev, monkeypatch):
     monkeypatch.setattr(tk, "LINEAR_BULK_SMALL_MIN_N", 20)
     if dev.info.engine == "amdgpu":
         pytest.skip("the bulk-copy GEMV is Hopper PTX: gfx1151 has no build of it")
-    ops = TensorOps(dev)
+    TensorOps.use_bulk_linear = "always"  # any Hopper, whatever its memory
+    try:
+        ops = TensorOps(dev)
+    finally:
+        TensorOps.use_bulk_linear = True
     if ops._linear_bulk is None:
         if dev.info.engine == "cuda":
             pytest.skip("the bulk-copy GEMV needs compute capability 9.0+")

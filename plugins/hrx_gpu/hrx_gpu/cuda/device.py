@@ -45,11 +45,12 @@ from hrx_core.engine import (
     QueueFamily,
     Timeline,
 )
-from hrx_core.errors import InvalidArgument, Unsupported
+from hrx_core.errors import HRXError, InvalidArgument, Unsupported
 
 from . import _driver
 from ._driver import (
     ATTR_ASYNC_ENGINE_COUNT,
+    ATTR_GLOBAL_MEMORY_BUS_WIDTH,
     ATTR_L2_CACHE_SIZE,
     ATTR_MAX_BLOCK_DIM_X,
     ATTR_MAX_BLOCK_DIM_Y,
@@ -58,6 +59,7 @@ from ._driver import (
     ATTR_MAX_GRID_DIM_Y,
     ATTR_MAX_GRID_DIM_Z,
     ATTR_MAX_THREADS_PER_BLOCK,
+    ATTR_MEMORY_CLOCK_RATE,
     ATTR_MULTIPROCESSOR_COUNT,
     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
     CU_STREAM_LEGACY,
@@ -122,6 +124,20 @@ def cuda_version_string(version: int) -> str:
     return f"{version // 1000}.{(version % 1000) // 10}"
 
 
+def peak_memory_bandwidth(driver: Driver, dev: int) -> int:
+    """The device memory's peak bandwidth in bytes a second, from the driver's peak
+    memory clock and bus width (double data rate: two transfers a clock), or 0 where the
+    driver does not report them (a plan that asks for it then keeps its default)."""
+    try:
+        clock_khz = driver.attribute(dev, ATTR_MEMORY_CLOCK_RATE)
+        bus_bits = driver.attribute(dev, ATTR_GLOBAL_MEMORY_BUS_WIDTH)
+    except HRXError:
+        return 0
+    if clock_khz <= 0 or bus_bits <= 0:
+        return 0
+    return 2 * clock_khz * 1000 * bus_bits // 8
+
+
 def describe(driver: Driver, index: int) -> DeviceInfo:
     """DeviceInfo of device ``index`` (no context needed)."""
     dev = driver.device(index)
@@ -146,6 +162,7 @@ def describe(driver: Driver, index: int) -> DeviceInfo:
         "copy_engines": copy_engines,
         "driver_version": cuda_version_string(driver.version) + (f" ({release})" if release else ""),
         "l2_bytes": attr(dev, ATTR_L2_CACHE_SIZE),
+        "memory_bandwidth": peak_memory_bandwidth(driver, dev),
         "pci_bus_id": driver.pci_bus_id(dev),
     }
     return DeviceInfo(

@@ -29,8 +29,9 @@ def rows() -> list[tuple[str, str, str]]:
                     (
                         "cuda",
                         f"device {index}",
-                        f"{info.name}, {p['arch']}, {info.memory_bytes / 2**30:.1f} GiB, "
-                        f"{p['multiprocessors']} SMs, {p['copy_engines']} copy engines, PCI {p['pci_bus_id']}",
+                        f"{info.name}, {p['arch']}, {info.memory_bytes / 2**30:.1f} GiB"
+                        + (f" at {p['memory_bandwidth'] / 1e12:.2f} TB/s peak" if p.get("memory_bandwidth") else "")
+                        + f", {p['multiprocessors']} SMs, {p['copy_engines']} copy engines, PCI {p['pci_bus_id']}",
                     )
                 )
             except Exception as exc:  # noqa: BLE001
