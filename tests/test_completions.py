@@ -151,3 +151,23 @@ def test_stream_completion_covers_everything(dev):
     c.wait()
     out = s.download(flag).view(np.uint32)
     assert out[0] == 1 and out[1] == 0x03030303
+
+
+def test_the_resident_backoff_yields_without_sleeping_until_its_ceiling_phase(monkeypatch):
+    """The resident exchange's Backoff spins with timeouts.yield_thread (no timer slack:
+    ``time.sleep(0)`` sleeps 50-85 us on Linux), and sleeps only after 256 idle polls."""
+    from hrx_core.resident import protocol
+
+    yields, sleeps = [], []
+    monkeypatch.setattr(protocol, "yield_thread", lambda: yields.append(1))
+    monkeypatch.setattr(protocol.time, "sleep", sleeps.append)
+    spinning = protocol.Backoff(spin_ns=10**12)  # within its spin: every pause yields
+    for _ in range(300):
+        spinning.pause()
+    assert (len(yields), sleeps) == (300, [])
+    idle = protocol.Backoff()
+    for _ in range(255):
+        idle.pause()
+    assert len(yields) == 300 + (255 - 63) and sleeps == []  # 63 bare polls, then yields
+    idle.pause()
+    assert sleeps == [pytest.approx(1e-6)]

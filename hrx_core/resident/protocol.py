@@ -35,6 +35,7 @@ import attrs
 import numpy as np
 
 from ..errors import InvalidArgument, show
+from ..timeouts import yield_thread
 
 MAGIC = 0x48525852_45534431  # "HRXRESD1"
 VERSION = 1
@@ -159,8 +160,9 @@ def slot(memory: np.ndarray, words: np.ndarray, ring: int, seq: int, nbytes: int
 
 class Backoff:
     """A bounded spin that yields the CPU when nothing happens: for ``spin_ns`` after
-    the last progress it only yields the interpreter (``sleep(0)``); then a few hundred
-    polls back to back, ``sleep(0)``, and sleeps growing to ``ceiling`` seconds."""
+    the last progress it only yields the interpreter (``timeouts.yield_thread``: no timer
+    slack); then a few hundred polls back to back, yielding, and sleeps growing to
+    ``ceiling`` seconds."""
 
     __slots__ = ("ceiling", "idle", "since", "spin_ns")
 
@@ -177,13 +179,13 @@ class Backoff:
 
     def pause(self) -> None:
         if self.spin_ns and time.monotonic_ns() - self.since < self.spin_ns:
-            time.sleep(0)
+            yield_thread()
             return
         self.idle += 1
         if self.idle < 64:
             return
         if self.idle < 256:
-            time.sleep(0)
+            yield_thread()
         else:
             time.sleep(min(self.ceiling, 1e-6 * (self.idle - 255)))
 

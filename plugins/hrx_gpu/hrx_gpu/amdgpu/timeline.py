@@ -29,6 +29,7 @@ import numpy as np
 
 from hrx_core.engine import Timeline
 from hrx_core.errors import DeviceError
+from hrx_core.timeouts import yield_thread
 
 if TYPE_CHECKING:
     from .device import AmdgpuDevice
@@ -124,7 +125,7 @@ class AmdgpuTimeline(Timeline):
         while time.perf_counter() < spin_until:
             if self.completed() >= value:
                 return self._checked(value)
-            time.sleep(0)
+            yield_thread()  # let other threads run (no timer slack: see hrx_core.timeouts)
         sleep = _SLEEP_MIN_S
         while True:
             if self.completed() >= value:

@@ -22,6 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from hrx_core.engine import Timeline
+from hrx_core.timeouts import yield_thread
 
 from ._driver import EXIT
 from .errors import CUDA_ERROR_NOT_READY, CudaError
@@ -96,7 +97,7 @@ class CudaTimeline(Timeline):
         while time.perf_counter() < spin_until:
             if counter[0] >= value:
                 return True
-            time.sleep(0)  # let other threads run
+            yield_thread()  # let other threads run (no timer slack: see hrx_core.timeouts)
         sleep = _SLEEP_MIN_S
         while True:
             if counter[0] >= value:
