@@ -29,7 +29,7 @@ import numpy as np
 
 from hrx_core.engine import Timeline
 from hrx_core.errors import DeviceError
-from hrx_core.timeouts import yield_thread
+from hrx_core.timeouts import spin_u64
 
 if TYPE_CHECKING:
     from .device import AmdgpuDevice
@@ -87,6 +87,8 @@ class AmdgpuTimeline(Timeline):
         self.mirror_address = self.address + MIRROR_OFFSET
         record = self._slab.records[self._slot]
         self._value = record[VALUE_OFFSET // 8 : VALUE_OFFSET // 8 + 1].view(np.uint64)
+        #: Host address of the value (what the compiled spin polls).
+        self._address = int(self._value.ctypes.data)
         self._seen = 0
         #: Highest value any queue encoded a signal for.
         self.max_signaled = 0
@@ -121,11 +123,11 @@ class AmdgpuTimeline(Timeline):
         if self._failure is not None:
             raise self._failure_error(value)
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-        spin_until = time.perf_counter() + (_SPIN_S if timeout is None else min(_SPIN_S, timeout))
-        while time.perf_counter() < spin_until:
-            if self.completed() >= value:
-                return self._checked(value)
-            yield_thread()  # let other threads run (no timer slack: see hrx_core.timeouts)
+        # spin first (hrx_core.timeouts.spin_u64: in C with the GIL released where
+        # compiled), then sleep, backing off
+        if spin_u64(self._address, value, _SPIN_S if timeout is None else min(_SPIN_S, timeout), self.completed) \
+                and self.completed() >= value:
+            return self._checked(value)
         sleep = _SLEEP_MIN_S
         while True:
             if self.completed() >= value:

@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from hrx_core.engine import Timeline
-from hrx_core.timeouts import yield_thread
+from hrx_core.timeouts import spin_u64
 
 from ._driver import EXIT
 from .errors import CUDA_ERROR_NOT_READY, CudaError
@@ -46,6 +46,12 @@ class CudaTimeline(Timeline):
         self.device = device
         counter, dptr = device._counters.acquire()
         self._counter = counter
+        #: Host address of the counter (what the compiled spin polls); 0 for a counter
+        #: that is not C memory (a stand-in driver's), which the spin reads from Python.
+        try:
+            self._address = int(device.driver.ffi.cast("uintptr_t", counter))
+        except TypeError:
+            self._address = 0
         #: Device address of the counter (what stream memory operations use).
         self.dptr = dptr
         #: Highest value any queue has encoded a signal for.
@@ -93,11 +99,11 @@ class CudaTimeline(Timeline):
             raise self._failure_error(value)
         now = time.monotonic()
         deadline = None if timeout is None else now + max(0.0, timeout)
-        spin_until = time.perf_counter() + min(_SPIN_S, timeout if timeout is not None else _SPIN_S)
-        while time.perf_counter() < spin_until:
-            if counter[0] >= value:
-                return True
-            yield_thread()  # let other threads run (no timer slack: see hrx_core.timeouts)
+        # spin first (hrx_core.timeouts.spin_u64: in C with the GIL released where
+        # compiled), then sleep, backing off
+        if spin_u64(self._address, value, min(_SPIN_S, timeout if timeout is not None else _SPIN_S),
+                    lambda: counter[0]):
+            return True
         sleep = _SLEEP_MIN_S
         while True:
             if counter[0] >= value:
