@@ -43,6 +43,12 @@ _SPIN_SOURCE = r"""
 #else
 #define HRX_RELAX() ((void)0)
 #endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <sched.h>
+#define HRX_YIELD() sched_yield()
+#else
+#define HRX_YIELD() ((void)0)
+#endif
 
 static double hrx_now(void)
 {
@@ -53,8 +59,11 @@ static double hrx_now(void)
 
 /* 1 once the 64-bit counter at `address` reads `value` or more, 0 after `seconds`.
    Called through cffi, which releases the GIL for the call: other threads run while
-   this one polls. Readers of a counter written as two dwords, low first, never see
-   it ahead of its final value (the high dword only grows). */
+   this one polls. Every 64 polls (a few microseconds) it yields the core to any
+   thread waiting for one (sched_yield returns at once where none is), so a spinning
+   waiter never starves the threads whose work it waits on. Readers of a counter
+   written as two dwords, low first, never see it ahead of its final value (the high
+   dword only grows). */
 int hrx_spin_u64(uintptr_t address, uint64_t value, double seconds)
 {
     const volatile uint64_t *p = (const volatile uint64_t *)address;
@@ -69,6 +78,7 @@ int hrx_spin_u64(uintptr_t address, uint64_t value, double seconds)
         }
         if (hrx_now() >= end)
             return *p >= value;
+        HRX_YIELD();
     }
 }
 """
