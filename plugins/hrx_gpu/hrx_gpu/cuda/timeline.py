@@ -31,8 +31,9 @@ if TYPE_CHECKING:
     from .device import CudaDevice
     from .queue import CudaQueue
 
-# Spin (yielding the GIL) this long before sleeping: time.sleep() of a few microseconds
-# oversleeps by ~50 us on Linux, which would add that latency to every short wait.
+# Spin this long before sleeping (hrx_core.timeouts.spin_u64: in C, the GIL released):
+# time.sleep() of a few microseconds -- time.sleep(0) too -- oversleeps by the timer
+# slack, 50-85 us on Linux, which would add that latency to every short wait.
 _SPIN_S = 2e-3
 _SLEEP_MIN_S = 10e-6
 _SLEEP_MAX_S = 200e-6
