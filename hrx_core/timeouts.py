@@ -95,6 +95,21 @@ def _compiled_spin() -> Any:
     return _spin_fn
 
 
+def spin_doctor_row() -> tuple[str, str, str]:
+    """The ``hrx doctor`` row of the waits' spin: ``("core", "wait spin", "compiled, ..."
+    | "fallback (Python): why")`` (asks :func:`hrx_core.hotpath.load`, which builds it
+    on first use)."""
+    from . import hotpath
+
+    try:
+        module = hotpath.load("spin_wait", _SPIN_CDEF, _SPIN_SOURCE)
+    except Exception as exc:  # noqa: BLE001 - doctor reports, never raises
+        return ("core", "wait spin", f"fallback (Python): {type(exc).__name__}: {exc}")
+    if module.compiled:
+        return ("core", "wait spin", f"compiled, {module.reason} ({module.path})")
+    return ("core", "wait spin", f"fallback (Python): {module.reason}")
+
+
 def spin_u64(address: int, value: int, seconds: float, read: Callable[[], int]) -> bool:
     """Spin up to ``seconds`` until the 64-bit counter at host ``address`` reaches
     ``value``; True if it did. The step of every engine's timeline wait before it

@@ -22,10 +22,11 @@ def hrx_compilers():  # type: ignore[no-untyped-def]
 @hookimpl
 def hrx_doctor():  # type: ignore[no-untyped-def]
     """How HRX builds native host code here: each compiler, whether it builds, the
-    cache; and whether the core's compiled replay (hrx_core.fastpath) is in use."""
-    from .. import fastpath, native
+    cache; whether the core's compiled replay (hrx_core.fastpath) is in use, and the
+    waits' compiled spin (hrx_core.timeouts.spin_u64)."""
+    from .. import fastpath, native, timeouts
 
-    return [*native.doctor_rows(), fastpath.doctor_row()]
+    return [*native.doctor_rows(), fastpath.doctor_row(), timeouts.spin_doctor_row()]
 
 
 @hookimpl

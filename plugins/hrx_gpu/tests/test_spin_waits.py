@@ -169,3 +169,14 @@ def test_a_counter_without_an_address_is_polled_from_python(monkeypatch):
     monkeypatch.setattr(timeouts, "_spin_fn", refuse)
     reads = iter([0, 2])
     assert timeouts.spin_u64(0, 2, 5.0, lambda: next(reads)) is True
+
+
+def test_doctor_reports_the_wait_spin(monkeypatch):
+    from hrx_core.host import plugin
+
+    monkeypatch.setenv("HRX_HOT_PATH", "0")
+    rows = [r for r in plugin.hrx_doctor() if r[1] == "wait spin"]
+    assert rows == [("core", "wait spin", "fallback (Python): disabled by HRX_HOT_PATH=0")]
+    monkeypatch.delenv("HRX_HOT_PATH")
+    (row,) = [r for r in plugin.hrx_doctor() if r[1] == "wait spin"]
+    assert row[2].startswith("compiled, " if COMPILED else "fallback (Python): ")
