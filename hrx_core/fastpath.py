@@ -2105,13 +2105,7 @@ def status() -> dict[str, Any]:
 
 def doctor_row() -> tuple[str, str, str]:
     """The ``hrx doctor`` row: ``("core", "compiled replay", "compiled, ..." | "fallback (Python): why")``."""
-    try:
-        state = status()
-    except Exception as exc:  # noqa: BLE001 - doctor reports, never raises
-        return ("core", "compiled replay", f"fallback (Python): {type(exc).__name__}: {exc}")
-    if state["compiled"]:
-        return ("core", "compiled replay", f"compiled, {state['reason']} ({state['path']})")
-    return ("core", "compiled replay", f"fallback (Python): {state['reason']}")
+    return hotpath.doctor_row("core", "compiled replay", status)
 
 
 __all__ = ["NAME", "SOURCE", "doctor_row", "module", "status"]

@@ -38,7 +38,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .errors import InvalidArgument
@@ -328,5 +328,19 @@ def _import(name: str, modname: str, library: Path, reason: str, cffi_module: bo
     return HotModule(name, module.ffi, module.lib, reason, str(library))
 
 
-__all__ = ["ENV", "HotModule", "cache_root", "compiler_command", "digest", "enabled", "forget", "load",
+def doctor_row(area: str, label: str, status: Callable[[], dict[str, Any]]) -> tuple[str, str, str]:
+    """An ``hrx doctor`` row for a compiled hot path: ``(area, label, "compiled, <reason>
+    (<path>)")`` or ``(area, label, "fallback (Python): <why>")``. ``status()`` returns
+    :attr:`HotModule.status` (building the extension on first use); whatever it raises
+    is reported as the reason, never raised."""
+    try:
+        state = status()
+    except Exception as exc:  # noqa: BLE001 - doctor reports, never raises
+        return (area, label, f"fallback (Python): {type(exc).__name__}: {exc}")
+    if state["compiled"]:
+        return (area, label, f"compiled, {state['reason']} ({state['path']})")
+    return (area, label, f"fallback (Python): {state['reason']}")
+
+
+__all__ = ["ENV", "HotModule", "cache_root", "compiler_command", "digest", "doctor_row", "enabled", "forget", "load",
            "load_extension"]

@@ -85,29 +85,26 @@ int hrx_spin_u64(uintptr_t address, uint64_t value, double seconds)
 _spin_fn: Any = None  # the compiled spin, False where there is none (see spin_u64)
 
 
+def _spin_module() -> Any:
+    from . import hotpath
+
+    return hotpath.load("spin_wait", _SPIN_CDEF, _SPIN_SOURCE)
+
+
 def _compiled_spin() -> Any:
     global _spin_fn
     if _spin_fn is None:
-        from . import hotpath
-
-        module = hotpath.load("spin_wait", _SPIN_CDEF, _SPIN_SOURCE)
+        module = _spin_module()
         _spin_fn = module.lib.hrx_spin_u64 if module.compiled else False
     return _spin_fn
 
 
 def spin_doctor_row() -> tuple[str, str, str]:
     """The ``hrx doctor`` row of the waits' spin: ``("core", "wait spin", "compiled, ..."
-    | "fallback (Python): why")`` (asks :func:`hrx_core.hotpath.load`, which builds it
-    on first use)."""
+    | "fallback (Python): why")`` (builds it on first use)."""
     from . import hotpath
 
-    try:
-        module = hotpath.load("spin_wait", _SPIN_CDEF, _SPIN_SOURCE)
-    except Exception as exc:  # noqa: BLE001 - doctor reports, never raises
-        return ("core", "wait spin", f"fallback (Python): {type(exc).__name__}: {exc}")
-    if module.compiled:
-        return ("core", "wait spin", f"compiled, {module.reason} ({module.path})")
-    return ("core", "wait spin", f"fallback (Python): {module.reason}")
+    return hotpath.doctor_row("core", "wait spin", lambda: _spin_module().status)
 
 
 def spin_u64(address: int, value: int, seconds: float, read: Callable[[], int]) -> bool:

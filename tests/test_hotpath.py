@@ -236,3 +236,15 @@ def test_a_builder_that_loses_the_race_uses_the_winners_build(cache: Path, tmp_p
     assert loser.is_dir() and Path(mod.path).is_file()  # the caller removes its copy
     with pytest.raises(OSError):
         hotpath._publish(loser, tmp_path / "missing" / "deeper", replace=False)
+
+
+def test_doctor_row_says_compiled_fallback_or_what_the_status_raised():
+    compiled = {"compiled": True, "reason": "built", "path": "/x.so"}
+    assert hotpath.doctor_row("core", "thing", lambda: compiled) == ("core", "thing", "compiled, built (/x.so)")
+    fallback = {"compiled": False, "reason": "no compiler", "path": None}
+    assert hotpath.doctor_row("cuda", "hot path", lambda: fallback) == ("cuda", "hot path", "fallback (Python): no compiler")
+
+    def broken():
+        raise ImportError("no cffi")
+
+    assert hotpath.doctor_row("core", "thing", broken) == ("core", "thing", "fallback (Python): ImportError: no cffi")

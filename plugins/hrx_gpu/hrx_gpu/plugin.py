@@ -4,7 +4,9 @@ the cuda/ptx/cubin compilers and the gfx1151 compiler (:mod:`hrx_gpu.amdgpu.comp
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from hrx_core import hotpath
 from hrx_core.compiler import Compiler
 from hrx_core.engine import Engine
 from hrx_core.hookspecs import hookimpl
@@ -38,12 +40,10 @@ def _hot_path_row() -> tuple[str, str, str]:
     """The cuda engine's compiled hot path: compiled (where) or the Python fallback (why).
 
     Builds the extension on first use (a second or so with a C compiler), as a launch would."""
-    try:
+
+    def status() -> dict[str, Any]:
         from .cuda.hot import status
 
-        state = status()
-    except Exception as exc:  # noqa: BLE001 - doctor never raises
-        return ("cuda", "hot path", f"fallback (Python): {type(exc).__name__}: {exc}")
-    if state["compiled"]:
-        return ("cuda", "hot path", f"compiled, {state['reason']} ({state['path']})")
-    return ("cuda", "hot path", f"fallback (Python): {state['reason']}")
+        return status()
+
+    return hotpath.doctor_row("cuda", "hot path", status)
