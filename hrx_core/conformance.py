@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from . import testing
-from .testing import ADD_U32
+from .testing import ADD_U32, COPY_RECORD, record8
 from .device import AUTO_FLUSH_OPS, Device
 from .errors import HRXError, InvalidArgument, Unsupported
 from .kernel import Kernel
@@ -165,6 +165,26 @@ def test_dispatch(hrx_device: Device) -> None:
     buf = s.allocate_from(data)
     s.dispatch(ADD_U32, 4, [buf], block=256, scalars=(5, 1000))
     assert np.array_equal(s.download(buf).view(np.uint32), data + 5)
+
+
+def test_record_scalars_travel_with_each_launch(hrx_device: Device) -> None:
+    """A record scalar (a struct by value) reaches the kernel; a prepared launch's
+    set_scalar changes later launches only: one launched before keeps its value."""
+    _needs_kernels(hrx_device, COPY_RECORD)
+    s = _stream(hrx_device, "copy", "dispatch")
+    first, second, third = (hrx_device.allocate(32) for _ in range(3))
+    s.dispatch(COPY_RECORD, 1, [first], block=32, scalars=(record8(range(1, 9)),))
+    launch = s.prepare(COPY_RECORD, 1, [second], block=32, scalars=(record8(range(10, 18)),))
+    launch.launch()
+    launch.set_scalar(0, record8(range(20, 28)))
+    launch.rebind(0, third)
+    launch.launch()
+    with pytest.raises(InvalidArgument):
+        launch.set_scalar(0, 5)  # not a record: refused, the record stays
+    launch.launch()
+    got = [s.download(b).view(np.uint32).tolist() for b in (first, second, third)]
+    assert got == [list(range(1, 9)), list(range(10, 18)), list(range(20, 28))]
+    launch.close()
 
 
 def test_a_failed_kernel_fails_what_depends_on_it(hrx_device: Device) -> None:

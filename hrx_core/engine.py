@@ -93,6 +93,10 @@ class Limits:
     max_threads_per_block: int = 1024
     #: Largest single allocation.
     max_allocation_bytes: int = 2**62
+    #: Most bytes of arguments one launch passes (buffers 8 bytes each, scalars and
+    #: records by value, each aligned to its size): 4096 is what every CUDA device
+    #: takes; a kernel over its device's limit is refused when it is loaded.
+    max_kernel_arg_bytes: int = 4096
 
 
 @attrs.frozen
@@ -423,6 +427,20 @@ class PreparedDispatch:
         """
         args = list(self.args)
         args[index] = arg
+        self.args = tuple(args)
+
+    def set_scalar(self, index: int, value: Any) -> None:
+        """Give argument ``index`` (a scalar: buffers come first) another value for
+        later launches; launches made before keep the value they were made with.
+
+        Launchers returned by :meth:`bind` see the change. The core converted
+        ``value`` to the kernel's declared dtype already."""
+        args = list(self.args)
+        if not 0 <= index < len(args) or isinstance(args[index], BufferArg):
+            from .errors import InvalidArgument
+
+            raise InvalidArgument(f"argument {index} of {getattr(self.executable, 'name', '?')!r} is not a scalar")
+        args[index] = value
         self.args = tuple(args)
 
 

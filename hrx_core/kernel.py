@@ -15,6 +15,16 @@ dtype. A CUDA kernel receives buffers as pointers and scalars by value in that
 order; a host callable receives one numpy uint8 array per buffer (read-only for
 "read") and numpy scalars, and also ``grid=``/``block=`` if its signature names them.
 
+A scalar may also be a *record*: a structured numpy dtype of numeric fields
+(``np.dtype([("v", np.uint32, (256,))])``), passed by value as the C struct of the
+same layout (a CUDA kernel declares it ``const __grid_constant__`` to index it
+without a copy). Its value is a ``numpy.void`` of exactly that dtype (or a 0-d array
+of it), copied when the launch is made: a small table -- row indices, pointers --
+travels with the launch instead of through memory the kernel must read first. A
+device takes at most ``limits.max_kernel_arg_bytes`` of arguments (8 bytes a buffer,
+each scalar's size, each aligned to its size): a kernel over that limit is refused
+when it is loaded (Unsupported), never at launch.
+
 ``programmatic=True`` declares that the kernel's CUDA code, built for sm_90 or newer,
 waits for the kernels it depends on before it touches their output (``griddepcontrol.wait``,
 what ``cudaGridDependencySynchronize`` issues), in every block and before any early
@@ -122,10 +132,20 @@ class Kernel:
                 dt = np.dtype(t)
             except (TypeError, ValueError) as exc:
                 raise InvalidArgument(f"scalars[{i}]: {_show(t)} is not a dtype ({exc})") from None
-            if dt.kind not in "biufc" or dt.shape != () or dt.fields is not None:
-                raise InvalidArgument(f"scalars[{i}]: {dt} is not a numeric scalar dtype")
+            if dt.fields is not None:
+                if not is_record_dtype(dt):
+                    raise InvalidArgument(f"scalars[{i}]: {dt} is not a record of numeric fields (no objects, "
+                                          "no nested records)")
+                misplaced = _unaligned_field(dt)
+                if misplaced:
+                    raise InvalidArgument(f"scalars[{i}]: record {dt} is not laid out as a C struct ({misplaced}); "
+                                          "build it with np.dtype([...], align=True)")
+            elif dt.kind not in "biufc" or dt.shape != ():
+                raise InvalidArgument(f"scalars[{i}]: {dt} is not a numeric scalar dtype or a record of numeric fields")
             types.append(dt)
         self.scalar_types = tuple(types)
+        #: bytes of arguments a launch passes (see :func:`argument_bytes`)
+        self.argument_bytes = argument_bytes(len(self.buffer_access), self.scalar_types)
         #: per scalar, what the compiled dispatch (hrx_core.fastpath) converts itself:
         #: (code, numpy scalar type); code 0x10 | size for native signed ints, 0x20 |
         #: size unsigned, 0x30 | size floats, 0 for anything it leaves to check_scalars
@@ -194,6 +214,12 @@ class Kernel:
                     "one of its sources; a device that runs host callables lists 'host' among its targets)"
                 )
             target, source = picked
+            limit = getattr(getattr(device.info, "limits", None), "max_kernel_arg_bytes", None)  # (stand-ins: none)
+            if limit is not None and self.argument_bytes > limit:
+                raise Unsupported(
+                    f"kernel {self.name!r} takes {self.argument_bytes} bytes of arguments; {device.name} passes at "
+                    f"most {limit} (limits.max_kernel_arg_bytes): pass large tables in a buffer"
+                )
             from .plugins import compile as compile_source
 
             options = tuple(self.options.get(source, ()))
@@ -272,7 +298,7 @@ class Kernel:
             )
         out = []
         for i, (value, dtype) in enumerate(zip(scalars, self.scalar_types)):
-            if isinstance(value, np.generic) and value.dtype == dtype:
+            if isinstance(value, np.generic) and value.dtype == dtype and dtype.fields is None:
                 out.append(value)
                 continue
             bounds = _INT_BOUNDS.get(dtype)
@@ -284,6 +310,79 @@ class Kernel:
                 continue
             out.append(_convert_scalar(i, value, dtype))
         return tuple(out)
+
+
+def is_record_dtype(dtype: np.dtype) -> bool:
+    """A structured dtype whose fields are numeric scalars or arrays of them (what a
+    kernel takes by value as a C struct)."""
+    if dtype.fields is None or dtype.hasobject or dtype.itemsize == 0:
+        return False
+    for field in dtype.fields.values():
+        base = field[0].base
+        if base.fields is not None or base.kind not in "biufc":
+            return False
+    return True
+
+
+def _unaligned_field(dtype: np.dtype) -> str:
+    """What keeps record ``dtype`` from having the layout of the C struct of its fields
+    (each at an offset aligned to its element size, the size a multiple of the largest):
+    '' when nothing does."""
+    largest = 1
+    fields: Mapping[str, Any] = dtype.fields or {}
+    for name, field in fields.items():
+        base, offset = field[0].base, field[1]
+        largest = max(largest, base.itemsize)
+        if offset % base.itemsize:
+            return f"field {name!r} at offset {offset} needs {base.itemsize}-byte alignment"
+    if dtype.itemsize % largest:
+        return f"its size {dtype.itemsize} is not a multiple of {largest}"
+    return ""
+
+
+def argument_bytes(buffers: int, scalar_types: Sequence[np.dtype]) -> int:
+    """Bytes of a launch's arguments as a C parameter list lays them out: 8 a buffer
+    pointer, then each scalar at an offset aligned to its size (a record to its
+    fields' largest alignment)."""
+    total = 8 * buffers
+    for dt in scalar_types:
+        align = argument_alignment(dt)
+        total = -(-total // align) * align + dt.itemsize
+    return total
+
+
+def argument_alignment(dtype: np.dtype) -> int:
+    """The alignment a C parameter list gives a scalar of ``dtype``: its size, or for a
+    record its largest field element's size."""
+    if dtype.fields:
+        return max((f[0].base.itemsize for f in dtype.fields.values()), default=1)
+    return max(dtype.itemsize, 1)
+
+
+def check_scalar(kernel: Kernel, index: int, value: Any) -> np.generic:
+    """Scalar ``index`` of ``kernel`` converted exactly as :meth:`Kernel.check_scalars`
+    converts it (InvalidArgument otherwise)."""
+    types = kernel.scalar_types
+    if type(index) is not int or not 0 <= index < len(types):
+        raise InvalidArgument(f"index: kernel {kernel.name!r} has scalars 0..{len(types) - 1}, got {_show(index)}")
+    dtype = types[index]
+    if dtype.fields is None and isinstance(value, np.generic) and value.dtype == dtype:
+        return value
+    bounds = _INT_BOUNDS.get(dtype)
+    if bounds is not None and type(value) is int:
+        if not bounds[0] <= value <= bounds[1]:
+            raise InvalidArgument(f"scalars[{index}]: {value!r} is outside the range of {dtype} {list(bounds)}")
+        return cast(np.generic, dtype.type(value))
+    return _convert_scalar(index, value, dtype)
+
+
+def _record(i: int, value: Any, dtype: np.dtype) -> np.generic:
+    """A record scalar: a copy of ``value`` (a numpy.void or 0-d array of exactly
+    ``dtype``), so that the caller may reuse its memory once the launch is made."""
+    if (isinstance(value, np.void) or isinstance(value, np.ndarray) and value.shape == ()) and value.dtype == dtype:
+        return cast(np.generic, np.frombuffer(value.tobytes(), dtype)[0])
+    shown = f"a {value.dtype} {type(value).__name__}" if isinstance(value, (np.void, np.ndarray)) else type(value).__name__
+    raise InvalidArgument(f"scalars[{i}]: expected a numpy.void of {dtype}, got {shown[:120]}")
 
 
 def _scalar_code(dtype: np.dtype) -> int:
@@ -302,6 +401,8 @@ def _scalar_code(dtype: np.dtype) -> int:
 def _convert_scalar(i: int, value: Any, dtype: np.dtype) -> np.generic:
     """One scalar argument as ``dtype``, refusing anything that is not exactly a number
     of that kind (None would become NaN, True would become 1)."""
+    if dtype.fields is not None:
+        return _record(i, value, dtype)
     kind = dtype.kind
     is_bool = isinstance(value, (bool, np.bool_))
     if kind == "b":

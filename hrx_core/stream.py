@@ -25,7 +25,7 @@ from .device import AUTO_FLUSH_OPS
 from .engine import Access, BufferArg, CacheOp, KernelArg, NativeQueue, NativeTimestamp
 from .errors import ArtifactError, DeviceError, InvalidArgument, OutOfBounds, Overlap, Unsupported, show
 from .finalize import close_later_if_collecting, drain_at_entry
-from .kernel import Kernel
+from .kernel import Kernel, check_scalar
 from .record import LaunchRecord
 from .timeouts import check_timeout
 from .staging import MAX_CHUNK_BYTES, StagingRing, file_read_async, host_copy, host_copy_async, wait_all
@@ -127,6 +127,20 @@ class PreparedLaunch:
             self._record.replace(ranges)
             self._native.set_arg(index, arg)
             self._ranges = tuple(ranges)
+
+    def set_scalar(self, index: int, value: Any) -> None:
+        """Give scalar ``index`` another value for later launches.
+
+        ``value`` is converted as a dispatch's scalars are (the declared dtype, exactly;
+        a record is copied). A rejected value changes nothing. Work already launched
+        keeps the value it was launched with, so the caller may reuse its own memory
+        as soon as :meth:`launch` returns: with a record scalar, a small table (row
+        indices, say) travels with each launch."""
+        value = check_scalar(self._kernel, index, value)
+        if self._record.closed:
+            raise InvalidArgument("prepared launch: closed")
+        with self._slot.lock:  # launches of other threads see old or new, never a mix
+            self._native.set_scalar(len(self._kernel.buffer_access) + index, value)
 
     def launch(self) -> Completion:
         slot = self._slot

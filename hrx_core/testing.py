@@ -13,7 +13,7 @@ called. The engines are :data:`ENGINES` unless a run chooses others:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -79,6 +79,32 @@ def _add_u32(data: np.ndarray, value: np.uint32, n: np.uint32) -> None:
 ADD_U32 = Kernel("add_u32", buffers=("read_write",), scalars=(np.uint32, np.uint32), host=_add_u32, cuda=_ADD_U32_CUDA)
 
 
+#: A record scalar (passed by value): eight uint32 values.
+RECORD8 = np.dtype([("v", np.uint32, (8,))])
+
+_COPY_RECORD_CUDA = r"""
+struct Record8 { unsigned int v[8]; };
+extern "C" __global__ void copy_record(unsigned int* out, const __grid_constant__ Record8 record) {
+    if (threadIdx.x < 8) out[threadIdx.x] = record.v[threadIdx.x];
+}
+"""
+
+
+def _copy_record(out: np.ndarray, record: np.void) -> None:
+    out.view(np.uint32)[:8] = record["v"]
+
+
+#: A test kernel taking a record scalar (:data:`RECORD8`) by value: ``out[0:8] = record.v``.
+COPY_RECORD = Kernel("copy_record", buffers=("write",), scalars=(RECORD8,), host=_copy_record, cuda=_COPY_RECORD_CUDA)
+
+
+def record8(values: Any) -> np.void:
+    """A :data:`RECORD8` value holding ``values`` (eight integers)."""
+    rec = np.zeros((), RECORD8)
+    rec["v"] = values
+    return cast(np.void, rec[()])  # (numpy's stubs type rec[()] as an array)
+
+
 def open_device(name: str, **options: Any) -> Device:
     """A device of engine ``name``, or ``pytest.skip`` saying why there is none."""
     import pytest
@@ -94,4 +120,4 @@ def open_device(name: str, **options: Any) -> Device:
     return device(name, **options)
 
 
-__all__ = ["ADD_U32", "ENGINES", "HARDWARE_ENGINES", "engine_params", "engines", "open_device", "set_engines"]
+__all__ = ["ADD_U32", "COPY_RECORD", "ENGINES", "RECORD8", "record8", "HARDWARE_ENGINES", "engine_params", "engines", "open_device", "set_engines"]

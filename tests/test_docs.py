@@ -41,7 +41,7 @@ PRINTS = {
     "docs/amd.md": ["gfx1151 PM4 (user queues)", "[0. 2. 4. 6.]"],
     "docs/npu.md": ["[0. 2. 4. 6.] SPATIAL 1"],
     "docs/runtime.md": ["[0. 2. 4. 6.]\n", "[2. 2. 2. 2.]\n", "[16. 16.]\n"],
-    "docs/usage.md": ["[4. 4.]\n", "[2048. 2049.]\n", "retired: True\n"],
+    "docs/usage.md": ["[4. 4.]\n", "[2048. 2049.]\n", "[5. 9. 2. 6.]\n32764\n", "retired: True\n"],
     "docs/image.md": ["(2, 256, 588)\n"],
     "docs/model.md": ["[1.        1.0009775 1.001955 ]", "(1024,) float32", "[1.5 1.5]\n", "[3 1 4 "],
     "docs/model_gpt2.md": ["(512,) float32\n"],

@@ -6,8 +6,11 @@ bench/tensor.py's ``tensor.cuda.gather_rows`` shape (4096 rows of 4096 BF16 from
 151936-row table, host indices), timed as that benchmark times it -- 50 eager calls,
 then a synchronization -- in interleaved rounds, for:
 
-- ``eager ring R``: ``TensorOps.gather_rows`` with an index ring of R entries (the
-  shipped ring is hrx_tensor.ops.INDEX_RING; the slot signals every R/2 calls);
+- ``eager params``: ``TensorOps.gather_rows`` with its indices in the launch's
+  parameters (kernels.GATHER_PARAM; where the device takes 16 KiB of arguments);
+- ``eager ring R``: ``TensorOps.gather_rows`` with the indices in pinned host memory,
+  an index ring of R entries (``use_param_gather = False``; the shipped ring is
+  hrx_tensor.ops.INDEX_RING; the slot signals every R/2 calls);
 - ``prepared host idx`` / ``prepared dev idx``: the gather kernel alone through one
   prepared launch, its indices in pinned host memory (what gather_rows' kernel reads)
   or in device memory (what the graph figure binds) -- the kernel without the op;
@@ -60,13 +63,31 @@ def main() -> int:
     variants = {}
     shipped = tensor_ops.INDEX_RING
     keep = []
+    def table_of(ops):
+        """torch's table as a tensor of ``ops`` (wrapped where the engine can, else a copy)."""
+        try:
+            return ops.tensor(dev.wrap(table_t), (rows, cols), bfloat16)
+        except hrx.HRXError:
+            return ops.upload(table_t.view(torch.int16).cpu().numpy().view(bfloat16))
+
+    params = TensorOps.use_param_gather
+    TensorOps.use_param_gather = True
+    ops = TensorOps(dev)
+    table = table_of(ops)
+    ops.gather_rows(table, idx).close()
+    if ops._gather_params:
+
+        def eager_params(ops=ops, table=table):
+            for _ in range(calls):
+                ops.gather_rows(table, idx).close()
+            return ops.stream.synchronize
+
+        variants["eager params"] = eager_params
+    TensorOps.use_param_gather = False
     for ring in (int(r) for r in args.rings.split(",")):
         tensor_ops.INDEX_RING = ring
         ops = TensorOps(dev)
-        try:
-            table = ops.tensor(dev.wrap(table_t), (rows, cols), bfloat16)
-        except hrx.HRXError:
-            table = ops.upload(table_t.view(torch.int16).cpu().numpy().view(bfloat16))
+        table = table_of(ops)
         ops.gather_rows(table, idx).close()  # prepares the plan at this ring size
         keep.append((ops, table))
 
@@ -77,6 +98,7 @@ def main() -> int:
 
         variants[f"eager ring {ring}{' (shipped)' if ring == shipped else ''}"] = eager
     tensor_ops.INDEX_RING = shipped
+    TensorOps.use_param_gather = params
 
     ops, table = keep[0]
     s = ops.stream

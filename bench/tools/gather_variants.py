@@ -75,6 +75,18 @@ extern "C" __global__ void __launch_bounds__(256) g_group8(const uint4* t, const
 SHAPES = [(4096, 4096), (1024, 768), (4096, 1024), (64, 64), (1, 768), (1, 4096), (512, 1600)]
 
 
+def gather_inputs(rng, table_rows: int, n: int, cols: int):
+    """One gather shape's torch inputs: (BF16 table of ``table_rows`` x ``cols`` on the
+    device, ``n`` random int64 indices as numpy, the same on the device, the same in
+    pinned host memory, an empty output)."""
+    import torch
+
+    table = torch.randn(table_rows, cols, device="cuda", dtype=torch.bfloat16)
+    idx_np = rng.integers(0, table_rows, n)
+    out = torch.empty(n, cols, device="cuda", dtype=torch.bfloat16)
+    return table, idx_np, torch.from_numpy(idx_np).cuda(), torch.from_numpy(idx_np).pin_memory(), out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=200)
@@ -102,11 +114,7 @@ def main() -> int:
         return ev0.elapsed_time(ev1) * 1e3 / args.reps
 
     for n, cols in SHAPES:
-        table = torch.randn(args.table, cols, device="cuda", dtype=torch.bfloat16)
-        idx_np = rng.integers(0, args.table, n)
-        didx = torch.from_numpy(idx_np).cuda()
-        hidx = torch.from_numpy(idx_np).pin_memory()
-        out = torch.empty(n, cols, device="cuda", dtype=torch.bfloat16)
+        table, _, didx, hidx, out = gather_inputs(rng, args.table, n, cols)
         units = cols * 2 // 16
         moved = 2 * n * cols * 2
         expect = torch.index_select(table, 0, didx)

@@ -66,10 +66,17 @@ def _warm_kernels(engine: str) -> str:
     kernels: dict[str, Kernel] = reg.kernels(engine)
     cache = reg.registry().compile_cache
     before = cache.misses
+    # a kernel whose arguments exceed this device's limit never loads here (its plugin
+    # chooses another where the limit is lower): counted, not compiled
+    limit = dev.info.limits.max_kernel_arg_bytes
+    beyond = [k for k in kernels.values() if k.argument_bytes > limit]
     for kernel in kernels.values():
-        kernel.executable(dev)
+        if kernel.argument_bytes <= limit:
+            kernel.executable(dev)
     compiled = cache.misses - before
-    return f"{engine}: {len(kernels)} plugin kernels ready ({compiled} compiled now; disk cache {cache_dir()})"
+    note = f"; {len(beyond)} beyond its {limit}-byte argument limit, not used here" if beyond else ""
+    return (f"{engine}: {len(kernels) - len(beyond)} plugin kernels ready ({compiled} compiled now; "
+            f"disk cache {cache_dir()}{note})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,6 +31,9 @@ from .queue import HostExecutable, HostQueue
 from .timeline import HostTimeline
 
 ALIGNMENT = 256
+#: Argument bytes a host launch passes: a host callable takes any, but the host engine
+#: declares the cuda engine's limit (CUDA 12.1+) so that plans sized for it run here too.
+MAX_KERNEL_ARG_BYTES = 32764
 #: Host allocations start half a page past a page boundary. glibc's large memcpy
 #: runs at a third of its speed when (dst - src) mod 4096 is in (0, ~500) -- 4K
 #: aliasing of loads with earlier stores (measured on the CI machine). numpy's large
@@ -165,7 +168,7 @@ class HostDevice(EngineDevice):
                 QueueFamily("compute", compute_queues),
                 QueueFamily("copy", copy_queues, frozenset({"copy", "fill"})),
             ),
-            limits=Limits(max_transfer_bytes=max_transfer_bytes, alignment=ALIGNMENT),
+            limits=Limits(max_transfer_bytes=max_transfer_bytes, alignment=ALIGNMENT, max_kernel_arg_bytes=MAX_KERNEL_ARG_BYTES),
             targets=("host",),
             memory_bytes=memory,
             coherent_shared_memory=True,

@@ -24,6 +24,7 @@ import pytest
 
 import hrx_core as hrx
 from hrx_core import plugins
+from hrx_core.kernel import argument_alignment
 from hrx_core.engine import Access
 from hrx_core.kernel import Kernel
 from hrx_gpu.amdgpu import compiler as amd
@@ -138,10 +139,12 @@ def test_kernel_code_object_agrees_with_the_declaration(entry, clang, gfx_device
     assert [(a.value_kind, a.size) for a in explicit] == declared
     assert k.args[: len(explicit)] == explicit, "hidden arguments follow the explicit ones"
     offset = 0
-    for arg in explicit:
-        offset = -(-offset // arg.size) * arg.size
+    aligns = [8] * len(kernel.buffer_access) + [argument_alignment(t) for t in kernel.scalar_types]
+    for arg, align in zip(explicit, aligns):
+        offset = -(-offset // align) * align
         assert arg.offset == offset, (arg, offset)
         offset += arg.size
+    assert offset == kernel.argument_bytes  # what the device limit is checked against
     assert all(a.value_kind.startswith("hidden_") and a.offset >= offset for a in k.hidden_args)
     assert all(a.address_space == "global" for a in explicit[: len(kernel.buffer_access)])
 

@@ -392,6 +392,29 @@ def test_prepared_launch_same_calls_both_ways(world: Any, mode: str) -> None:
     assert prepared.args[1] == np.uint32(9)
 
 
+def test_prepared_launch_set_scalar_same_calls_both_ways(world: Any, mode: str) -> None:
+    """set_scalar rewrites the scalar's packed cell in place: the compiled record and
+    the Python launcher launch the new value, from the same parameter array."""
+    from hrx_gpu.cuda.kernel import CudaPreparedDispatch
+
+    fake = world.fake
+    fake.reset(widths=(8, 4))
+    prepared = CudaPreparedDispatch(world.device, world.exe, (1, 1, 1), (32, 1, 1), [barg(0x4000), np.uint32(9)])  # type: ignore[arg-type]
+    launch = prepared.bind(world.queue)
+    launch()
+    prepared.set_scalar(1, np.uint32(0xABCD))
+    launch()
+    prepared.launch(world.queue)
+    calls = fake.calls()
+    assert [c["values"] for c in calls] == [(0x4000, 9), (0x4000, 0xABCD), (0x4000, 0xABCD)]
+    assert calls[0]["params"] == calls[1]["params"] == calls[2]["params"]
+    with pytest.raises(InvalidArgument, match="not a scalar argument"):
+        prepared.set_scalar(0, np.uint32(1))
+    with pytest.raises(InvalidArgument, match="4 bytes, got 8"):
+        prepared.set_scalar(1, np.uint64(1))
+    assert prepared.args[1] == np.uint32(0xABCD)
+
+
 @pytest.mark.parametrize("code,error", [(1, "CudaInvalidArgument"), (700, "CudaError")])
 def test_prepared_launch_failure_is_the_same_typed_error(world: Any, mode: str, code: int, error: str) -> None:
     from hrx_gpu.cuda.kernel import CudaPreparedDispatch

@@ -286,3 +286,12 @@ def test_deferred_release_waits_for_idle_queues() -> None:
     assert freed[-1] == ("device", 3)
     device.release_memory("device", 4, 8)
     assert device.reclaim() == 0 and device.reclaim(force=True) == 1 and freed[-1] == ("device", 4)
+
+
+def test_kernel_argument_limit_by_driver_and_architecture() -> None:
+    """32764 bytes of kernel parameters need a CUDA 12.1 driver and Volta or newer;
+    anything else takes 4096."""
+    from hrx_gpu.cuda.device import max_kernel_arg_bytes
+
+    assert max_kernel_arg_bytes(13000, 9) == max_kernel_arg_bytes(12010, 7) == 32764
+    assert max_kernel_arg_bytes(12000, 9) == max_kernel_arg_bytes(12040, 6) == 4096

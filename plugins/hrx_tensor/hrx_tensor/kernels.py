@@ -23,7 +23,9 @@ against 40), for grids that eight blocks an SM fill better.
 (16, 8, 4, 2 or 1 -- the widest dividing the row size and both offsets) from table
 rows selected by int64 indices: bit-exact for every dtype. A group of threads per
 row (:func:`gather_launch` sizes it from the row length), several rows per block,
-four streaming loads in flight per thread.
+four streaming loads in flight per thread. ``hrx_tensor_gather_i<CAP>`` is the same
+copy with up to CAP uint32 indices passed in the launch's parameters (a record scalar,
+:data:`GATHER_PARAM_CAPS`): no kernel waits on a read of host memory for its rows.
 
 Both sources also compile for gfx1151 (``hrx_gpu.amdgpu``; ``__AMDGCN__`` selects the
 portable streaming load there).
@@ -472,6 +474,21 @@ __device__ __forceinline__ void hrx_gather_row(const T* __restrict__ s, T* __res
     }
 }
 
+// Output row ``row`` from table row ``src_row``, by this thread's lane of its row's group.
+__device__ __forceinline__ void hrx_gather_one(const unsigned char* __restrict__ table, unsigned long long src_row,
+                                               unsigned char* __restrict__ out, unsigned long long row,
+                                               unsigned long long row_units, unsigned int width,
+                                               unsigned int lane, unsigned int tpr) {
+    const unsigned long long src = src_row * row_units, dst = row * row_units;
+    switch (width) {
+        case 16: hrx_gather_row(reinterpret_cast<const uint4*>(table) + src, reinterpret_cast<uint4*>(out) + dst, row_units, lane, tpr); break;
+        case 8: hrx_gather_row(reinterpret_cast<const uint2*>(table) + src, reinterpret_cast<uint2*>(out) + dst, row_units, lane, tpr); break;
+        case 4: hrx_gather_row(reinterpret_cast<const unsigned int*>(table) + src, reinterpret_cast<unsigned int*>(out) + dst, row_units, lane, tpr); break;
+        case 2: hrx_gather_row(reinterpret_cast<const unsigned short*>(table) + src, reinterpret_cast<unsigned short*>(out) + dst, row_units, lane, tpr); break;
+        default: hrx_gather_row(table + src, out + dst, row_units, lane, tpr); break;
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(256)
 hrx_tensor_gather(const unsigned char* __restrict__ table, const long long* __restrict__ idx,
                   unsigned char* __restrict__ out, unsigned long long row_units, unsigned int width,
@@ -480,15 +497,8 @@ hrx_tensor_gather(const unsigned char* __restrict__ table, const long long* __re
     const unsigned long long t = (blockIdx.x + (unsigned long long)blockIdx.y * gridDim.x) * blockDim.x + threadIdx.x;
     const unsigned long long row = t >> shift;
     if (row >= n) return;
-    const unsigned int tpr = 1u << shift, lane = (unsigned int)t & (tpr - 1u);
-    const unsigned long long src = (unsigned long long)idx[row] * row_units, dst = row * row_units;
-    switch (width) {
-        case 16: hrx_gather_row(reinterpret_cast<const uint4*>(table) + src, reinterpret_cast<uint4*>(out) + dst, row_units, lane, tpr); break;
-        case 8: hrx_gather_row(reinterpret_cast<const uint2*>(table) + src, reinterpret_cast<uint2*>(out) + dst, row_units, lane, tpr); break;
-        case 4: hrx_gather_row(reinterpret_cast<const unsigned int*>(table) + src, reinterpret_cast<unsigned int*>(out) + dst, row_units, lane, tpr); break;
-        case 2: hrx_gather_row(reinterpret_cast<const unsigned short*>(table) + src, reinterpret_cast<unsigned short*>(out) + dst, row_units, lane, tpr); break;
-        default: hrx_gather_row(table + src, out + dst, row_units, lane, tpr); break;
-    }
+    const unsigned int tpr = 1u << shift;
+    hrx_gather_one(table, (unsigned long long)idx[row], out, row, row_units, width, (unsigned int)t & (tpr - 1u), tpr);
 }
 """
 
@@ -721,6 +731,63 @@ GATHER = Kernel(
     programmatic=True,
 )
 
+#: Index capacities of the gather kernels that take their indices in the launch's
+#: parameters (uint32 records of 1, 4 and 16 KiB): the plan takes the smallest that
+#: holds a call's indices, where the device passes that many argument bytes
+#: (limits.max_kernel_arg_bytes: 4096 on any CUDA device and amdgpu, 32764 on CUDA
+#: 12.1+ and the host engine). Measured on an H100 (bench/tools/gather_param_probe.py):
+#: indices in pinned host memory cost the kernel a PCIe read before its first row.
+GATHER_PARAM_CAPS = (256, 1024, 4096)
+
+
+def gather_index_dtype(cap: int) -> np.dtype:
+    """The record of ``cap`` uint32 indices hrx_tensor_gather_i<cap> takes by value."""
+    return np.dtype([("v", np.uint32, (cap,))])
+
+
+def _gather_param_host(table: np.ndarray, out: np.ndarray, row_units: np.uint64, width: np.uint32,
+                       n: np.uint64 | int, shift: np.uint32, idx: np.void) -> None:
+    row_bytes = int(row_units) * int(width)
+    n = int(n)
+    src = table.reshape(-1, row_bytes)
+    np.take(src, idx["v"][:n], axis=0, out=out[: n * row_bytes].reshape(n, row_bytes), mode="clip")
+
+
+#: hrx_tensor_gather with its indices in the kernel's parameters: a record of CAP
+#: uint32 (the plan's capacity class; entries past n are never read), read in place --
+#: every lane of a row's group reads the same entry, one broadcast from the constant
+#: cache. (``%(cap)d``: the capacity.)
+GATHER_PARAM_CUDA = r"""
+struct HrxGatherIndex%(cap)d { unsigned int v[%(cap)d]; };
+
+extern "C" __global__ void __launch_bounds__(256)
+hrx_tensor_gather_i%(cap)d(const unsigned char* __restrict__ table, unsigned char* __restrict__ out,
+                         unsigned long long row_units, unsigned int width, unsigned long long n, unsigned int shift,
+                         const __grid_constant__ HrxGatherIndex%(cap)d idx) {
+    hrx_grid_dependencies();
+    const unsigned long long t = (blockIdx.x + (unsigned long long)blockIdx.y * gridDim.x) * blockDim.x + threadIdx.x;
+    const unsigned long long row = t >> shift;
+    if (row >= n) return;
+    const unsigned int tpr = 1u << shift;
+    hrx_gather_one(table, idx.v[row], out, row, row_units, width, (unsigned int)t & (tpr - 1u), tpr);
+}
+"""
+
+
+def _gather_param_kernel(cap: int) -> Kernel:
+    return Kernel(
+        f"hrx_tensor_gather_i{cap}",
+        buffers=("read", "write"),
+        scalars=(np.uint64, np.uint32, np.uint64, np.uint32, gather_index_dtype(cap)),
+        host=_gather_param_host,
+        cuda=GATHER_CUDA + GATHER_PARAM_CUDA % {"cap": cap},
+        programmatic=True,
+    )
+
+
+#: The parameter-index gather kernel of each capacity.
+GATHER_PARAM = {cap: _gather_param_kernel(cap) for cap in GATHER_PARAM_CAPS}
+
 #: Engines this distribution has kernels for.
 ENGINES = ("host", "cuda", "amdgpu")
 
@@ -729,7 +796,8 @@ def kernels_for(engine: str) -> dict[str, Kernel]:
     """The tensor kernels for ``engine`` by name (empty where there are none)."""
     if engine not in ENGINES:
         return {}
+    params = {k.name: k for k in GATHER_PARAM.values()}
     if engine == "cuda":
         return {LINEAR.name: LINEAR, GATHER.name: GATHER, LINEAR_BULK.name: LINEAR_BULK,
-                LINEAR_BULK_T256.name: LINEAR_BULK_T256, LINEAR_B8.name: LINEAR_B8}
-    return {LINEAR.name: LINEAR, GATHER.name: GATHER}
+                LINEAR_BULK_T256.name: LINEAR_BULK_T256, LINEAR_B8.name: LINEAR_B8, **params}
+    return {LINEAR.name: LINEAR, GATHER.name: GATHER, **params}

@@ -94,8 +94,9 @@ INDEX_SOURCE = r"""
 #include <Python.h>
 #include <stdint.h>
 
-/* copy(src, dst, rows): copy the indices of ``src`` (a C-contiguous one-dimensional
-   int64 or int32 buffer) into ``dst`` (writable bytes, 8 a index) as int64 and check
+/* copy(src, dst, rows[, dst_width]): copy the indices of ``src`` (a C-contiguous one-dimensional
+   int64 or int32 buffer) into ``dst`` (writable bytes, 8 a index: int64; or 4 with
+   dst_width 4: uint32, for tables of at most 2**32 rows) and check
    every one against ``rows`` in the same pass (viewed as unsigned, a negative index
    is out of range too): True if all are in range, False if not (``dst`` then holds
    garbage), None if ``src`` is not such a buffer (the caller copies it). The GIL is
@@ -103,13 +104,20 @@ INDEX_SOURCE = r"""
    (5 ms) to get it back from another Python thread. */
 static PyObject *copy_indices(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "copy(src, dst, rows)");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "copy(src, dst, rows[, dst_width])");
         return NULL;
     }
     unsigned long long rows = PyLong_AsUnsignedLongLong(args[2]);
     if (rows == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
+    long out_width = nargs == 4 ? PyLong_AsLong(args[3]) : 8;
+    if (out_width == -1 && PyErr_Occurred())
+        return NULL;
+    if (out_width != 8 && !(out_width == 4 && rows <= 4294967296ull)) {
+        PyErr_SetString(PyExc_ValueError, "dst_width: 8, or 4 for at most 2**32 rows");
+        return NULL;
+    }
     Py_buffer src, dst;
     if (PyObject_GetBuffer(args[0], &src, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
         PyErr_Clear();
@@ -134,7 +142,7 @@ static PyObject *copy_indices(PyObject *module, PyObject *const *args, Py_ssize_
         return NULL;
     }
     Py_ssize_t n = src.len / width;
-    if (dst.len < n * 8) {
+    if (dst.len < n * out_width) {
         PyBuffer_Release(&src);
         PyBuffer_Release(&dst);
         PyErr_Format(PyExc_ValueError, "dst: %zd bytes hold fewer than %zd indices", dst.len, n);
@@ -142,7 +150,25 @@ static PyObject *copy_indices(PyObject *module, PyObject *const *args, Py_ssize_
     }
     int64_t *d = (int64_t *)dst.buf;
     int bad = 0;
-    if (width == 8) {
+    if (out_width == 4) {
+        /* (a value >= rows is out of range; what its low 32 bits wrote is never launched) */
+        uint32_t *d4 = (uint32_t *)dst.buf;
+        if (width == 8) {
+            const int64_t *s = (const int64_t *)src.buf;
+            for (Py_ssize_t i = 0; i < n; ++i) {
+                int64_t v = s[i];
+                d4[i] = (uint32_t)v;
+                bad |= (uint64_t)v >= rows;
+            }
+        } else {
+            const int32_t *s = (const int32_t *)src.buf;
+            for (Py_ssize_t i = 0; i < n; ++i) {
+                int64_t v = s[i];
+                d4[i] = (uint32_t)v;
+                bad |= (uint64_t)v >= rows;
+            }
+        }
+    } else if (width == 8) {
         const int64_t *s = (const int64_t *)src.buf;
         for (Py_ssize_t i = 0; i < n; ++i) {
             int64_t v = s[i];
@@ -163,7 +189,7 @@ static PyObject *copy_indices(PyObject *module, PyObject *const *args, Py_ssize_
 }
 
 static PyMethodDef methods[] = {
-    {"copy", (PyCFunction)(void (*)(void))copy_indices, METH_FASTCALL, "copy(src, dst, rows) -> True, False or None"},
+    {"copy", (PyCFunction)(void (*)(void))copy_indices, METH_FASTCALL, "copy(src, dst, rows[, dst_width]) -> True, False or None"},
     {NULL}
 };
 
@@ -271,17 +297,20 @@ def gemv(w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, k: int) -> bool:
 
 
 class IndexWriter:
-    """Copies gather indices into host-visible int64 memory and range-checks them in
-    the same pass: the compiled copy where it builds (one C call through the buffer
-    protocol, keeping the GIL), else two numpy passes (a copy, then an unsigned max
-    over what was written)."""
+    """Copies gather indices into host-visible int64 memory (or, with ``width=4``, a
+    uint32 record for tables of at most 2**32 rows) and range-checks them in the same
+    pass: the compiled copy where it builds (one C call through the buffer protocol,
+    keeping the GIL), else numpy passes (a range check, then a copy)."""
 
-    __slots__ = ("_bytes", "_copy", "_dst")
+    __slots__ = ("_bytes", "_copy", "_dst", "_width")
 
-    def __init__(self, dst: np.ndarray) -> None:
-        """``dst``: the uint8 host view of the index memory (8 bytes per index)."""
+    def __init__(self, dst: np.ndarray, width: int = 8) -> None:
+        """``dst``: the uint8 host view of the index memory (``width`` bytes per index)."""
+        if width not in (4, 8):
+            raise ValueError(f"width: 4 or 8, got {width!r}")
         self._bytes = dst
-        self._dst = dst.view(np.int64)
+        self._width = width
+        self._dst = dst.view(np.int64 if width == 8 else np.uint32)
         self._copy = _index_functions()
 
     def write(self, idx: np.ndarray, rows: int) -> bool:
@@ -289,11 +318,16 @@ class IndexWriter:
         outside ``0 .. rows - 1`` (the memory then holds garbage: launch nothing)."""
         copy = self._copy
         if copy is not None:
-            ok = copy(idx, self._bytes, rows)
+            ok = copy(idx, self._bytes, rows) if self._width == 8 else copy(idx, self._bytes, rows, 4)
             if ok is not None:
                 return bool(ok)
         n = idx.shape[0]
         dst = self._dst[:n]
+        if self._width == 4:
+            if n and (int(idx.min()) < 0 or int(idx.max()) >= rows):
+                return False
+            np.copyto(dst, idx, casting="unsafe")
+            return True
         np.copyto(dst, idx, casting="unsafe")  # keeps the bits of uint64 >= 2**63: out of range below
         return int(dst.view(np.uint64).max()) < rows
 

@@ -133,6 +133,20 @@ class GatherSlot(Slot):
         return done
 
 
+class GatherParamSlot(Slot):
+    """A gather's output, and the host record of indices its launches pass by value
+    (a kernel of :data:`~.kernels.GATHER_PARAM`): each launch copies the record, so
+    the next call rewrites it at once -- no ring, no wait."""
+
+    __slots__ = ("record", "writer")
+
+    def __init__(self, out: Buffer, cap: int) -> None:
+        super().__init__([out])
+        raw = np.zeros(cap * 4, np.uint8)
+        self.record = raw.view(_kernels.gather_index_dtype(cap))[0]  # a view of raw
+        self.writer = native.IndexWriter(raw, width=4)
+
+
 def _key_part(value: Any) -> Any:
     """An argument as part of a spec dict key: with its exact type (so 1 and 1.0 or a
     str subclass never share a spec); raises TypeError if unhashable."""
@@ -166,6 +180,10 @@ class TensorOps(OpFamily):
     #: ``hrx_tensor_linear_b8`` where eight blocks an SM fill the grid better; tests
     #: compare both kernels by setting it False before creating a TensorOps).
     use_budget_linear = True
+    #: Let gather_rows pass up to 4096 indices in the launch's parameters where the
+    #: device takes that many argument bytes (kernels.GATHER_PARAM_CAPS); tests compare
+    #: both paths by setting it False before creating a TensorOps.
+    use_param_gather = True
 
     def __init__(self, device: Any, *, plan_cache: PlanCache | None = None, stream: Stream | None = None) -> None:
         super().__init__(device, plan_cache=plan_cache, stream=stream)
@@ -195,6 +213,15 @@ class TensorOps(OpFamily):
         # per-call spec dicts: call shapes -> what the checks and the plan derive from them
         self._linear_specs: dict[Any, tuple[Any, ...]] = {}
         self._gather_specs: dict[Any, tuple[Any, ...]] = {}
+        # gathers with their indices in the launch's parameters (kernels.GATHER_PARAM):
+        # beside this distribution's own gather, each capacity the device's argument
+        # limit takes, smallest first
+        self._gather_params: list[tuple[int, Kernel]] = []
+        if self.use_param_gather and self._gather is _kernels.GATHER:
+            limit = device.info.limits.max_kernel_arg_bytes
+            for cap, kernel in sorted(_kernels.GATHER_PARAM.items()):
+                if kernel.argument_bytes <= limit:
+                    self._gather_params.append((cap, kernel))
 
     # -- tensors ------------------------------------------------------------------
 
@@ -485,6 +512,21 @@ class TensorOps(OpFamily):
             # call changes nothing); a warm one checks them while writing them below
             idx = self._check_indices(idx, rows)
             plan, slot = self._take(key, prepare)
+        if type(slot) is GatherParamSlot:
+            try:
+                if not slot.writer.write(idx, rows):
+                    raise self._out_of_range(idx, rows)
+                view = slot.outputs
+                if view is None:
+                    view = slot.outputs = slot.buffers[0].view()
+                slot.order_after_users(self.stream)
+                done = slot.done = slot.launcher.launch(self.stream, plan.kernel, plan.grid, plan.block, plan.scalars,
+                                                        [table.view, view], (4, slot.record))
+            except BaseException:
+                plan.give(slot)
+                raise
+            hold = SharedHold(lambda: plan.give(slot))
+            return DeviceTensor._output(view, shape, table.dtype, done, self.stream, hold)
         assert isinstance(slot, GatherSlot)
         try:
             entry = slot.take()
@@ -507,8 +549,21 @@ class TensorOps(OpFamily):
             raise InvalidArgument(f"table: rows of shape {list(table.shape[1:])} are empty")
         width = next(w for w in (16, 8, 4, 2, 1) if row_bytes % w == 0 and table.view.start % w == 0)
         units = row_bytes // width
-        key = ("gather", row_bytes, width, n)
         device = self.device
+        rows = table.shape[0]
+        for cap, kernel in self._gather_params if rows <= 2**32 else ():
+            if n <= cap:
+                pkey = ("gather_i", row_bytes, width, n, cap)
+                record = np.zeros((), _kernels.gather_index_dtype(cap))
+
+                def prepare_param(kernel: Kernel = kernel, cap: int = cap, pkey: Any = pkey) -> Plan:
+                    grid, block, shift = _kernels.gather_launch(units, n)
+                    scalars = kernel.check_scalars((np.uint64(units), np.uint32(width), np.uint64(n), np.uint32(shift), record))
+                    return Plan(pkey, grid, block, scalars, lambda: GatherParamSlot(device.allocate(n * row_bytes), cap),
+                                kernel=kernel)
+
+                return pkey, prepare_param, rows, (n, *table.shape[1:])
+        key = ("gather", row_bytes, width, n)
         gather = self._gather
 
         def prepare() -> Plan:

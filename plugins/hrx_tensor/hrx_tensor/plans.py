@@ -100,24 +100,30 @@ class Launcher:
         self.others: dict[tuple[int, ...], tuple[Any, list[_Bound]]] = {}
 
     def launch(self, stream: Any, kernel: Any, grid: Any, block: Any, scalars: tuple[Any, ...],
-               views: Sequence[Any]) -> Any:
+               views: Sequence[Any], scalar: tuple[int, Any] | None = None) -> Any:
+        """Launch over ``views``; ``scalar``: (index, value) given to the chosen prepared
+        launch first (``PreparedLaunch.set_scalar``: a per-call value, such as a record
+        of indices, that launches made before keep their own copy of)."""
         prepared = self.prepared
         if prepared is not None and self.stream is stream:
             bound = self.bound
             i = 0
             for v in views:
                 if not bound[i].holds(v):
-                    return self._switch(stream, kernel, grid, block, scalars, views)
+                    prepared = self._switch(stream, kernel, grid, block, scalars, views)
+                    break
                 i += 1
-            return prepared.launch()
-        self.close()
-        prepared = stream.prepare(kernel, grid, views, block=block, scalars=scalars)
-        self.prepared, self.stream, self.bound, self.ids = prepared, stream, [_Bound(v) for v in views], _ids(views)
+        else:
+            self.close()
+            prepared = stream.prepare(kernel, grid, views, block=block, scalars=scalars)
+            self.prepared, self.stream, self.bound, self.ids = prepared, stream, [_Bound(v) for v in views], _ids(views)
+        if scalar is not None:
+            prepared.set_scalar(*scalar)
         return prepared.launch()
 
     def _switch(self, stream: Any, kernel: Any, grid: Any, block: Any, scalars: tuple[Any, ...],
                 views: Sequence[Any]) -> Any:
-        """Launch over ``views``, which the current launch is not bound to."""
+        """The prepared launch over ``views``, which the current launch is not bound to."""
         ids = _ids(views)
         others = self.others
         entry = others.pop(ids, None)
@@ -140,7 +146,7 @@ class Launcher:
         if prepared is not self.prepared:
             others[self.ids] = (self.prepared, self.bound)
         self.prepared, self.bound, self.ids = prepared, bound, ids
-        return prepared.launch()
+        return prepared
 
     def close(self) -> None:
         """Unbind every kept launch (launches in flight keep what they use)."""

@@ -17,3 +17,27 @@ def ops(dev):
     from hrx_tensor import TensorOps
 
     return TensorOps(dev)
+
+
+def make_ops(dev, *, param_gather: bool, **kwargs):
+    """A TensorOps whose gather_rows passes indices in the launch's parameters where
+    the device allows (``param_gather``) or always through host-visible memory."""
+    from hrx_tensor import TensorOps
+
+    class Ops(TensorOps):
+        use_param_gather = param_gather
+
+    return Ops(dev, **kwargs)
+
+
+@pytest.fixture(scope="module", params=["params", "ring"])
+def gops(dev, request):
+    """TensorOps for gather tests, once per index path: indices in the launch's
+    parameters (where the device takes them) and in a ring of host-visible memory."""
+    return make_ops(dev, param_gather=request.param == "params")
+
+
+@pytest.fixture(scope="module")
+def ring_ops(dev):
+    """TensorOps whose gathers read their indices from host-visible memory (the ring)."""
+    return make_ops(dev, param_gather=False)

@@ -18,6 +18,7 @@ from hrx_tensor import DeviceTensor, TensorOps, native
 from hrx_tensor import ops as ops_module
 from hrx_tensor.plans import LRU_TOUCH
 from ml_dtypes import bfloat16
+from conftest import make_ops
 from test_tensor_ops import check_f32, rand_bf16, reference
 
 from hrx_core.errors import AccessConflict, InvalidArgument, OutOfBounds, Unsupported
@@ -25,8 +26,9 @@ from hrx_core.execution.plan_cache import PlanCache
 
 
 def fresh(ops):
-    """A TensorOps with empty spec and plan dicts and its own cache (the slow path)."""
-    return TensorOps(ops.device, stream=ops.stream, plan_cache=PlanCache(max_plans=8))
+    """A TensorOps with empty spec and plan dicts and its own cache (the slow path), on
+    the same gather path as ``ops``."""
+    return make_ops(ops.device, param_gather=bool(ops._gather_params), stream=ops.stream, plan_cache=PlanCache(max_plans=8))
 
 
 def linear_f32(ops, x, w):
@@ -50,22 +52,22 @@ def test_linear_fast_path_equals_slow_path(ops):
         a.close(), b.close()
 
 
-def test_gather_fast_path_equals_slow_path(ops):
+def test_gather_fast_path_equals_slow_path(gops):
     rng = np.random.default_rng(22)
     table = rng.integers(-(2**31), 2**31, (300, 24), dtype=np.int32)
-    t = ops.upload(table)
+    t = gops.upload(table)
     for dtype in (np.int64, np.int32, np.uint16, np.int8):
         for _ in range(3):
             idx = rng.integers(0, 128, 57).astype(dtype)
-            with ops.gather_rows(t, idx) as a, fresh(ops).gather_rows(t, list(idx)) as b:
+            with gops.gather_rows(t, idx) as a, fresh(gops).gather_rows(t, list(idx)) as b:
                 assert a.numpy().tobytes() == b.numpy().tobytes() == table[idx.astype(np.int64)].tobytes()
     strided = np.arange(0, 200, 2)[::3]  # not contiguous: the numpy writer
-    with ops.gather_rows(t, strided) as a:
+    with gops.gather_rows(t, strided) as a:
         assert a.numpy().tobytes() == table[strided].tobytes()
 
 
 @pytest.mark.parametrize("writer", ["compiled", "numpy"])
-def test_gather_range_check_in_the_index_write(ops, dev, monkeypatch, writer):
+def test_gather_range_check_in_the_index_write(gops, dev, monkeypatch, writer):
     """A bad index after the fast path is warm is the typed error, launches nothing,
     and leaves the next call correct -- with either index writer."""
     if writer == "numpy":
@@ -73,19 +75,19 @@ def test_gather_range_check_in_the_index_write(ops, dev, monkeypatch, writer):
     elif native._index_functions() is None:
         pytest.skip(f"no compiled index writer: {native.why_unavailable()}")
     table = np.arange(40 * 3, dtype=np.float32).reshape(40, 3)
-    t = ops.upload(table)
+    t = gops.upload(table)
     rng = np.random.default_rng(23)
     for _ in range(3):
-        ops.gather_rows(t, rng.integers(0, 40, 16)).close()
+        gops.gather_rows(t, rng.integers(0, 40, 16)).close()
     dispatches = dev.stats.dispatches
     for bad, text in [([0, 40] + [1] * 14, "40 is outside 0..39"), ([-1] + [0] * 15, "-1 is outside"),
                       (np.array([3] * 15 + [2**63 + 5], np.uint64), str(2**63 + 5)),
                       (np.array([1] * 15 + [-7], np.int32), "-7 is outside")]:
         with pytest.raises(OutOfBounds, match=text):
-            ops.gather_rows(t, np.asarray(bad))
+            gops.gather_rows(t, np.asarray(bad))
     assert dev.stats.dispatches == dispatches
     idx = rng.integers(0, 40, 16)
-    with ops.gather_rows(t, idx) as y:
+    with gops.gather_rows(t, idx) as y:
         assert y.numpy().tobytes() == table[idx].tobytes()
 
 
@@ -101,23 +103,74 @@ def _gather_ring(ops, cols: int) -> int:
 
 
 @pytest.mark.parametrize("cols, ring", [(8, 8), (256, ops_module.INDEX_RING)])
-def test_gather_ring_reuse_and_held_results(ops, cols, ring):
+def test_gather_ring_reuse_and_held_results(ring_ops, cols, ring):
     """More calls than index ring entries, results closed at once (entries reused
     while earlier gathers may run) and held (distinct slots): every result is its own.
     Narrow rows get a ring of 8 entries (its indices within the output's bytes), wide
     rows the whole INDEX_RING."""
     rng = np.random.default_rng(24)
     table = rng.integers(0, 2**16, (64, cols), dtype=np.uint16)
-    t = ops.upload(table)
-    ops.gather_rows(t, rng.integers(0, 64, 33)).close()
-    assert _gather_ring(ops, cols) == ring
+    t = ring_ops.upload(table)
+    ring_ops.gather_rows(t, rng.integers(0, 64, 33)).close()
+    assert _gather_ring(ring_ops, cols) == ring
     picks = [rng.integers(0, 64, 33) for _ in range(3 * ops_module.INDEX_RING + 1)]
     for p in picks:
-        ops.gather_rows(t, p).close()
-    held = [(p, ops.gather_rows(t, p)) for p in picks[:5]]
-    closed_meanwhile = [ops.gather_rows(t, p) for p in picks[5:]]
+        ring_ops.gather_rows(t, p).close()
+    held = [(p, ring_ops.gather_rows(t, p)) for p in picks[:5]]
+    closed_meanwhile = [ring_ops.gather_rows(t, p) for p in picks[5:]]
     for y in closed_meanwhile:
         y.close()
+    for p, y in held:
+        assert y.numpy().tobytes() == table[p].tobytes()
+        y.close()
+
+
+def test_gather_plan_picks_the_smallest_param_capacity(dev):
+    """Index counts up to each capacity the device's argument limit takes go in the
+    launch's parameters (the smallest record that holds them); more go through the ring."""
+    from hrx_tensor import kernels as tk
+
+    ops = make_ops(dev, param_gather=True)
+    limit = dev.info.limits.max_kernel_arg_bytes
+    caps = [c for c in tk.GATHER_PARAM_CAPS if tk.GATHER_PARAM[c].argument_bytes <= limit]
+    assert [c for c, _ in ops._gather_params] == caps
+    assert make_ops(dev, param_gather=False)._gather_params == []
+    table = np.arange(64 * 4, dtype=np.uint32).reshape(64, 4)
+    t = ops.upload(table)
+    rng = np.random.default_rng(31)
+    for n in (1, 256, 257, 1024, 1025, 4096, 4097):
+        idx = rng.integers(0, 64, n)
+        with ops.gather_rows(t, idx) as y:
+            assert y.numpy().tobytes() == table[idx].tobytes()
+        cap = next((c for c in caps if n <= c), None)
+        key = ("gather_i", 16, 16, n, cap) if cap else ("gather", 16, 16, n)
+        assert key in ops._front, (n, sorted(k for k in ops._front if k[0].startswith("gather")))
+
+
+def test_gather_params_keep_each_calls_indices(dev):
+    """Every call's indices travel with its launch: calls made back to back -- results
+    closed at once (one slot, its record rewritten while earlier gathers wait) or held
+    -- each give their own rows. On the host engine a gate kernel holds the stream
+    shut, so every launch is queued before the record is rewritten."""
+    import threading
+
+    from hrx_core.kernel import Kernel
+
+    ops = make_ops(dev, param_gather=True)
+    if not ops._gather_params:
+        pytest.skip(f"{dev.name} takes no index record")
+    rng = np.random.default_rng(32)
+    table = rng.integers(0, 2**31, (512, 8), dtype=np.int32)
+    t = ops.upload(table)
+    ops.gather_rows(t, rng.integers(0, 512, 100)).close()
+    picks = [rng.integers(0, 512, 100) for _ in range(20)]
+    gate = threading.Event()
+    if dev.info.engine == "host":
+        ops.stream.dispatch(Kernel("gate", buffers=0, host=lambda: gate.wait(30)), 1, [])
+    for p in picks[:10]:
+        ops.gather_rows(t, p).close()
+    held = [(p, ops.gather_rows(t, p)) for p in picks]
+    gate.set()
     for p, y in held:
         assert y.numpy().tobytes() == table[p].tobytes()
         y.close()
@@ -287,20 +340,20 @@ def test_same_shape_bad_tensor_after_warm_path(ops, dev):
     assert dev.stats.dispatches == dispatches
 
 
-def test_refused_gather_allocates_nothing(ops, dev):
+def test_refused_gather_allocates_nothing(gops, dev):
     """A bad index on a cold call (no plan yet) or with every slot held (a new slot
     would be made) is refused before anything is prepared or allocated."""
-    table = ops.upload(np.arange(30, dtype=np.int16).reshape(10, 3))
-    ops.stream.synchronize()
+    table = gops.upload(np.arange(30, dtype=np.int16).reshape(10, 3))
+    gops.stream.synchronize()
     before = (dev.stats.allocations, dev.stats.live_bytes, dev.stats.dispatches)
     for bad in ([0, 10], np.array([11], np.uint64), np.array([-2, 0], np.int32)):
         with pytest.raises(OutOfBounds):
-            ops.gather_rows(table, bad)
+            gops.gather_rows(table, bad)
     assert (dev.stats.allocations, dev.stats.live_bytes, dev.stats.dispatches) == before
-    held = ops.gather_rows(table, [1, 2])  # the plan's only slot is now held
+    held = gops.gather_rows(table, [1, 2])  # the plan's only slot is now held
     before = (dev.stats.allocations, dev.stats.live_bytes, dev.stats.dispatches)
     with pytest.raises(OutOfBounds):
-        ops.gather_rows(table, [3, 10])
+        gops.gather_rows(table, [3, 10])
     assert (dev.stats.allocations, dev.stats.live_bytes, dev.stats.dispatches) == before
     assert held.numpy().tobytes() == np.arange(30, dtype=np.int16).reshape(10, 3)[[1, 2]].tobytes()
     held.close()

@@ -82,7 +82,7 @@ def test_linear_many_matches_separate(ops):
 
 
 @pytest.mark.parametrize("dtype", [bfloat16, np.int8, np.float64])
-def test_gather_rows_bit_exact(ops, dtype):
+def test_gather_rows_bit_exact(gops, dtype):
     rng = np.random.default_rng(2)
     rows, cols = 50, 24
     if dtype is bfloat16:
@@ -95,7 +95,7 @@ def test_gather_rows_bit_exact(ops, dtype):
     else:
         table = rng.integers(-128, 128, (rows, cols), dtype=np.int8)
     idx = [3, 0, 49, 3, 3, 17, 2]
-    with ops.upload(table) as tt, ops.gather_rows(tt, np.array(idx)) as out:
+    with gops.upload(table) as tt, gops.gather_rows(tt, np.array(idx)) as out:
         assert out.shape == (len(idx), cols) and out.dtype == np.dtype(dtype)
         got = out.numpy()
     np.testing.assert_array_equal(got.view(np.uint8), table[idx].view(np.uint8))
@@ -108,7 +108,7 @@ GATHER_GEOMETRIES = [(16, 1), (48, 5), (1536, 1), (1536, 700), (8192, 300), (819
 
 
 @pytest.mark.parametrize("row_bytes,n", GATHER_GEOMETRIES, ids=[f"{b}Bx{n}" for b, n in GATHER_GEOMETRIES])
-def test_gather_rows_geometries(ops, row_bytes, n):
+def test_gather_rows_geometries(gops, row_bytes, n):
     from hrx_tensor.kernels import gather_launch
 
     rng = np.random.default_rng(row_bytes * 7 + n)
@@ -118,16 +118,16 @@ def test_gather_rows_geometries(ops, row_bytes, n):
     idx[0] = rows - 1
     grid, block, shift = gather_launch(row_bytes // 16 or 1, n)
     assert grid * block >= n << shift and block % 32 == 0 and block <= 256
-    with ops.upload(table) as tt, ops.gather_rows(tt, idx) as out:
+    with gops.upload(table) as tt, gops.gather_rows(tt, idx) as out:
         np.testing.assert_array_equal(out.numpy(), table[idx])
 
 
-def test_gather_rows_odd_rows_and_list(ops):
+def test_gather_rows_odd_rows_and_list(gops):
     table = np.arange(7 * 3, dtype=np.uint8).reshape(7, 3)  # 3-byte rows: byte-wise copies
-    with ops.upload(table) as tt:
-        np.testing.assert_array_equal(ops.gather_rows(tt, [6, 0, 6]).numpy(), table[[6, 0, 6]])
-        one_d = ops.upload(np.arange(9, dtype=np.int16))
-        np.testing.assert_array_equal(ops.gather_rows(one_d, [8, 1]).numpy(), [8, 1])
+    with gops.upload(table) as tt:
+        np.testing.assert_array_equal(gops.gather_rows(tt, [6, 0, 6]).numpy(), table[[6, 0, 6]])
+        one_d = gops.upload(np.arange(9, dtype=np.int16))
+        np.testing.assert_array_equal(gops.gather_rows(one_d, [8, 1]).numpy(), [8, 1])
 
 
 def _state(ops, dest):
@@ -361,20 +361,20 @@ def test_idle_slot_does_not_keep_inputs_alive(ops):
     assert dev.stats.live_bytes <= before - 4096 * 128 * 2
 
 
-def test_back_to_back_gathers(ops):
+def test_back_to_back_gathers(gops):
     """Indices live in host-visible slot memory that the next call on the slot may
     overwrite while an earlier, already closed gather still runs: results that are
     still held are never affected, and every index stays in range."""
     rng = np.random.default_rng(13)
     table = rng.integers(0, 2**31, (512, 64), dtype=np.int32)
-    t = ops.upload(table)
+    t = gops.upload(table)
     picks = [rng.integers(0, 512, 300) for _ in range(12)]
     for p in picks:  # closed at once: one slot, rewritten while the last may run
-        ops.gather_rows(t, p).close()
-    last = ops.gather_rows(t, picks[0])
+        gops.gather_rows(t, p).close()
+    last = gops.gather_rows(t, picks[0])
     np.testing.assert_array_equal(last.numpy(), table[picks[0]])
     last.close()
-    held = [(p, ops.gather_rows(t, p)) for p in picks]  # all held: distinct slots
+    held = [(p, gops.gather_rows(t, p)) for p in picks]  # all held: distinct slots
     for p, y in held:
         np.testing.assert_array_equal(y.numpy(), table[p])
         y.close()

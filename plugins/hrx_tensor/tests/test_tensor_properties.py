@@ -58,13 +58,13 @@ DTYPES = [np.int8, np.uint16, np.float32, np.float64, bfloat16, np.int64]
     picks=st.lists(st.integers(0, 10**6), min_size=1, max_size=40),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_gather_rows_random(ops, dtype, rows, cols, picks, seed):
+def test_gather_rows_random(gops, dtype, rows, cols, picks, seed):
     rng = np.random.default_rng(seed)
     shape = (rows, *cols)
     raw = rng.integers(0, 256, int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8)
     table = raw.view(dtype).reshape(shape)  # arbitrary bit patterns: NaN payloads included
     idx = np.array([p % rows for p in picks])
-    with ops.upload(table) as t, ops.gather_rows(t, idx) as out:
+    with gops.upload(table) as t, gops.gather_rows(t, idx) as out:
         got = out.numpy()
     assert got.shape == (len(idx), *cols)
     assert got.tobytes() == np.take(table, idx, axis=0).tobytes()

@@ -54,6 +54,9 @@ DLPACK_ROCM = 10
 ARENA_BYTES = 1 << 20
 COMPUTE_QUEUES = 4
 COPY_QUEUES = 2
+#: Explicit kernel argument bytes a dispatch passes (its kernarg block adds the hidden
+#: arguments): HIP's 4 KiB, which every ROCm release takes.
+MAX_KERNEL_ARG_BYTES = 4096
 
 
 def memory_domain(provider: Provider) -> str:
@@ -197,6 +200,7 @@ class AmdgpuDevice(EngineDevice):
                 max_block=(1024, 1024, 1024),
                 max_threads_per_block=1024,
                 max_allocation_bytes=gtt,
+                max_kernel_arg_bytes=MAX_KERNEL_ARG_BYTES,
             ),
             targets=(TARGET,),
             memory_bytes=gtt,

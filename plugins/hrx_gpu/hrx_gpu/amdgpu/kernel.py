@@ -208,5 +208,18 @@ class AmdgpuPreparedDispatch(PreparedDispatch):
         args[index] = arg
         self.args = tuple(args)
 
+    def set_scalar(self, index: int, value: Any) -> None:
+        """Write scalar argument ``index`` into the kept kernarg block (each launch
+        copies the block into its submission's memory, so queued launches keep theirs)."""
+        scalars = [i for i, a in enumerate(self.args) if not isinstance(a, BufferArg)]
+        if index not in scalars:
+            raise InvalidArgument(f"argument {index} of {self.layout.name!r} is not a scalar")
+        offset, size = self.layout.values[scalars.index(index)]
+        data = np.asarray(value).tobytes()
+        if len(data) != size:
+            raise InvalidArgument(f"kernel {self.layout.name!r}: scalar {scalars.index(index)} is {len(data)} bytes, the kernel takes {size}")
+        super().set_scalar(index, value)
+        self.kernargs[offset : offset + size] = data
+
 
 __all__ = ["AmdgpuExecutable", "AmdgpuPreparedDispatch", "KernelLayout", "rank", "KERNARG_ALIGN"]

@@ -9,6 +9,8 @@
 // Provided:
 //   qualifiers   __global__ __device__ __host__ __shared__ __constant__ __forceinline__
 //                __launch_bounds__(threads[, min_blocks]) (-> amdgpu_flat_work_group_size)
+//                __grid_constant__ (nothing: by-value arguments live in the read-only
+//                kernarg segment and are indexed in place)
 //   indices      threadIdx blockIdx blockDim gridDim (blockDim and gridDim read the code
 //                object v5 implicit kernel arguments), warpSize (32), dim3, __lane_id()
 //   types        size_t ptrdiff_t (u)int{8,16,32,64}_t, CUDA vector types
@@ -62,6 +64,7 @@
 #define __shared__ __attribute__((shared))
 #define __constant__ __attribute__((constant))
 #define __forceinline__ __inline__ __attribute__((always_inline))
+#define __grid_constant__
 #define __launch_bounds__(...) __hrx_launch_bounds(__VA_ARGS__, 0)
 #define __hrx_launch_bounds(threads, ...) __attribute__((amdgpu_flat_work_group_size(1, threads)))
 

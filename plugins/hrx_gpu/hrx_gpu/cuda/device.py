@@ -138,6 +138,17 @@ def peak_memory_bandwidth(driver: Driver, dev: int) -> int:
     return 2 * clock_khz * 1000 * bus_bits // 8
 
 
+#: Kernel parameter bytes a launch may pass: 4096 on every device, 32764 on Volta
+#: (compute capability 7.0) and newer with a CUDA 12.1 or newer driver.
+KERNEL_ARG_BYTES_SMALL, KERNEL_ARG_BYTES_LARGE = 4096, 32764
+
+
+def max_kernel_arg_bytes(driver_version: int, major: int) -> int:
+    """The kernel parameter limit of a device of compute capability ``major``.x under a
+    driver of ``driver_version`` (cuDriverGetVersion's number, 12010 for 12.1)."""
+    return KERNEL_ARG_BYTES_LARGE if driver_version >= 12010 and major >= 7 else KERNEL_ARG_BYTES_SMALL
+
+
 def describe(driver: Driver, index: int) -> DeviceInfo:
     """DeviceInfo of device ``index`` (no context needed)."""
     dev = driver.device(index)
@@ -153,6 +164,7 @@ def describe(driver: Driver, index: int) -> DeviceInfo:
         max_block=(attr(dev, ATTR_MAX_BLOCK_DIM_X), attr(dev, ATTR_MAX_BLOCK_DIM_Y), attr(dev, ATTR_MAX_BLOCK_DIM_Z)),
         max_threads_per_block=attr(dev, ATTR_MAX_THREADS_PER_BLOCK),
         max_allocation_bytes=memory,
+        max_kernel_arg_bytes=max_kernel_arg_bytes(driver.version, major),
     )
     release = driver_release()
     properties = {

@@ -171,6 +171,21 @@ class CudaPreparedDispatch(PreparedDispatch):
         super().set_arg(index, arg)
         cell[0] = address
 
+    def set_scalar(self, index: int, value: Any) -> None:
+        """Write scalar argument ``index``'s new bytes into its packed cell in place
+        (bound launchers and launch records see it). ``cuLaunchKernel`` copies the
+        parameters when it is called, so launches made before keep their values."""
+        old = self.args[index] if 0 <= index < len(self.args) else None
+        if old is None or isinstance(old, BufferArg):
+            raise InvalidArgument(f"index: argument {index!r} of {self.executable.name!r} is not a scalar argument")
+        data = memoryview(value).cast("B")  # (numpy scalars and records: their bytes, no copy)
+        cell, ffi = self._keep[index], self._driver.ffi
+        if data.nbytes != ffi.sizeof(cell):
+            raise InvalidArgument(f"scalars: argument {index} of {self.executable.name!r} is "
+                                  f"{ffi.sizeof(cell)} bytes, got {data.nbytes}")
+        super().set_scalar(index, value)
+        ffi.memmove(cell, data, data.nbytes)
+
     def bind(self, queue: CudaQueue) -> Callable[[], None]:  # type: ignore[override]
         """A zero-argument launcher with every argument of cuLaunchKernel bound.
 
