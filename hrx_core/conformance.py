@@ -185,6 +185,14 @@ def test_record_scalars_travel_with_each_launch(hrx_device: Device) -> None:
     got = [s.download(b).view(np.uint32).tolist() for b in (first, second, third)]
     assert got == [list(range(1, 9)), list(range(10, 18)), list(range(20, 28))]
     launch.close()
+    g = s.access_graph()  # a recorded dispatch keeps its record through replays and rebinding
+    g.input("out", first)
+    g.dispatch(COPY_RECORD, 1, [first], block=32, scalars=(record8(range(30, 38)),))
+    g.launch()
+    g.launch(inputs={"out": second})
+    got = [s.download(b).view(np.uint32).tolist() for b in (first, second)]
+    assert got == [list(range(30, 38))] * 2
+    g.close()
 
 
 def test_a_failed_kernel_fails_what_depends_on_it(hrx_device: Device) -> None:
