@@ -740,7 +740,7 @@ static PyTypeObject ReplayerType = {
 /* ---- Runtime resubmission (hrx_core.execution.runtime.Runtime.submit) ---------------- */
 
 static PyObject *s_submit_plan, *s_gclosed, *s_fast_resubmit, *s_resubmit, *s_generation, *s_places,
-    *s_encode_signaled, *s_forget_failures, *s_stream, *s_inherits_previous,
+    *s_encode_signaled, *s_reported, *s_waited, *s_stream, *s_inherits_previous,
     *s_upstream, *s_room_taken, *s_sequence,
     *s_usequence, *s_add_uncounted, *s_observe, *s_quarantined, *s_releasing,
     *s_prove_idle, *s_give_room_back, *s_notice,
@@ -850,6 +850,39 @@ done:
     return r;
 }
 
+/* Stream._forget_failures without its Python frame: _reported = len(_values), and an
+   empty _waited (a fresh list only where it holds something). 0, or -1 with an exception */
+static int forget_failures(PyObject *stream)
+{
+    PyObject *values = PyObject_GetAttr(stream, s_values);
+    if (values == NULL)
+        return -1;
+    Py_ssize_t n = PyObject_Length(values);
+    Py_DECREF(values);
+    if (n < 0)
+        return -1;
+    PyObject *count = PyLong_FromSsize_t(n);
+    if (count == NULL)
+        return -1;
+    int bad = PyObject_SetAttr(stream, s_reported, count) < 0;
+    Py_DECREF(count);
+    if (bad)
+        return -1;
+    PyObject *waited = PyObject_GetAttr(stream, s_waited);
+    if (waited == NULL)
+        return -1;
+    int some = PyObject_IsTrue(waited);
+    Py_DECREF(waited);
+    if (some <= 0)
+        return some;
+    PyObject *empty = PyList_New(0);
+    if (empty == NULL)
+        return -1;
+    bad = PyObject_SetAttr(stream, s_waited, empty) < 0;
+    Py_DECREF(empty);
+    return bad ? -1 : 0;
+}
+
 /* Encode one region as Runtime._encode's resubmission branch does: the event, or NULL */
 static PyObject *encode_region(Submitter *self, PyObject *again)
 {
@@ -896,7 +929,7 @@ static PyObject *encode_region(Submitter *self, PyObject *again)
         Py_CLEAR(event);
         goto unlock;
     }
-    if (call_method0(self->stream, s_forget_failures) < 0)  /* the runtime reports the region's failures */
+    if (forget_failures(self->stream) < 0)  /* the runtime reports the region's failures */
         Py_CLEAR(event);
 unlock:
     Py_XDECREF(completion);
@@ -2007,7 +2040,8 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_generation, "generation");
     INTERN(s_places, "places");
     INTERN(s_encode_signaled, "encode_signaled");
-    INTERN(s_forget_failures, "_forget_failures");
+    INTERN(s_reported, "_reported");
+    INTERN(s_waited, "_waited");
     INTERN(s_stream, "stream");
     INTERN(s_inherits_previous, "_inherits_previous");
     INTERN(s_upstream, "upstream");

@@ -620,7 +620,8 @@ class Stream:
 
     def _forget_failures(self) -> None:
         """Treat the failures of work issued so far as reported elsewhere (the runtime
-        reports its regions' failures through their submissions)."""
+        reports its regions' failures through their submissions). The compiled
+        resubmission does the same in C (``forget_failures`` in hrx_core.fastpath)."""
         self._reported = len(self._values)
         self._waited = []
 
