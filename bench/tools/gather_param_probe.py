@@ -83,7 +83,7 @@ def main() -> int:
 
     def launcher(fn, arr):
         address = ctypes.addressof(arr)
-        return lambda: launch(fn.ptr, grid, 1, 1, block, 1, 1, 0, sptr, address, 0)
+        return lambda: launch(fn.kernel.ptr, grid, 1, 1, block, 1, 1, 0, sptr, address, 0)
 
     variants = {
         "host": launcher(f_ptr, host_args[0]),
