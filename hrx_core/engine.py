@@ -434,12 +434,16 @@ class PreparedDispatch:
         later launches; launches made before keep the value they were made with.
 
         Launchers returned by :meth:`bind` see the change. The core converted
-        ``value`` to the kernel's declared dtype already."""
+        ``value`` to the kernel's declared dtype already; a record (``numpy.void``) may
+        be a view of the caller's memory, which it may rewrite after the next launch:
+        engines copy it (this default keeps a copy, which launches then read)."""
         args = list(self.args)
         if not 0 <= index < len(args) or isinstance(args[index], BufferArg):
             from .errors import InvalidArgument
 
             raise InvalidArgument(f"argument {index} of {getattr(self.executable, 'name', '?')!r} is not a scalar")
+        if isinstance(value, np.void):
+            value = np.frombuffer(value.tobytes(), value.dtype)[0]
         args[index] = value
         self.args = tuple(args)
 

@@ -361,12 +361,14 @@ def argument_alignment(dtype: np.dtype) -> int:
 
 def check_scalar(kernel: Kernel, index: int, value: Any) -> np.generic:
     """Scalar ``index`` of ``kernel`` converted exactly as :meth:`Kernel.check_scalars`
-    converts it (InvalidArgument otherwise)."""
+    converts it (InvalidArgument otherwise) -- but a record of the declared dtype is
+    returned as given, not copied: :meth:`PreparedDispatch.set_scalar` keeps (copies)
+    what a later launch will read."""
     types = kernel.scalar_types
     if type(index) is not int or not 0 <= index < len(types):
         raise InvalidArgument(f"index: kernel {kernel.name!r} has scalars 0..{len(types) - 1}, got {_show(index)}")
     dtype = types[index]
-    if dtype.fields is None and isinstance(value, np.generic) and value.dtype == dtype:
+    if isinstance(value, np.generic) and value.dtype == dtype:  # (numbers, and records as numpy.void)
         return value
     bounds = _INT_BOUNDS.get(dtype)
     if bounds is not None and type(value) is int:

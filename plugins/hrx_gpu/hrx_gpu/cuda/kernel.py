@@ -183,8 +183,12 @@ class CudaPreparedDispatch(PreparedDispatch):
         if data.nbytes != ffi.sizeof(cell):
             raise InvalidArgument(f"scalars: argument {index} of {self.executable.name!r} is "
                                   f"{ffi.sizeof(cell)} bytes, got {data.nbytes}")
-        super().set_scalar(index, value)
         ffi.memmove(cell, data, data.nbytes)
+        if isinstance(value, np.void):  # the caller may rewrite it: args shows the cell
+            value = np.frombuffer(ffi.buffer(cell), value.dtype)[0]
+        args = list(self.args)
+        args[index] = value
+        self.args = tuple(args)
 
     def bind(self, queue: CudaQueue) -> Callable[[], None]:  # type: ignore[override]
         """A zero-argument launcher with every argument of cuLaunchKernel bound.
