@@ -415,6 +415,27 @@ def test_prepared_launch_set_scalar_same_calls_both_ways(world: Any, mode: str) 
     assert prepared.args[1] == np.uint32(0xABCD)
 
 
+def test_prepared_launch_record_scalar_is_copied_into_its_cell(world: Any, mode: str) -> None:
+    """A record scalar's bytes go into its cell when set: the caller rewriting its own
+    record afterwards changes nothing launched, and args show the cell."""
+    from hrx_gpu.cuda.kernel import CudaPreparedDispatch
+
+    pair = np.dtype([("v", np.uint32, (2,))])
+    mine = np.zeros((), pair)
+    mine["v"] = [1, 2]
+    fake = world.fake
+    fake.reset(widths=(8, 8))
+    prepared = CudaPreparedDispatch(world.device, world.exe, (1, 1, 1), (32, 1, 1), [barg(0x4000), mine[()]])  # type: ignore[arg-type]
+    launch = prepared.bind(world.queue)
+    launch()
+    mine["v"] = [3, 4]
+    prepared.set_scalar(1, mine[()])
+    mine["v"] = [5, 6]  # after set_scalar: not launched
+    launch()
+    assert [c["values"] for c in fake.calls()] == [(0x4000, 2 << 32 | 1), (0x4000, 4 << 32 | 3)]
+    assert prepared.args[1]["v"].tolist() == [3, 4]
+
+
 @pytest.mark.parametrize("code,error", [(1, "CudaInvalidArgument"), (700, "CudaError")])
 def test_prepared_launch_failure_is_the_same_typed_error(world: Any, mode: str, code: int, error: str) -> None:
     from hrx_gpu.cuda.kernel import CudaPreparedDispatch

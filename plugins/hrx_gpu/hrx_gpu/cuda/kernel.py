@@ -157,6 +157,7 @@ class CudaPreparedDispatch(PreparedDispatch):
         self._call = functools.partial(driver.lib.cuLaunchKernel, executable.function, *grid, *block, 0)
         self._driver = driver
         self._function = executable.function
+        self._record_views: dict[int, np.void] = {}  # record scalars: a view of each one's cell
 
     def set_arg(self, index: int, arg: BufferArg) -> None:
         """Patch the packed address of buffer argument ``index`` in place (bound launchers see it).
@@ -185,7 +186,10 @@ class CudaPreparedDispatch(PreparedDispatch):
                                   f"{ffi.sizeof(cell)} bytes, got {data.nbytes}")
         ffi.memmove(cell, data, data.nbytes)
         if isinstance(value, np.void):  # the caller may rewrite it: args shows the cell
-            value = np.frombuffer(ffi.buffer(cell), value.dtype)[0]
+            view = self._record_views.get(index)
+            if view is None or view.dtype != value.dtype:
+                view = self._record_views[index] = np.frombuffer(ffi.buffer(cell), value.dtype)[0]
+            value = view
         args = list(self.args)
         args[index] = value
         self.args = tuple(args)
