@@ -158,6 +158,8 @@ class CudaPreparedDispatch(PreparedDispatch):
         self._driver = driver
         self._function = executable.function
         self._record_views: dict[int, np.void] = {}  # record scalars: a view of each one's cell
+        #: each argument cell's size in bytes (what set_scalar must write)
+        self._sizes = tuple(driver.ffi.sizeof(cell) for cell in self._keep[: len(self.args)])
 
     def set_arg(self, index: int, arg: BufferArg) -> None:
         """Patch the packed address of buffer argument ``index`` in place (bound launchers see it).
@@ -179,12 +181,11 @@ class CudaPreparedDispatch(PreparedDispatch):
         old = self.args[index] if 0 <= index < len(self.args) else None
         if old is None or isinstance(old, BufferArg):
             raise InvalidArgument(f"index: argument {index!r} of {self.executable.name!r} is not a scalar argument")
-        data = memoryview(value).cast("B")  # (numpy scalars and records: their bytes, no copy)
+        nbytes, size = value.nbytes, self._sizes[index]
+        if nbytes != size:
+            raise InvalidArgument(f"scalars: argument {index} of {self.executable.name!r} is {size} bytes, got {nbytes}")
         cell, ffi = self._keep[index], self._driver.ffi
-        if data.nbytes != ffi.sizeof(cell):
-            raise InvalidArgument(f"scalars: argument {index} of {self.executable.name!r} is "
-                                  f"{ffi.sizeof(cell)} bytes, got {data.nbytes}")
-        ffi.memmove(cell, data, data.nbytes)
+        ffi.memmove(cell, value, nbytes)  # (numpy scalars and records expose their bytes: no copy)
         if isinstance(value, np.void):  # the caller may rewrite it: args shows the cell
             view = self._record_views.get(index)
             if view is None or view.dtype != value.dtype:
