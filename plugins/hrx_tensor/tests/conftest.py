@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hrx_core.testing import engine_params, open_device
+from tensor_ops_variants import make_ops
 
 
 @pytest.fixture(scope="module", params=engine_params())
@@ -17,17 +18,6 @@ def ops(dev):
     from hrx_tensor import TensorOps
 
     return TensorOps(dev)
-
-
-def make_ops(dev, *, param_gather: bool, **kwargs):
-    """A TensorOps whose gather_rows passes indices in the launch's parameters where
-    the device allows (``param_gather``) or always through host-visible memory."""
-    from hrx_tensor import TensorOps
-
-    class Ops(TensorOps):
-        use_param_gather = param_gather
-
-    return Ops(dev, **kwargs)
 
 
 @pytest.fixture(scope="module", params=["params", "ring"])

@@ -18,7 +18,7 @@ from hrx_tensor import DeviceTensor, TensorOps, native
 from hrx_tensor import ops as ops_module
 from hrx_tensor.plans import LRU_TOUCH
 from ml_dtypes import bfloat16
-from conftest import make_ops
+from tensor_ops_variants import make_ops
 from test_tensor_ops import check_f32, rand_bf16, reference
 
 from hrx_core.errors import AccessConflict, InvalidArgument, OutOfBounds, Unsupported
