@@ -296,20 +296,21 @@ class Kernel:
             raise InvalidArgument(
                 f"scalars: kernel {self.name!r} takes {len(self.scalar_types)} scalars, got {len(scalars)}"
             )
-        out = []
-        for i, (value, dtype) in enumerate(zip(scalars, self.scalar_types)):
-            if isinstance(value, np.generic) and value.dtype == dtype and dtype.fields is None:
-                out.append(value)
-                continue
-            bounds = _INT_BOUNDS.get(dtype)
-            if bounds is not None and type(value) is int:
-                # the common case, without numpy's array machinery
-                if not bounds[0] <= value <= bounds[1]:
-                    raise InvalidArgument(f"scalars[{i}]: {value!r} is outside the range of {dtype} {list(bounds)}")
-                out.append(dtype.type(value))
-                continue
-            out.append(_convert_scalar(i, value, dtype))
-        return tuple(out)
+        return tuple([_scalar(i, value, dtype) for i, (value, dtype) in enumerate(zip(scalars, self.scalar_types))])
+
+
+def _scalar(i: int, value: Any, dtype: np.dtype) -> np.generic:
+    """Scalar ``i`` as ``dtype`` (Kernel.check_scalars' conversion of one scalar; a
+    record is copied)."""
+    if isinstance(value, np.generic) and value.dtype == dtype and dtype.fields is None:
+        return value
+    bounds = _INT_BOUNDS.get(dtype)
+    if bounds is not None and type(value) is int:
+        # the common case, without numpy's array machinery
+        if not bounds[0] <= value <= bounds[1]:
+            raise InvalidArgument(f"scalars[{i}]: {value!r} is outside the range of {dtype} {list(bounds)}")
+        return cast(np.generic, dtype.type(value))
+    return _convert_scalar(i, value, dtype)
 
 
 def is_record_dtype(dtype: np.dtype) -> bool:
@@ -368,14 +369,9 @@ def check_scalar(kernel: Kernel, index: int, value: Any) -> np.generic:
     if type(index) is not int or not 0 <= index < len(types):
         raise InvalidArgument(f"index: kernel {kernel.name!r} has scalars 0..{len(types) - 1}, got {_show(index)}")
     dtype = types[index]
-    if isinstance(value, np.generic) and value.dtype == dtype:  # (numbers, and records as numpy.void)
+    if isinstance(value, np.void) and value.dtype == dtype:  # a record: the engine copies it
         return value
-    bounds = _INT_BOUNDS.get(dtype)
-    if bounds is not None and type(value) is int:
-        if not bounds[0] <= value <= bounds[1]:
-            raise InvalidArgument(f"scalars[{index}]: {value!r} is outside the range of {dtype} {list(bounds)}")
-        return cast(np.generic, dtype.type(value))
-    return _convert_scalar(index, value, dtype)
+    return _scalar(index, value, dtype)
 
 
 def _record(i: int, value: Any, dtype: np.dtype) -> np.generic:
