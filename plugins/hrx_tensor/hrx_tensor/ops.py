@@ -122,6 +122,17 @@ class GatherSlot(Slot):
             entry.launcher.close()
         super().close()
 
+    def gather(self, stream: Stream, kernel: Any, plan: Plan, table: View, idx: np.ndarray, rows: int) -> Completion | None:
+        """Write ``idx`` into the next ring entry and launch the gather from ``table``;
+        None (nothing launched) if an index is outside ``0 .. rows - 1``."""
+        entry = self.take()
+        if not entry.writer.write(idx, rows):
+            return None
+        done = self.launch_entry(entry, stream, kernel, plan, [table, entry.view, self.buffers[0]])
+        if self.outputs is None:
+            self.outputs = self.buffers[0].view()
+        return done
+
     def launch_entry(self, entry: IndexEntry, stream: Stream, kernel: Any, plan: Plan, views: list[Any]) -> Completion:
         """Launch the gather through ``entry``'s prepared launch (after other queues'
         users of the slot); every half ring, emit a signal."""
@@ -145,6 +156,18 @@ class GatherParamSlot(Slot):
         raw = np.zeros(cap * 4, np.uint8)
         self.record = raw.view(_kernels.gather_index_dtype(cap))[0]  # a view of raw
         self.writer = native.IndexWriter(raw, width=4)
+        self.outputs = out.view()
+
+    def gather(self, stream: Stream, kernel: Any, plan: Plan, table: View, idx: np.ndarray, rows: int) -> Completion | None:
+        """Write ``idx`` into the record and launch the gather from ``table`` with it (the
+        launch keeps its own copy); None (nothing launched) if an index is outside
+        ``0 .. rows - 1``."""
+        if not self.writer.write(idx, rows):
+            return None
+        self.order_after_users(stream)
+        done = self.done = self.launcher.launch(stream, kernel, plan.grid, plan.block, plan.scalars,
+                                                [table, self.outputs], (len(plan.scalars) - 1, self.record))
+        return done
 
 
 def _key_part(value: Any) -> Any:
@@ -512,30 +535,12 @@ class TensorOps(OpFamily):
             # call changes nothing); a warm one checks them while writing them below
             idx = self._check_indices(idx, rows)
             plan, slot = self._take(key, prepare)
-        if type(slot) is GatherParamSlot:
-            try:
-                if not slot.writer.write(idx, rows):
-                    raise self._out_of_range(idx, rows)
-                view = slot.outputs
-                if view is None:
-                    view = slot.outputs = slot.buffers[0].view()
-                slot.order_after_users(self.stream)
-                done = slot.done = slot.launcher.launch(self.stream, plan.kernel, plan.grid, plan.block, plan.scalars,
-                                                        [table.view, view], (4, slot.record))
-            except BaseException:
-                plan.give(slot)
-                raise
-            hold = SharedHold(lambda: plan.give(slot))
-            return DeviceTensor._output(view, shape, table.dtype, done, self.stream, hold)
-        assert isinstance(slot, GatherSlot)
+        assert isinstance(slot, (GatherSlot, GatherParamSlot))
         try:
-            entry = slot.take()
-            if not entry.writer.write(idx, rows):
+            done = slot.gather(self.stream, plan.kernel or self._gather, plan, table.view, idx, rows)
+            if done is None:
                 raise self._out_of_range(idx, rows)
-            done = slot.launch_entry(entry, self.stream, self._gather, plan, [table.view, entry.view, slot.buffers[0]])
             view = slot.outputs
-            if view is None:
-                view = slot.outputs = slot.buffers[0].view()
         except BaseException:
             plan.give(slot)
             raise
