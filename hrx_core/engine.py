@@ -425,9 +425,20 @@ class PreparedDispatch:
         Launchers returned by :meth:`bind` see the change (engines patch their packed
         arguments in place). The core validated ``arg`` against the kernel already.
         """
+        self._replace_arg(index, arg)
+
+    def _replace_arg(self, index: int, value: Any) -> None:
+        """``args`` with argument ``index`` replaced (a new tuple: earlier readers keep theirs)."""
         args = list(self.args)
-        args[index] = arg
+        args[index] = value
         self.args = tuple(args)
+
+    def _check_scalar_index(self, index: int) -> None:
+        """InvalidArgument unless argument ``index`` is a scalar."""
+        if not 0 <= index < len(self.args) or isinstance(self.args[index], BufferArg):
+            from .errors import InvalidArgument
+
+            raise InvalidArgument(f"argument {index} of {getattr(self.executable, 'name', '?')!r} is not a scalar argument")
 
     def set_scalar(self, index: int, value: Any) -> None:
         """Give argument ``index`` (a scalar: buffers come first) another value for
@@ -437,15 +448,10 @@ class PreparedDispatch:
         ``value`` to the kernel's declared dtype already; a record (``numpy.void``) may
         be a view of the caller's memory, which it may rewrite after the next launch:
         engines copy it (this default keeps a copy, which launches then read)."""
-        args = list(self.args)
-        if not 0 <= index < len(args) or isinstance(args[index], BufferArg):
-            from .errors import InvalidArgument
-
-            raise InvalidArgument(f"argument {index} of {getattr(self.executable, 'name', '?')!r} is not a scalar")
+        self._check_scalar_index(index)
         if isinstance(value, np.void):
             value = np.frombuffer(value.tobytes(), value.dtype)[0]
-        args[index] = value
-        self.args = tuple(args)
+        self._replace_arg(index, value)
 
 
 class NativeTimestamp(abc.ABC):

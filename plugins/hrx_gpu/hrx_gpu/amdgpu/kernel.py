@@ -204,20 +204,17 @@ class AmdgpuPreparedDispatch(PreparedDispatch):
         if position is None:
             raise InvalidArgument(f"argument {index} of {self.layout.name!r} is not a buffer")
         self.layout.set_pointer(self.kernargs, self.extents, position, arg)
-        args = list(self.args)
-        args[index] = arg
-        self.args = tuple(args)
+        self._replace_arg(index, arg)
 
     def set_scalar(self, index: int, value: Any) -> None:
         """Write scalar argument ``index`` into the kept kernarg block (each launch
         copies the block into its submission's memory, so queued launches keep theirs)."""
-        scalars = [i for i, a in enumerate(self.args) if not isinstance(a, BufferArg)]
-        if index not in scalars:
-            raise InvalidArgument(f"argument {index} of {self.layout.name!r} is not a scalar")
-        offset, size = self.layout.values[scalars.index(index)]
+        self._check_scalar_index(index)
+        position = index - len(self.layout.pointers)  # (buffers come first)
+        offset, size = self.layout.values[position]
         data = np.asarray(value).tobytes()
         if len(data) != size:
-            raise InvalidArgument(f"kernel {self.layout.name!r}: scalar {scalars.index(index)} is {len(data)} bytes, the kernel takes {size}")
+            raise InvalidArgument(f"kernel {self.layout.name!r}: scalar {position} is {len(data)} bytes, the kernel takes {size}")
         super().set_scalar(index, value)
         self.kernargs[offset : offset + size] = data
 

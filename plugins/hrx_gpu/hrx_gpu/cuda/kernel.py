@@ -178,9 +178,7 @@ class CudaPreparedDispatch(PreparedDispatch):
         """Write scalar argument ``index``'s new bytes into its packed cell in place
         (bound launchers and launch records see it). ``cuLaunchKernel`` copies the
         parameters when it is called, so launches made before keep their values."""
-        old = self.args[index] if 0 <= index < len(self.args) else None
-        if old is None or isinstance(old, BufferArg):
-            raise InvalidArgument(f"index: argument {index!r} of {self.executable.name!r} is not a scalar argument")
+        self._check_scalar_index(index)
         nbytes, size = value.nbytes, self._sizes[index]
         if nbytes != size:
             raise InvalidArgument(f"scalars: argument {index} of {self.executable.name!r} is {size} bytes, got {nbytes}")
@@ -191,9 +189,7 @@ class CudaPreparedDispatch(PreparedDispatch):
             if view is None or view.dtype != value.dtype:
                 view = self._record_views[index] = np.frombuffer(ffi.buffer(cell), value.dtype)[0]
             value = view
-        args = list(self.args)
-        args[index] = value
-        self.args = tuple(args)
+        self._replace_arg(index, value)
 
     def bind(self, queue: CudaQueue) -> Callable[[], None]:  # type: ignore[override]
         """A zero-argument launcher with every argument of cuLaunchKernel bound.
