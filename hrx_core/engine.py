@@ -389,6 +389,22 @@ class NativeGraph(abc.ABC):
         :meth:`launch` from its compiled replay."""
         return None
 
+    def fast_stage(self) -> tuple[int, int, list[Any], int, Any] | None:
+        """Optional: a C entry point for :meth:`apply_patches`, called by the core's
+        compiled rebinding replay under the queue's lock.
+
+        Returns ``(entry, argument, log, limit, keep)``: ``entry`` the address of a C
+        function ``int entry(void *argument, const void *bytes, size_t nbytes)`` that
+        stages a prepared object -- one :meth:`prepare_patches` made that exports a
+        buffer; ``bytes`` is what it exports -- as :meth:`apply_patches` would, and
+        returns 1; or 0 having staged nothing (stale, no room: the core then calls
+        :meth:`apply_patches`). After each 1 the core appends the prepared object to
+        ``log``, the engine's own record of staged patches (the same list object for
+        the graph's life); from ``limit`` entries on, the core calls
+        :meth:`apply_patches` instead, which folds the log. ``keep`` keeps ``argument``
+        alive. None (the default): the core calls :meth:`apply_patches`."""
+        return None
+
     def close(self) -> None:  # noqa: B027
         """Destroy."""
 

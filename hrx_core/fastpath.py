@@ -42,6 +42,10 @@ SOURCE = r"""
    a positive code: the native failure, with info[0] = step and info[1] = node. */
 typedef int (*hrx_fast_fn)(void *arg, long long *info);
 
+/* An engine's C staging of prepared patches (NativeGraph.fast_stage): 1 staged; 0
+   nothing done, the core calls the native graph's apply_patches. */
+typedef int (*hrx_stage_fn)(void *arg, const void *prepared, size_t nbytes);
+
 static PyObject *s_bound, *s_items, *s_apply_patches, *s_rebound_attr, *s_rebind_memo, *s_refs, *s_holds;
 static PyObject *s_plan, *s_rebound, *s_closed, *s_epoch, *s_value,
     *s_unative, *s_needs_submit, *s_submit, *s_pending_value, *s_unsignaled_ops,
@@ -63,10 +67,15 @@ typedef struct {
     PyObject *on_failure;    /* on_failure(code, step, node): the engine's failure handling */
     PyObject *keep;          /* what keeps the C entry's argument alive */
     PyObject *acquire, *release;  /* slot.lock's bound methods */
+    PyObject *stage_log;     /* the native graph's patch log (NativeGraph.fast_stage), or NULL */
+    PyObject *stage_keep;    /* what keeps the stage entry's argument alive */
     PyObject *native;        /* slot._native (made once per queue) */
     int needs_submit;        /* native.needs_submit */
     hrx_fast_fn fn;
     void *arg;
+    hrx_stage_fn stage_fn;   /* stages a prepared patch object's bytes: 1, or 0 (nothing staged) */
+    void *stage_arg;
+    Py_ssize_t stage_limit;  /* the log's length from which apply_patches (Python) folds it */
     int owned;
     long auto_flush;
     Py_ssize_t hits, misses;
@@ -273,6 +282,8 @@ static int record_current(Replayer *self)
 }
 
 static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind);
+static PyObject *replay(Replayer *self, PyObject *graph);
+static PyObject *replay_rebound(Replayer *self, PyObject *graph, PyObject *inputs);
 
 /* replayer(graph) -> Completion, or None: nothing was done, run the Python path */
 static PyObject *Replayer_call(Replayer *self, PyObject *args, PyObject *kwargs)
@@ -284,6 +295,12 @@ static PyObject *Replayer_call(Replayer *self, PyObject *args, PyObject *kwargs)
     }
     if (!PyArg_UnpackTuple(args, "replayer", 1, 1, &graph))
         return NULL;
+    return replay(self, graph);
+}
+
+/* the replay of Replayer_call and of the compiled Graph.launch (FastEntry) */
+static PyObject *replay(Replayer *self, PyObject *graph)
+{
     int r;
     /* (the graph drops its replayer with its plan and when it closes; a new native
        graph comes with a new plan) */
@@ -340,6 +357,29 @@ static int apply_rebind(Replayer *self, PyObject *graph, PyObject *rebind)
             rc = 0;
             goto done;
         }
+        int staged = 0;
+        if (self->stage_fn != NULL && PyList_CheckExact(self->stage_log)
+            && PyList_GET_SIZE(self->stage_log) < self->stage_limit && PyObject_CheckBuffer(prepared)) {
+            /* the engine stages it in C; its patch log gets the prepared object */
+            Py_buffer view;
+            if (PyObject_GetBuffer(prepared, &view, PyBUF_SIMPLE) < 0) {
+                rc = -1;
+                goto done;
+            }
+            staged = self->stage_fn(self->stage_arg, view.buf, (size_t)view.len);
+            PyBuffer_Release(&view);
+            if (staged == 1 && PyList_Append(self->stage_log, prepared) < 0) {
+                rc = -1;  /* (staged, not logged: the graph's nodes would miss it -- raise) */
+                goto done;
+            }
+        }
+        if (staged == 1) {
+            if (PyDict_SetItem(bound, name, key) < 0) {
+                rc = -1;
+                goto done;
+            }
+            continue;
+        }
         PyObject *ok = PyObject_CallMethodOneArg(self->native_graph, s_apply_patches, prepared);
         if (ok == NULL) {
             rc = -1;
@@ -377,7 +417,12 @@ static PyObject *Replayer_rebind(Replayer *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_TypeError, "rebind(graph, inputs)");
         return NULL;
     }
-    PyObject *graph = args[0], *inputs = args[1];
+    return replay_rebound(self, args[0], args[1]);
+}
+
+/* the rebinding replay of Replayer.rebind and of the compiled Graph.launch (FastEntry) */
+static PyObject *replay_rebound(Replayer *self, PyObject *graph, PyObject *inputs)
+{
     if (!PyDict_CheckExact(inputs) || PyDict_GET_SIZE(inputs) == 0)
         return miss(self);
     int r;
@@ -627,6 +672,7 @@ static int Replayer_clear(Replayer *self)
 {
     clear_fields(&self->plan, &self->native);
     self->fn = NULL;
+    self->stage_fn = NULL;
     return 0;
 }
 
@@ -641,19 +687,36 @@ static int Replayer_init(Replayer *self, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"plan", "native_graph", "record", "epoch", "slot", "stream", "stats",
                             "launch", "on_failure", "entry", "argument", "keep", "owned", "auto_flush",
-                            NULL};
+                            "stage", NULL};
     PyObject *plan, *native_graph, *record, *epoch, *slot, *stream, *stats, *launch_py, *on_failure,
-        *keep;
-    unsigned long long entry, argument;
+        *keep, *stage = Py_None;
+    unsigned long long entry, argument, stage_entry = 0, stage_argument = 0;
+    PyObject *stage_log = NULL, *stage_keep = NULL;
+    Py_ssize_t stage_limit = 0;
     int owned;
     long auto_flush;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOOKKOpl", names, &plan, &native_graph,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOOKKOpl|O", names, &plan, &native_graph,
                                      &record, &epoch, &slot, &stream, &stats, &launch_py, &on_failure,
-                                     &entry, &argument, &keep, &owned, &auto_flush))
+                                     &entry, &argument, &keep, &owned, &auto_flush, &stage))
         return -1;
     if (auto_flush < 1) {
         PyErr_SetString(PyExc_ValueError, "auto_flush: expected at least 1");
         return -1;
+    }
+    if (stage != Py_None) {
+        /* NativeGraph.fast_stage(): (entry, argument, log, limit, keep) */
+        if (!PyTuple_Check(stage)
+            || !PyArg_ParseTuple(stage, "KKO!nO", &stage_entry, &stage_argument, &PyList_Type, &stage_log,
+                                 &stage_limit, &stage_keep))
+            {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "stage: expected None or (entry, argument, log, limit, keep)");
+            return -1;
+        }
+        if (stage_entry == 0 || stage_limit < 1) {
+            PyErr_SetString(PyExc_ValueError, "stage: expected an entry address and a limit of at least 1");
+            return -1;
+        }
     }
     PyObject *lock = PyObject_GetAttrString(slot, "lock");
     if (lock == NULL)
@@ -691,6 +754,15 @@ static int Replayer_init(Replayer *self, PyObject *args, PyObject *kwargs)
 #undef KEEP
     self->fn = (hrx_fast_fn)(uintptr_t)entry;
     self->arg = (void *)(uintptr_t)argument;
+    if (stage_log != NULL) {
+        Py_INCREF(stage_log);
+        Py_INCREF(stage_keep);
+        self->stage_log = stage_log;
+        self->stage_keep = stage_keep;
+    }
+    self->stage_fn = (hrx_stage_fn)(uintptr_t)stage_entry;
+    self->stage_arg = (void *)(uintptr_t)stage_argument;
+    self->stage_limit = stage_limit;
     self->owned = owned;
     self->auto_flush = auto_flush;
     self->hits = self->misses = 0;
@@ -709,6 +781,11 @@ static PyObject *Replayer_compiled_entry(Replayer *self, void *closure)
     return PyBool_FromLong(self->fn != NULL);
 }
 
+static PyObject *Replayer_compiled_stage(Replayer *self, void *closure)
+{
+    return PyBool_FromLong(self->stage_fn != NULL);
+}
+
 static PyMethodDef Replayer_methods[] = {
     {"rebind", (PyCFunction)(void (*)(void))Replayer_rebind, METH_FASTCALL,
      "rebind(graph, inputs): a replay with a mapping replayed before, or None (nothing done)"},
@@ -717,6 +794,7 @@ static PyMethodDef Replayer_methods[] = {
 
 static PyGetSetDef Replayer_getset[] = {
     {"compiled_entry", (getter)Replayer_compiled_entry, NULL, "whether the engine launches through C", NULL},
+    {"compiled_stage", (getter)Replayer_compiled_stage, NULL, "whether the engine stages prepared patches in C", NULL},
     {NULL}
 };
 
@@ -1017,6 +1095,8 @@ static int resubmittable(Submitter *self, PyObject **again)
     return ok;
 }
 
+static PyObject *resubmit(Submitter *self, PyObject *graph);
+
 /* submitter(graph) -> Submission, or None: nothing was done, run the Python path */
 static PyObject *Submitter_call(Submitter *self, PyObject *args, PyObject *kwargs)
 {
@@ -1027,6 +1107,12 @@ static PyObject *Submitter_call(Submitter *self, PyObject *args, PyObject *kwarg
     }
     if (!PyArg_UnpackTuple(args, "submitter", 1, 1, &graph))
         return NULL;
+    return resubmit(self, graph);
+}
+
+/* the resubmission of Submitter_call and of the compiled Runtime.submit (FastEntry) */
+static PyObject *resubmit(Submitter *self, PyObject *graph)
+{
     int r;
     if ((r = attr_is(graph, s_submit_plan, self->plan)) != 1)
         return r < 0 ? NULL : sub_miss(self);
@@ -2001,6 +2087,204 @@ static PyTypeObject DispatcherType = {
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, NULL, "HRX's compiled replay path.", -1, NULL};
 
+/* ---- Compiled entries: Graph.launch and Runtime.submit without a Python frame ------- */
+
+/* A method of a Python class whose common call runs in C: FastEntry(impl, kind) stands
+   in the class for the Python function `impl` and behaves as it does (a method
+   descriptor: bound like a function, `__wrapped__`, `__doc__`, `__name__` from impl).
+   kind 0, Graph.launch: launch(graph) and launch(graph, inputs=dict) go to the graph's
+   Replayer (graph._fast); kind 1, Runtime.submit: submit(runtime, graph) goes to the
+   graph's Submitter (graph._fast_submit) where it was made for that runtime. Where there
+   is no compiled object, other arguments are given, or the compiled object answers None
+   (it did nothing), `impl` runs with the same arguments: same results either way. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *impl;   /* the Python method */
+    PyObject *rest;   /* its path after the compiled attempt: called when that declined */
+    PyObject *dict;   /* __dict__ (__name__, __qualname__, __module__) */
+    int kind;
+    vectorcallfunc vectorcall;
+} FastEntry;
+
+static PyObject *s_inputs, *s_fast_submit;
+
+static PyObject *entry_fast(FastEntry *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, int *tried)
+{
+    /* Py_None: not handled here (run impl; *tried set: its compiled object declined, run
+       rest); NULL: an exception; else the answer */
+    PyObject *inputs = NULL;
+    if (self->kind == 0) {  /* launch(graph) or launch(graph, inputs=<non-empty dict>) */
+        if (nargs != 1)
+            Py_RETURN_NONE;
+        if (kwnames != NULL) {
+            PyObject *kw = PyTuple_GET_SIZE(kwnames) == 1 ? PyTuple_GET_ITEM(kwnames, 0) : NULL;
+            if (kw == NULL || (kw != s_inputs && PyUnicode_Compare(kw, s_inputs) != 0))
+                Py_RETURN_NONE;
+            inputs = args[1];
+            if (!PyDict_CheckExact(inputs) || PyDict_GET_SIZE(inputs) == 0)
+                Py_RETURN_NONE;
+        }
+    } else if (nargs != 2 || kwnames != NULL) {  /* submit(runtime, graph) */
+        Py_RETURN_NONE;
+    }
+    PyObject *holder = args[self->kind];  /* the graph, in either case */
+    PyObject *fast = PyObject_GetAttr(holder, self->kind == 0 ? s_fast : s_fast_submit);
+    if (fast == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *r;
+    if (self->kind == 0 && Py_IS_TYPE(fast, &ReplayerType)) {
+        *tried = 1;
+        r = inputs == NULL ? replay((Replayer *)fast, holder) : replay_rebound((Replayer *)fast, holder, inputs);
+    } else if (self->kind == 1 && Py_IS_TYPE(fast, &SubmitterType) && ((Submitter *)fast)->runtime == args[0]) {
+        *tried = 1;
+        r = resubmit((Submitter *)fast, holder);
+    } else {
+        r = Py_NewRef(Py_None);
+    }
+    Py_DECREF(fast);
+    return r;
+}
+
+static PyObject *FastEntry_vectorcall(FastEntry *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) == 0)
+        kwnames = NULL;
+    if (self->impl == NULL) {
+        PyErr_SetString(PyExc_TypeError, "FastEntry: not initialised");
+        return NULL;
+    }
+    int tried = 0;
+    PyObject *r = entry_fast(self, args, nargs, kwnames, &tried);
+    if (r != Py_None)
+        return r;
+    Py_DECREF(r);
+    /* declined: the rest of the Python path (not its compiled attempt again) */
+    return PyObject_Vectorcall(tried ? self->rest : self->impl, args, nargsf, kwnames);
+}
+
+static PyObject *FastEntry_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static int FastEntry_init(FastEntry *self, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"impl", "rest", "kind", NULL};
+    PyObject *impl, *rest;
+    int kind;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOi", names, &impl, &rest, &kind))
+        return -1;
+    if (!PyCallable_Check(impl) || !PyCallable_Check(rest) || kind < 0 || kind > 1) {
+        PyErr_SetString(PyExc_ValueError,
+                        "FastEntry(impl, rest, kind): two callables and kind 0 (Graph.launch) or 1 (Runtime.submit)");
+        return -1;
+    }
+    Py_XSETREF(self->impl, Py_NewRef(impl));
+    Py_XSETREF(self->rest, Py_NewRef(rest));
+    self->kind = kind;
+    self->vectorcall = (vectorcallfunc)FastEntry_vectorcall;
+    return 0;
+}
+
+static PyObject *FastEntry_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    FastEntry *self = (FastEntry *)type->tp_alloc(type, 0);
+    if (self != NULL)
+        self->vectorcall = (vectorcallfunc)FastEntry_vectorcall;
+    return (PyObject *)self;
+}
+
+static PyObject *FastEntry_call(FastEntry *self, PyObject *args, PyObject *kwargs)
+{
+    if (self->impl == NULL) {
+        PyErr_SetString(PyExc_TypeError, "FastEntry: not initialised");
+        return NULL;
+    }
+    return PyObject_Call(self->impl, args, kwargs);  /* (calls not made by vectorcall: impl) */
+}
+
+static PyObject *FastEntry_repr(FastEntry *self)
+{
+    PyObject *name = self->impl == NULL ? NULL : PyObject_GetAttrString(self->impl, "__qualname__");
+    if (name == NULL) {
+        PyErr_Clear();
+        return PyUnicode_FromString("<compiled entry>");
+    }
+    PyObject *r = PyUnicode_FromFormat("<compiled entry %S>", name);
+    Py_DECREF(name);
+    return r;
+}
+
+static PyObject *FastEntry_doc(FastEntry *self, void *closure)
+{
+    if (self->impl == NULL)
+        Py_RETURN_NONE;
+    return PyObject_GetAttrString(self->impl, "__doc__");
+}
+
+static int FastEntry_traverse(FastEntry *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->impl);
+    Py_VISIT(self->rest);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int FastEntry_clear(FastEntry *self)
+{
+    Py_CLEAR(self->impl);
+    Py_CLEAR(self->rest);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void FastEntry_dealloc(FastEntry *self)
+{
+    PyObject_GC_UnTrack(self);
+    FastEntry_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef FastEntry_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(FastEntry, impl), READONLY, "the Python implementation"},
+    {"rest", T_OBJECT, offsetof(FastEntry, rest), READONLY, "the Python path after a declined compiled attempt"},
+    {"kind", T_INT, offsetof(FastEntry, kind), READONLY, "0: Graph.launch, 1: Runtime.submit"},
+    {NULL}
+};
+
+static PyGetSetDef FastEntry_getset[] = {
+    {"__doc__", (getter)FastEntry_doc, NULL, NULL, NULL},
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL}
+};
+
+static PyTypeObject FastEntryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hrx_core.fastpath.FastEntry",
+    .tp_basicsize = sizeof(FastEntry),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "A method whose common call runs in C (Graph.launch, Runtime.submit).",
+    .tp_new = FastEntry_new,
+    .tp_init = (initproc)FastEntry_init,
+    .tp_dealloc = (destructor)FastEntry_dealloc,
+    .tp_traverse = (traverseproc)FastEntry_traverse,
+    .tp_clear = (inquiry)FastEntry_clear,
+    .tp_call = (ternaryfunc)FastEntry_call,
+    .tp_repr = (reprfunc)FastEntry_repr,
+    .tp_vectorcall_offset = offsetof(FastEntry, vectorcall),
+    .tp_descr_get = FastEntry_get,
+    .tp_dictoffset = offsetof(FastEntry, dict),
+    .tp_members = FastEntry_members,
+    .tp_getset = FastEntry_getset,
+};
+
 static PyObject *hrx_module_create(const char *name)
 {
     module_def.m_name = name;
@@ -2094,12 +2378,16 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_scalar_plan, "_scalar_plan");
     INTERN(s_pending, "pending");
     INTERN(s_device_dirty, "device_dirty");
+    INTERN(s_inputs, "inputs");
+    INTERN(s_fast_submit, "_fast_submit");
 #undef INTERN
     if (PyType_Ready(&ReplayerType) < 0)
         return NULL;
     if (PyType_Ready(&SubmitterType) < 0)
         return NULL;
     if (PyType_Ready(&DispatcherType) < 0)
+        return NULL;
+    if (PyType_Ready(&FastEntryType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
@@ -2122,6 +2410,12 @@ static PyObject *hrx_module_create(const char *name)
         Py_DECREF(m);
         return NULL;
     }
+    Py_INCREF(&FastEntryType);
+    if (PyModule_AddObject(m, "FastEntry", (PyObject *)&FastEntryType) < 0) {
+        Py_DECREF(&FastEntryType);
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }
 """
@@ -2130,6 +2424,31 @@ static PyObject *hrx_module_create(const char *name)
 def module() -> hotpath.HotModule:
     """The compiled replay module, or the reason there is none (built on first use)."""
     return hotpath.load_extension(NAME, SOURCE)
+
+
+#: FastEntry kinds: the methods a compiled entry can stand for
+ENTRY_KINDS = {"graph_launch": 0, "runtime_submit": 1}
+
+
+def bind_entry(cls: type, name: str, rest: Any, kind: str, lib: Any) -> bool:
+    """Put the compiled entry ``lib.FastEntry`` in place of ``cls.<name>`` (once): the
+    method's common call then runs without a Python frame (see FastEntry in the C
+    source). Calls it does not take run the Python function, which stays reachable as
+    ``cls.<name>.__wrapped__``; calls its compiled object declined (did nothing) run
+    ``rest``, the Python function's path after its own compiled attempt (same
+    signature). Called where a replayer or submitter is first made, so only once the
+    extension is built. Answers whether the entry is (now) in place."""
+    current = cls.__dict__.get(name)
+    entry_type = getattr(lib, "FastEntry", None)
+    if entry_type is None or current is None:
+        return False
+    if isinstance(current, entry_type):
+        return True
+    entry = entry_type(current, rest, ENTRY_KINDS[kind])
+    for attr in ("__module__", "__name__", "__qualname__"):
+        setattr(entry, attr, getattr(current, attr))
+    setattr(cls, name, entry)
+    return True
 
 
 def status() -> dict[str, Any]:
@@ -2142,4 +2461,4 @@ def doctor_row() -> tuple[str, str, str]:
     return hotpath.doctor_row("core", "compiled replay", status)
 
 
-__all__ = ["NAME", "SOURCE", "doctor_row", "module", "status"]
+__all__ = ["ENTRY_KINDS", "NAME", "SOURCE", "bind_entry", "doctor_row", "module", "status"]

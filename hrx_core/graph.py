@@ -487,6 +487,11 @@ class Graph:
                 completion: Completion | None = fast.rebind(self, inputs) if inputs else fast(self)
                 if completion is not None:
                     return completion
+        return self._launch_py(stream, inputs=inputs)
+
+    def _launch_py(self, stream: Stream | None = None, *, inputs: Mapping[str, Any] | None = None) -> Completion:
+        """:meth:`launch` after its compiled replay did nothing (or there is none)."""
+        if stream is None:
             if not inputs and self._plan is not None and not self._rebound and not self._closed:
                 # the common replay: the recording stream, the default bindings, a
                 # current plan -- what follows, without the checks that cannot fail here
@@ -583,12 +588,14 @@ class Graph:
         mod = fastpath.module()
         if not mod.compiled:
             return
+        fastpath.bind_entry(Graph, "launch", Graph._launch_py, "graph_launch", mod.lib)
         native_graph = self._native if self.device.info.native_graphs else None
         entry = native_graph.fast_launch(queue) if native_graph is not None else None
         address, argument, on_failure, keep = entry if entry is not None else (0, 0, None, None)
+        stage = native_graph.fast_stage() if native_graph is not None else None
         self._fast = mod.lib.Replayer(
             plan, self._native, record, EPOCH, slot, self.stream, self.device.stats,
-            plan[2], on_failure, address, argument, keep, self.owned, AUTO_FLUSH_OPS,
+            plan[2], on_failure, address, argument, keep, self.owned, AUTO_FLUSH_OPS, stage,
         )
 
     def _check_launchable(self, record: LaunchRecord, slot: QueueSlot) -> None:

@@ -432,6 +432,8 @@ def test_rebinding_replays_compiled_like_python(dev: hrx.Device, compiled: None,
             assert fast is not None
             if type(g._native).prepare_patches is not NativeGraph.prepare_patches:
                 assert fast.hits >= 30  # most rebinding replays were compiled
+            if type(g._native).fast_stage is not NativeGraph.fast_stage:  # (cuda: staged in C)
+                assert fast.compiled_stage == (g._native.fast_stage() is not None)
             # (an engine without prepared patches rebinds through patch_args: Python)
         g.close()
     assert runs["compiled"] == runs["python"] == [1 + 6, 23, 23]
@@ -455,3 +457,188 @@ def test_rebinding_refuses_what_the_python_path_refuses(dev: hrx.Device, compile
         g.launch(inputs={"y": c})  # not a declared input
     s.synchronize()
     assert _value(s, c) == 2 and _value(s, a) == 1
+
+
+# -- the compiled entries (Graph.launch, Runtime.submit) and C staging -------------------
+
+
+def test_graph_launch_is_a_compiled_entry_once_built(dev: hrx.Device, compiled: None) -> None:
+    """Once a replayer is made, Graph.launch is the compiled entry: a method like the
+    Python one (bound, unbound, signature, doc), whose plain and rebinding calls go to
+    the replayer without a Python frame and whose other calls run the Python function."""
+    import inspect
+
+    from hrx_core.graph import Graph
+
+    s, a, b, g = _input_graph(dev)
+    g.launch()
+    entry = Graph.__dict__["launch"]
+    assert type(entry).__name__ == "FastEntry" and entry.kind == fastpath.ENTRY_KINDS["graph_launch"]
+    assert entry.__wrapped__.__name__ == "launch" and entry.rest is Graph._launch_py
+    assert (Graph.launch.__name__, Graph.launch.__qualname__, Graph.launch.__module__) == ("launch", "Graph.launch", "hrx_core.graph")
+    assert Graph.launch.__doc__ == entry.__wrapped__.__doc__ and "Replay the graph" in Graph.launch.__doc__
+    assert list(inspect.signature(Graph.launch).parameters) == ["self", "stream", "inputs"]
+    assert repr(entry) == "<compiled entry Graph.launch>"
+    assert g.launch.__self__ is g and g.launch.__func__ is entry
+    fast = g._fast
+    assert fast is not None
+    hits = fast.hits
+    assert isinstance(g.launch(), hrx.Completion)
+    assert isinstance(Graph.launch(g), hrx.Completion)  # unbound, through the class
+    bound = g.launch
+    assert isinstance(bound(), hrx.Completion)
+    assert fast.hits + fast.misses == hits + 3  # (a miss: its lock was busy)
+    calls = fast.hits + fast.misses
+    g.launch(s)  # a stream given: the Python function, the replayer not asked
+    g.launch(stream=s)
+    assert fast.hits + fast.misses == calls
+    g.launch(inputs={})  # no inputs: the Python function, which asks the replayer for a plain replay
+    assert fast.hits + fast.misses == calls + 1
+    d = {"x": b}
+    g.launch(inputs=d)
+    g.launch(inputs=d)  # replayed before: the compiled rebind
+    assert fast.hits + fast.misses == calls + 3
+    with pytest.raises(TypeError):
+        g.launch(s, s)
+    with pytest.raises(TypeError):
+        g.launch(nodes=1)
+    with pytest.raises(hrx.InvalidArgument):
+        g.launch(inputs={"y": b})  # declined by the replayer (no record): the Python check
+    s.synchronize()
+    assert _value(s, a) == 7 and _value(s, b) == 2
+
+
+def test_a_declined_compiled_call_runs_the_python_path_once(dev: hrx.Device, compiled: None) -> None:
+    """A replay the replayer declines (a stale record) counts one miss: the entry runs
+    the rest of the Python path, not the compiled attempt again; likewise for a graph
+    without a replayer (built with the hot path off)."""
+    s, buf, g = _replayed(dev)
+    fast = g._fast
+    dev.allocate(256).close()  # moves the epoch
+    misses, hits = fast.misses, fast.hits
+    g.launch()
+    assert (fast.misses, fast.hits) == (misses + 1, hits)
+    s.synchronize()
+    assert _value(s, buf) == 3
+
+
+def test_graphs_without_a_replayer_use_the_python_function(dev: hrx.Device, compiled: None,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    s, buf, g = _replayed(dev)  # (builds the entry)
+    monkeypatch.setenv("HRX_HOT_PATH", "0")
+    s2, buf2, g2 = _replayed(dev)
+    assert g2._fast is None
+    for _ in range(3):
+        g2.launch()
+    s2.synchronize()
+    assert _value(s2, buf2) == 5
+
+
+_STAGE_CDEF = """
+int hrx_test_stage(void *arg, const void *prepared, size_t nbytes);
+extern int hrx_test_stage_code;
+extern int hrx_test_stage_calls;
+extern unsigned long long hrx_test_stage_first;
+extern size_t hrx_test_stage_bytes;
+"""
+_STAGE_SOURCE = """
+int hrx_test_stage_code = 1;
+int hrx_test_stage_calls = 0;
+unsigned long long hrx_test_stage_first = 0;
+size_t hrx_test_stage_bytes = 0;
+int hrx_test_stage(void *arg, const void *prepared, size_t nbytes)
+{
+    (void)arg;
+    hrx_test_stage_calls++;
+    hrx_test_stage_bytes = nbytes;
+    hrx_test_stage_first = nbytes >= 8 ? *(const unsigned long long *)prepared : 0;
+    return hrx_test_stage_code;
+}
+"""
+
+
+def test_a_c_stage_takes_prepared_patches_or_leaves_them_to_python(dev: hrx.Device, compiled: None,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """NativeGraph.fast_stage: the compiled rebind hands a prepared object that exports
+    a buffer to the engine's C entry (its bytes), appends it to the engine's log on 1,
+    and calls apply_patches on 0, at the log's limit, or for a prepared object without
+    a buffer. A host graph stands in for an engine that stages: what is logged is
+    patched in at its next launch, so results must match the Python path's."""
+    import array
+
+    from hrx_core.host.graph import HostGraph
+
+    mod = hotpath.load("hrx_test_fast_stage", _STAGE_CDEF, _STAGE_SOURCE)
+    if not mod.compiled:
+        pytest.skip(f"cannot build the test stage: {mod.reason}")
+    lib, ffi = mod.lib, mod.ffi
+
+    class Prepared(array.array):  # type: ignore[type-arg]
+        patches: tuple
+
+    python_applied: list[Any] = []
+    limit = [6]
+
+    def prepare_patches(self: HostGraph, patches: Any) -> Any:
+        patches = tuple(patches)
+        p = Prepared("Q", [0xFEED, len(patches)])
+        p.patches = patches
+        return p
+
+    def apply_patches(self: HostGraph, prepared: Any) -> bool:
+        python_applied.append(prepared)
+        return self.patch_args(prepared.patches)
+
+    def fast_stage(self: HostGraph) -> Any:
+        log = self.__dict__.setdefault("_test_log", [])
+        return (int(ffi.cast("uintptr_t", ffi.addressof(lib, "hrx_test_stage"))), 0, log, limit[0], None)
+
+    original_launch = HostGraph.launch
+
+    def launch(self: HostGraph, q: Any) -> None:
+        log = self.__dict__.get("_test_log", [])
+        for p in log:  # staged in "C": patched in at the launch
+            assert self.patch_args(p.patches)
+        log.clear()
+        original_launch(self, q)
+
+    monkeypatch.setattr(HostGraph, "prepare_patches", prepare_patches)
+    monkeypatch.setattr(HostGraph, "apply_patches", apply_patches)
+    monkeypatch.setattr(HostGraph, "fast_stage", fast_stage)
+    monkeypatch.setattr(HostGraph, "launch", launch)
+    s, a, b, g = _input_graph(dev)
+    c = s.allocate_from(np.zeros(64, np.uint32))
+    g.launch()
+    if not isinstance(g._native, HostGraph):
+        pytest.skip("the staging stand-in is a host graph")
+    g.launch()
+    fast = g._fast
+    assert fast is not None and fast.compiled_stage
+    maps = [{"x": b}, {"x": c}]
+    g.launch(inputs=maps[0])  # the Python path makes the record (and applies it)
+    g.launch(inputs=maps[1])
+    lib.hrx_test_stage_calls = 0
+    python_applied.clear()
+    hits = fast.hits
+    g.launch(inputs=maps[0])  # compiled: staged in C
+    assert lib.hrx_test_stage_calls == 1 and lib.hrx_test_stage_first == 0xFEED and lib.hrx_test_stage_bytes == 16
+    assert python_applied == [] and fast.hits == hits + 1
+    lib.hrx_test_stage_code = 0  # the engine declines: apply_patches
+    g.launch(inputs=maps[1])
+    assert lib.hrx_test_stage_calls == 2 and len(python_applied) == 1 and fast.hits == hits + 2
+    lib.hrx_test_stage_code = 1
+    g.launch()  # the defaults again (rebound: the Python path restores them)
+    for i in range(8):  # the log is folded at every launch here: never at the limit
+        g.launch(inputs=maps[i & 1])
+    assert lib.hrx_test_stage_calls == 2 + 8 and len(python_applied) == 1
+    # at the limit: apply_patches (which would fold the log), the stage not asked
+    log = g._native.__dict__["_test_log"]
+    filler = Prepared("Q", [0, 0])
+    filler.patches = ()
+    log.extend([filler] * limit[0])
+    calls = lib.hrx_test_stage_calls
+    g.launch(inputs=maps[0])
+    assert lib.hrx_test_stage_calls == calls and len(python_applied) == 2
+    s.synchronize()
+    # 2 plain launches on a, then: b c | b c | defaults(a) | b c b c b c b c | b
+    assert (_value(s, a), _value(s, b), _value(s, c)) == (3, 1 + 1 + 4 + 1, 1 + 1 + 4)

@@ -395,3 +395,42 @@ def test_a_resubmission_behind_its_running_predecessor_carries_it_upstream(dev: 
         assert rt.lane("compute").stream.download(x).view(np.uint32)[:2].tolist() == [4, 4]
     finally:
         rt.close()
+
+
+def test_runtime_submit_is_a_compiled_entry_once_built(dev: hrx.Device) -> None:
+    """Once a submitter is made, Runtime.submit is the compiled entry: it hands the graph
+    to its submitter where that was made for this runtime; other calls (options given,
+    another runtime's graph, not a graph) run the Python function, with its checks."""
+    import inspect
+
+    if not fastpath.module().compiled:
+        pytest.skip(f"compiled resubmission not built here: {fastpath.module().reason}")
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    other = Runtime(dev, RuntimeOptions(observe=False))
+    try:
+        _, _, _, h = _pipeline(rt)
+        for _ in range(3):
+            rt.submit(h)
+        entry = Runtime.__dict__["submit"]
+        assert type(entry).__name__ == "FastEntry" and entry.kind == fastpath.ENTRY_KINDS["runtime_submit"]
+        assert entry.rest is Runtime._submit_py and entry.__wrapped__.__name__ == "submit"
+        assert list(inspect.signature(Runtime.submit).parameters) == ["self", "graph", "block", "timeout"]
+        assert "Submit every region" in Runtime.submit.__doc__
+        fast = h._fast_submit
+        calls = fast.hits + fast.misses
+        rt.submit(h)
+        Runtime.submit(rt, h)  # unbound, through the class
+        assert fast.hits + fast.misses == calls + 2
+        rt.submit(h, block=True)  # an option given: the Python function (and its own compiled attempt)
+        assert fast.hits + fast.misses == calls + 3
+        with pytest.raises(hrx.InvalidArgument, match="TrackedGraph of this runtime"):
+            other.submit(h)  # another runtime's submitter: not asked
+        assert fast.hits + fast.misses == calls + 3
+        with pytest.raises(hrx.InvalidArgument, match="TrackedGraph"):
+            rt.submit(object())  # type: ignore[arg-type]
+        rt.synchronize(60)
+        y = rt.lane("compute").stream.download(_buffer_of(h))
+        assert int(y.view(np.uint32)[0]) == 6
+    finally:
+        other.close()
+        rt.close()

@@ -530,6 +530,10 @@ class Runtime:
                 submission: Submission | None = fast(graph)
                 if submission is not None:
                     return submission
+        return self._submit_py(graph, block=block, timeout=timeout)
+
+    def _submit_py(self, graph: TrackedGraph, *, block: bool = True, timeout: float | None = None) -> Submission:
+        """:meth:`submit` after its compiled resubmission did nothing (or there is none)."""
         if not isinstance(graph, TrackedGraph) or graph.runtime is not self:
             raise InvalidArgument(f"graph: expected a TrackedGraph of this runtime, got {show(graph)}")
         if not isinstance(block, bool):
@@ -586,6 +590,7 @@ class Runtime:
         if not mod.compiled:
             graph._fast_submit = False
             return
+        fastpath.bind_entry(Runtime, "submit", Runtime._submit_py, "runtime_submit", mod.lib)
         regions = tuple(
             (r, self.lanes[r.lane], self.lanes[r.lane].lazy_signals, r.reads_own_writes,
              type(r).encode_signaled is _RecordedRegion.encode_signaled)

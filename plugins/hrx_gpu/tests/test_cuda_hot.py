@@ -548,20 +548,48 @@ def test_graph_patch_args_refuses_without_changing_anything(world: Any, mode: st
         graph.patch_args([(0, 0, barg(0x1000))])
 
 
-def test_graph_prepared_patches_stage_like_patch_args(world: Any, mode: str) -> None:
+def _stage_entry(graph: Any) -> Any:
+    """fast_stage's C entry as the core calls it: stage(prepared, nbytes=None) -> 1 or 0."""
+    entry, argument, log, limit, keep = graph.fast_stage()
+    assert log is graph._log and limit == graph.LOG_LIMIT and keep is not None
+    hffi = graph._hot.ffi
+    fn = hffi.cast("int (*)(void *, const void *, size_t)", entry)
+
+    def stage(prepared: Any, nbytes: int | None = None) -> int:
+        data = bytes(prepared)
+        return int(fn(hffi.cast("void *", argument), data, len(data) if nbytes is None else nbytes))
+
+    return stage
+
+
+@pytest.mark.parametrize("via", ["apply_patches", "hrx_graph_stage"])
+def test_graph_prepared_patches_stage_like_patch_args(world: Any, mode: str, via: str) -> None:
     """prepare_patches resolves patches once (the core keeps one per rebind record);
-    apply_patches stages them with the driver calls patch_args would give. Prepared
-    patches go stale when a node is repacked or the graph rebuilt (False, nothing
-    changed), do not stage past the staging capacity, and are not offered without
-    the compiled hot path or for what patch_args refuses."""
+    apply_patches -- or fast_stage's C entry, which the core's compiled rebind calls
+    with the prepared object's bytes, logging it after -- stages them with the driver
+    calls patch_args would give. Prepared patches go stale when a node is repacked or
+    the graph rebuilt (False / 0, nothing changed), do not stage past the staging
+    capacity, and are not offered without the compiled hot path or for what patch_args
+    refuses."""
     fake, graph = _start(world)
     handles = [int(fake.driver.ffi.cast("uintptr_t", h)) for h in graph._handles]
     patches = [(2, 0, barg(0x77000, 0x10)), (0, 0, barg(0x55000))]
     prepared = graph.prepare_patches(patches)
     if mode == "python":
-        assert prepared is None
+        assert prepared is None and graph.fast_stage() is None
         graph.close()
         return
+    assert list(prepared[:2]) == [graph._cells_epoch, 2] and len(prepared) == 2 + 6
+    if via == "hrx_graph_stage":
+        entry = _stage_entry(graph)
+
+        def apply(p: Any) -> bool:
+            if entry(p) != 1:
+                return False
+            graph._log.append(p)  # (the core's part)
+            return True
+
+        graph.apply_patches = apply  # what the rest of the test calls
     assert graph.prepare_patches([(0, 1, barg(0x1000))]) is None  # a scalar argument
     assert graph.prepare_patches([(9, 0, barg(0x1000))]) is None
     assert fake.calls() == []
@@ -590,6 +618,19 @@ def test_graph_prepared_patches_stage_like_patch_args(world: Any, mode: str) -> 
     assert [(c["function"], c["values"]) for c in fake.calls(SET_PARAMS)] == [(0xBEEF, (0x71000, 42))]
     graph.close()
     assert graph.apply_patches(fresh) is False
+
+
+def test_graph_stage_entry_refuses_malformed_words(world: Any, mode: str) -> None:
+    """hrx_graph_stage takes only whole words: the epoch, a count and that many triples."""
+    if mode == "python":
+        return
+    fake, graph = _start(world)
+    stage = _stage_entry(graph)
+    prepared = graph.prepare_patches([(2, 0, barg(0x77000, 0x10)), (0, 0, barg(0x55000))])
+    for nbytes in (0, 8, 17, len(bytes(prepared)) - 8, len(bytes(prepared)) + 8):
+        assert stage(prepared, nbytes) == 0 and graph._record.staged == 0
+    assert stage(prepared) == 1 and graph._record.staged == 2
+    graph.close()
 
 
 def test_graph_calls_identical_both_ways(fake: Fake, monkeypatch: pytest.MonkeyPatch, hot_cache: Path) -> None:

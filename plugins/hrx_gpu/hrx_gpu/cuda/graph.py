@@ -73,6 +73,16 @@ KERNEL, MEMCPY, MEMSET, COPY_KERNEL, FILL_KERNEL, EMPTY = (
 _KERNEL_MODES = (KERNEL, COPY_KERNEL, FILL_KERNEL)
 
 
+class PreparedPatches(array.array):  # type: ignore[type-arg]
+    """:meth:`CudaGraph.prepare_patches`' result: the 64-bit words ``(cells epoch, count,
+    then count (cell, value, node) triples)`` -- the bytes the compiled rebind hands to
+    ``hrx_graph_stage`` -- with ``triples`` (those words alone, for the Python staging)
+    and ``patches`` (the patches themselves, for the patch log)."""
+
+    triples: array.array  # type: ignore[type-arg]
+    patches: list[tuple[int, int, BufferArg]]
+
+
 class CudaGraph(NativeGraph):
     """An instantiated CUDA graph.
 
@@ -106,7 +116,7 @@ class CudaGraph(NativeGraph):
         # the current hrx_graph_record for the core's compiled replay (NULL once closed)
         self._record_ref: Any = self._hot.ffi.new("hrx_graph_record *[1]") if self._hot is not None else None
         # patches accepted by patch_args but not folded into self._nodes yet
-        self._log: list[tuple[int, int, BufferArg]] = []
+        self._log: list[Any] = []  # (node, argument, BufferArg) triples and PreparedPatches
         self._build()
 
     @property
@@ -248,6 +258,7 @@ class CudaGraph(NativeGraph):
             record.dirty = self._dirty
             record.nodes = self._hot_nodes
             record.nnodes = count
+            record.cells_epoch = self._cells_epoch
             self._record = record
             self._record_ref[0] = record
             self._result = hffi.new("hrx_replay_result *")
@@ -269,10 +280,13 @@ class CudaGraph(NativeGraph):
         self._cap = capacity
         self._record.staged = 0
         self._record.cells = self._cellbuf
+        self._record.cap = capacity
 
     def _index_node(self, index: int) -> None:
         """Refresh the tables of node ``index`` from its packing (None: not patchable)."""
         self._cells_epoch += 1
+        if self._hot is not None:
+            self._record.cells_epoch = self._cells_epoch  # (what hrx_graph_stage compares)
         packed = self._packed.get(index) if self.modes[index] == KERNEL else None
         if packed is None:
             self._cell_refs[index] = self._cell_addrs[index] = self._node_params[index] = None
@@ -297,13 +311,15 @@ class CudaGraph(NativeGraph):
         log = self._log
         if not log:
             return
-        self._log = []
+        entries = list(log)
+        log.clear()  # (the same list: the core's compiled rebind appends to it)
         changed: dict[int, list[Any]] = {}
-        for index, arg_index, arg in log:
-            args = changed.get(index)
-            if args is None:
-                args = changed[index] = list(self._nodes[index].params.get("args", ()))
-            args[arg_index] = arg
+        for entry in entries:
+            for index, arg_index, arg in entry.patches if isinstance(entry, PreparedPatches) else (entry,):
+                args = changed.get(index)
+                if args is None:
+                    args = changed[index] = list(self._nodes[index].params.get("args", ()))
+                args[arg_index] = arg
         for index, args in changed.items():
             node = self._nodes[index]
             self._nodes[index] = GraphNode(node.kind, node.deps, {**node.params, "args": args})
@@ -606,10 +622,12 @@ class CudaGraph(NativeGraph):
         if words is None:
             return None
         try:
-            packed = array.array("Q", words)
+            prepared = PreparedPatches("Q", (self._cells_epoch, len(patches), *words))
+            prepared.triples = array.array("Q", words)
         except OverflowError:
             return None
-        return (self._cells_epoch, packed, len(patches), list(patches))
+        prepared.patches = list(patches)
+        return prepared
 
     def _cell_words(self, patches: Sequence[tuple[int, int, BufferArg]]) -> list[int] | None:
         """(cell address, new value, node) per patch, as the hot path stages them; None
@@ -634,20 +652,32 @@ class CudaGraph(NativeGraph):
 
     def apply_patches(self, prepared: Any) -> bool:
         """Stage prepared patches: one copy of their words into the staged cells."""
-        epoch, words, count, patches = prepared
-        if epoch != self._cells_epoch or self.closed:
+        if not isinstance(prepared, PreparedPatches) or prepared[0] != self._cells_epoch or self.closed:
             return False
+        count = prepared[1]
         record = self._record
         n = record.staged
         if n + count > self._cap:
             return False  # patch_args makes room
-        self._flat[3 * n:3 * (n + count)] = words
+        self._flat[3 * n:3 * (n + count)] = prepared.triples
         record.staged = n + count
         log = self._log
-        log.extend(patches)
+        log.append(prepared)
         if len(log) > self.LOG_LIMIT:
             self._materialize()
         return True
+
+    def fast_stage(self) -> tuple[int, int, list[Any], int, Any] | None:
+        """The compiled hot path's ``hrx_graph_stage`` for :mod:`hrx_core.fastpath`:
+        :meth:`apply_patches` of a :class:`PreparedPatches` in C (the core appends the
+        prepared object to this graph's patch log). None without the hot path."""
+        hot = self._hot
+        if hot is None or self.closed or not _Q_IS_64_BITS:
+            return None
+        pack = hot.ffi.new("hrx_fast_replay *")
+        pack.graph = self._record_ref
+        address = int(hot.ffi.cast("uintptr_t", pack))
+        return hot.graph_stage, address, self._log, self.LOG_LIMIT, (pack, self._record_ref)
 
     def update(self, index: int, node: GraphNode) -> None:
         if self.closed:
@@ -725,7 +755,7 @@ class CudaGraph(NativeGraph):
         self.closed = True
         if self._record_ref is not None:
             self._record_ref[0] = self._hot.ffi.NULL  # type: ignore[union-attr]
-        self._log = []
+        self._log.clear()
         device = self.device
         device._forget_graph(self)
         if device.closed or EXIT.exiting or self._exec is None:

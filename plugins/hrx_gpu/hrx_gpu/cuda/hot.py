@@ -17,6 +17,10 @@ Two C entry points take the place of several cffi ABI-mode calls each:
 * :c:func:`hrx_dispatch_fast` -- the core's compiled eager dispatch
   (:mod:`hrx_core.fastpath`) launches through it: a context check and one
   ``cuLaunchKernel`` with the argument cells the core packed.
+* :c:func:`hrx_graph_stage` -- the core's compiled rebinding replay stages a rebind
+  record's prepared patches through it (``CudaGraph.fast_stage``): the words
+  ``CudaGraph.prepare_patches`` made, copied into the staged cells where they are
+  current (the cells' epoch) and fit, else nothing (the core calls ``apply_patches``).
 * :c:func:`hrx_graph_replay_signal` -- the same replay with its launch, then
   ``cuStreamWriteValue64`` of a timeline value on the same stream: a runtime
   resubmission's launch and completion signal in one call. A failing write is
@@ -78,6 +82,8 @@ typedef struct {
     size_t nnodes;
     int pending;               /* any node dirty (cleared once all are updated) */
     size_t staged;             /* how many cells are staged (the replay calls take them all) */
+    size_t cap;                /* how many cells `cells` holds */
+    uint64_t cells_epoch;      /* moved whenever argument cells are re-indexed (prepared patches go stale) */
 } hrx_graph_record;
 
 typedef struct {
@@ -103,6 +109,7 @@ typedef struct {
 
 int hrx_launch(const hrx_launch_record *record);
 int hrx_graph_fast(void *arg, long long *info);
+int hrx_graph_stage(void *arg, const void *prepared, size_t nbytes);
 int hrx_dispatch_fast(void *arg, uintptr_t function, const unsigned int *dims, void **params);
 int hrx_graph_replay(hrx_graph_record *graph, size_t ncells, uintptr_t stream, int launch, hrx_replay_result *result);
 int hrx_graph_replay_signal(hrx_graph_record *graph, size_t ncells, uintptr_t stream, uintptr_t write_value,
@@ -112,6 +119,7 @@ int hrx_graph_replay_signal(hrx_graph_record *graph, size_t ncells, uintptr_t st
 SOURCE = r"""
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef int hrx_CUresult;
 typedef hrx_CUresult (*hrx_launch_fn)(void *f, unsigned int gx, unsigned int gy, unsigned int gz,
@@ -153,6 +161,8 @@ typedef struct {
     size_t nnodes;
     int pending;
     size_t staged;
+    size_t cap;
+    uint64_t cells_epoch;
 } hrx_graph_record;
 
 typedef struct {
@@ -264,6 +274,27 @@ int hrx_graph_fast(void *arg, long long *info)
     return code;
 }
 
+/* The core's compiled replay (hrx_core.fastpath) stages a rebind's prepared patches
+   through this, under the queue's lock: `prepared` holds the 64-bit words
+   (cells_epoch, count, then count (cell, value, node) triples) CudaGraph.prepare_patches
+   made. 1: appended to the staged cells; 0, nothing staged: the graph closed or was
+   re-indexed since (stale), the words are malformed, or there is no room -- the core
+   then calls CudaGraph.apply_patches, which makes room or refuses. */
+int hrx_graph_stage(void *arg, const void *prepared, size_t nbytes)
+{
+    hrx_fast_replay *f = (hrx_fast_replay *)arg;
+    hrx_graph_record *g = *f->graph;
+    const uint64_t *w = (const uint64_t *)prepared;
+    if (g == 0 || nbytes < 16 || nbytes % 8 != 0 || w[0] != g->cells_epoch)
+        return 0;
+    uint64_t count = w[1];
+    if (count > (nbytes / 8 - 2) / 3 || nbytes / 8 != 2 + 3 * count || count > g->cap - g->staged)
+        return 0;
+    memcpy((hrx_cell_patch *)g->cells + g->staged, w + 2, (size_t)count * sizeof(hrx_cell_patch));
+    g->staged += (size_t)count;
+    return 1;
+}
+
 int hrx_graph_replay_signal(hrx_graph_record *g, size_t ncells, uintptr_t stream, uintptr_t write_value,
                             uint64_t address, uint64_t value, hrx_replay_result *out)
 {
@@ -311,6 +342,8 @@ class CudaHot:
         self.ctx_get = int(dffi.cast("uintptr_t", dlib.cuCtxGetCurrent))
         #: the address of ``hrx_graph_fast`` (the core's compiled replay calls it)
         self.graph_fast = int(self.ffi.cast("uintptr_t", self.ffi.addressof(mod.lib, "hrx_graph_fast")))
+        #: the address of ``hrx_graph_stage`` (the core's compiled rebind stages prepared patches through it)
+        self.graph_stage = int(self.ffi.cast("uintptr_t", self.ffi.addressof(mod.lib, "hrx_graph_stage")))
         #: the address of ``hrx_dispatch_fast`` (the core's compiled dispatch calls it)
         self.dispatch_fast = int(self.ffi.cast("uintptr_t", self.ffi.addressof(mod.lib, "hrx_dispatch_fast")))
         #: ``cuStreamWriteValue64`` (0 where the driver lacks stream memory operations)
