@@ -17,6 +17,13 @@ patches, another CUDA context current on the thread -- it does nothing and answe
 None, and the caller runs the Python path. Failures of the native call go to the
 engine's own handler under the queue's lock, as in the Python path.
 
+Once the extension is built, :func:`bind_entry` makes ``Graph.launch`` and
+``Runtime.submit`` compiled entries (``FastEntry``): method descriptors standing for
+the Python methods whose common calls reach the replayer or the runtime's
+``Submitter`` without a Python frame; every other call runs the Python method. A
+rebinding replay stages the engine's prepared patches through its C staging entry
+where it offers one (:meth:`hrx_core.engine.NativeGraph.fast_stage`).
+
 Built by :func:`hrx_core.hotpath.load_extension` (the same cache, compiler and
 ``HRX_HOT_PATH=0`` switch as the engines' cffi hot paths); where it cannot be built,
 the Python path runs, with the same results. ``hrx doctor`` reports which.
