@@ -51,6 +51,11 @@ class QueueSlot:
     v, which any later signal on this FIFO queue implies. ``flush`` emits the signal.
     """
 
+    # the attributes the compiled paths (hrx_core.fastpath) read and write on every
+    # launch, as slots: they reach them at their offsets; the rest live in __dict__
+    __slots__ = ("device", "lock", "_native", "_timeline", "pending_value", "signaled", "unsignaled_ops",
+                 "retained", "closed", "__dict__", "__weakref__")
+
     def __init__(self, device: Device, family: str, index: int) -> None:
         self.device = device
         self.family = family
@@ -265,6 +270,12 @@ class QueueSlot:
 class DeviceStats:
     """Live counters of one device (the runtime adds lanes and traces)."""
 
+    #: the counters, in snapshot order (slots: the compiled paths add to them at their
+    #: offsets); what the runtime adds lives in __dict__, after them
+    COUNTERS = ("live_bytes", "peak_bytes", "allocations", "upload_bytes", "download_bytes", "copy_bytes",
+                "fill_bytes", "dispatches", "graph_launches")
+    __slots__ = (*COUNTERS, "__dict__")
+
     def __init__(self) -> None:
         self.live_bytes = 0
         self.peak_bytes = 0
@@ -277,10 +288,10 @@ class DeviceStats:
         self.graph_launches = 0
 
     def snapshot(self) -> dict[str, int]:
-        return dict(vars(self))
+        return {**{name: getattr(self, name) for name in self.COUNTERS}, **vars(self)}
 
     def __repr__(self) -> str:
-        body = ", ".join(f"{k}={v}" for k, v in vars(self).items())
+        body = ", ".join(f"{k}={v}" for k, v in self.snapshot().items())
         return f"<hrx.DeviceStats {body}>"
 
 

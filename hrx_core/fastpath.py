@@ -44,6 +44,8 @@ SOURCE = r"""
 #include <stdint.h>
 #include <float.h>
 #include <limits.h>
+#include <string.h>
+#include <pythread.h>
 
 /* An engine's C replay entry: 0 launched; -1 nothing done, take the Python path;
    a positive code: the native failure, with info[0] = step and info[1] = node. */
@@ -88,9 +90,83 @@ typedef struct {
     Py_ssize_t hits, misses;
 } Replayer;
 
+/* Attribute access without the generic lookup where it can be skipped: an attribute
+   that the object's class declares in __slots__ (a member descriptor of an object
+   field, found first in the MRO, on a class with the generic getattr/setattr) is read
+   and written at its offset, as the descriptor itself would. The offset is remembered
+   per (class, name) with the class's version tag, which CPython changes whenever the
+   class or a base is modified, so a stale entry is never used. Everything else -- and
+   an unset slot, which raises -- takes PyObject_GetAttr / PyObject_SetAttr. The names
+   passed are the module's interned strings (they live as long as the module). */
+typedef struct {
+    PyTypeObject *type;  /* (not a reference: a new class never reuses a version tag) */
+    PyObject *name;
+    unsigned int version;
+    Py_ssize_t offset;   /* -1: not a plain slot */
+} slot_entry;
+
+#define SLOT_CACHE 512
+static slot_entry slot_cache[SLOT_CACHE];
+
+static Py_ssize_t slot_offset(PyTypeObject *type, PyObject *name)
+{
+#ifdef Py_GIL_DISABLED
+    (void)type;
+    (void)name;
+    return -1;  /* (the cache is not thread-safe without the GIL) */
+#else
+    slot_entry *e = &slot_cache[(((uintptr_t)type >> 4) * 31 + ((uintptr_t)name >> 4)) % SLOT_CACHE];
+    if (e->type == type && e->name == name && e->version == type->tp_version_tag && e->version != 0
+        && PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG))
+        return e->offset;
+    Py_ssize_t offset = -1;
+    if (type->tp_getattro == PyObject_GenericGetAttr && type->tp_setattro == PyObject_GenericSetAttr) {
+        PyObject *d = _PyType_Lookup(type, name);  /* borrowed; gives the class a version tag */
+        if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if (m->type == T_OBJECT_EX && !(m->flags & READONLY))
+                offset = m->offset;
+        }
+    }
+    if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) || type->tp_version_tag == 0)
+        return offset;  /* (no tag to check later: not remembered) */
+    e->type = type;
+    e->name = name;
+    e->version = type->tp_version_tag;
+    e->offset = offset;
+    return offset;
+#endif
+}
+
+/* PyObject_GetAttr(obj, name) (a new reference) */
+static PyObject *get_attr(PyObject *obj, PyObject *name)
+{
+    Py_ssize_t offset = slot_offset(Py_TYPE(obj), name);
+    if (offset >= 0) {
+        PyObject *v = *(PyObject **)((char *)obj + offset);
+        if (v != NULL)
+            return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
+/* PyObject_SetAttr(obj, name, value) */
+static int set_attr(PyObject *obj, PyObject *name, PyObject *value)
+{
+    Py_ssize_t offset = value == NULL ? -1 : slot_offset(Py_TYPE(obj), name);
+    if (offset >= 0) {
+        PyObject **field = (PyObject **)((char *)obj + offset);
+        PyObject *old = *field;
+        *field = Py_NewRef(value);
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(obj, name, value);
+}
+
 static int attr_is(PyObject *obj, PyObject *name, PyObject *expected)
 {
-    PyObject *v = PyObject_GetAttr(obj, name);
+    PyObject *v = get_attr(obj, name);
     if (v == NULL)
         return -1;
     int same = v == expected;
@@ -100,7 +176,7 @@ static int attr_is(PyObject *obj, PyObject *name, PyObject *expected)
 
 static int attr_true(PyObject *obj, PyObject *name)
 {
-    PyObject *v = PyObject_GetAttr(obj, name);
+    PyObject *v = get_attr(obj, name);
     if (v == NULL)
         return -1;
     int t = v == Py_True ? 1 : (v == Py_False || v == Py_None ? 0 : PyObject_IsTrue(v));
@@ -149,9 +225,187 @@ static int call0(PyObject *fn)
     return 0;
 }
 
+/* threading's locks without a method call. CPython 3.11 and 3.12 lay out _thread.lock
+   and _thread.RLock as mirrored here; hrx_module_create checks that layout on locks it
+   makes (acquired and released through their methods, read through the mirror) and
+   uses it only where every check passed. The direct paths do what the locks' own
+   non-blocking acquire and release do, with the GIL held throughout; anything else --
+   a contended lock, a release by a thread that does not own it, another Python, an
+   unknown lock type -- calls the lock's method. */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000 && !defined(Py_GIL_DISABLED)
+#define HRX_DIRECT_LOCKS 1
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock_lock;
+    PyObject *in_weakreflist;
+    char locked;
+} lock_layout;
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock rlock_lock;
+    unsigned long rlock_owner;
+    unsigned long rlock_count;
+    PyObject *in_weakreflist;
+} rlock_layout;
+#endif
+static PyTypeObject *lock_type, *rlock_type;  /* set where the layout checked out */
+
+/* the lock a builtin bound method `fn` (named `name`) belongs to, if its type is one
+   of the checked ones; else NULL */
+static PyObject *direct_lock(PyObject *fn, const char *name)
+{
+#ifdef HRX_DIRECT_LOCKS
+    if (!PyCFunction_Check(fn))
+        return NULL;
+    PyObject *self = PyCFunction_GET_SELF(fn);
+    if (self == NULL || (Py_TYPE(self) != lock_type && Py_TYPE(self) != rlock_type) || lock_type == NULL)
+        return NULL;
+    const char *method = ((PyCFunctionObject *)fn)->m_ml->ml_name;
+    return strcmp(method, name) == 0 ? self : NULL;
+#else
+    (void)fn;
+    (void)name;
+    return NULL;
+#endif
+}
+
+/* a non-blocking acquire of a checked lock: 1 acquired, 0 held (elsewhere for an RLock) */
+static int lock_try(PyObject *lock)
+{
+#ifdef HRX_DIRECT_LOCKS
+    if (Py_TYPE(lock) == rlock_type) {
+        rlock_layout *r = (rlock_layout *)lock;
+        unsigned long me = PyThread_get_thread_ident();
+        if (r->rlock_count > 0 && r->rlock_owner == me) {
+            if (r->rlock_count == ULONG_MAX)
+                return 0;  /* (the method raises OverflowError: let it) */
+            r->rlock_count++;
+            return 1;
+        }
+        if (PyThread_acquire_lock_timed(r->rlock_lock, 0, 0) != PY_LOCK_ACQUIRED)
+            return 0;
+        r->rlock_owner = me;
+        r->rlock_count = 1;
+        return 1;
+    }
+    lock_layout *l = (lock_layout *)lock;
+    if (PyThread_acquire_lock_timed(l->lock_lock, 0, 0) != PY_LOCK_ACQUIRED)
+        return 0;
+    l->locked = 1;
+    return 1;
+#else
+    (void)lock;
+    return 0;
+#endif
+}
+
+/* release a checked lock held by this thread: 1 released, 0 not held here (nothing done) */
+static int lock_release(PyObject *lock)
+{
+#ifdef HRX_DIRECT_LOCKS
+    if (Py_TYPE(lock) == rlock_type) {
+        rlock_layout *r = (rlock_layout *)lock;
+        if (r->rlock_count == 0 || r->rlock_owner != PyThread_get_thread_ident())
+            return 0;
+        if (--r->rlock_count == 0) {
+            r->rlock_owner = 0;
+            PyThread_release_lock(r->rlock_lock);
+        }
+        return 1;
+    }
+    lock_layout *l = (lock_layout *)lock;
+    if (!l->locked)
+        return 0;
+    l->locked = 0;
+    PyThread_release_lock(l->lock_lock);
+    return 1;
+#else
+    (void)lock;
+    return 0;
+#endif
+}
+
+/* Check the mirrored layouts on fresh locks (see above); on success enable the direct
+   paths. Never fails: a mismatch leaves the method calls. 0, or -1 with an exception. */
+static int check_lock_layouts(void)
+{
+#ifdef HRX_DIRECT_LOCKS
+    PyObject *thread = PyImport_ImportModule("_thread");
+    if (thread == NULL)
+        return -1;
+    PyObject *lt = PyObject_GetAttrString(thread, "LockType"), *rt = PyObject_GetAttrString(thread, "RLock");
+    PyObject *l = NULL, *r = NULL;
+    int ok = lt != NULL && rt != NULL && PyType_Check(lt) && PyType_Check(rt)
+             && ((PyTypeObject *)lt)->tp_basicsize == (Py_ssize_t)sizeof(lock_layout)
+             && ((PyTypeObject *)rt)->tp_basicsize == (Py_ssize_t)sizeof(rlock_layout);
+    if (ok) {
+        l = PyObject_CallMethod(thread, "allocate_lock", NULL);
+        r = PyObject_CallNoArgs(rt);
+        ok = l != NULL && r != NULL && Py_TYPE(l) == (PyTypeObject *)lt && Py_TYPE(r) == (PyTypeObject *)rt;
+    }
+    if (ok) {
+        lock_layout *ll = (lock_layout *)l;
+        rlock_layout *rl = (rlock_layout *)r;
+        unsigned long me = PyThread_get_thread_ident();
+        ok = ll->locked == 0 && rl->rlock_count == 0;
+        PyObject *x = ok ? PyObject_CallMethod(l, "acquire", NULL) : NULL;
+        ok = x == Py_True && ll->locked == 1;
+        Py_XDECREF(x);
+        x = ok ? PyObject_CallMethod(r, "acquire", NULL) : NULL;
+        ok = x == Py_True && rl->rlock_count == 1 && rl->rlock_owner == me;
+        Py_XDECREF(x);
+        x = ok ? PyObject_CallMethod(r, "acquire", NULL) : NULL;
+        ok = x == Py_True && rl->rlock_count == 2 && rl->rlock_owner == me;
+        Py_XDECREF(x);
+        for (int i = 0; ok && i < 2; i++) {
+            x = PyObject_CallMethod(r, "release", NULL);
+            ok = x != NULL && rl->rlock_count == (unsigned long)(1 - i);
+            Py_XDECREF(x);
+        }
+        x = ok ? PyObject_CallMethod(l, "release", NULL) : NULL;
+        ok = x != NULL && ll->locked == 0;
+        Py_XDECREF(x);
+        /* and the other way round: acquired here, seen and released by the methods */
+        if (ok) {
+            lock_type = (PyTypeObject *)lt;
+            rlock_type = (PyTypeObject *)rt;
+            ok = lock_try(l) == 1 && lock_try(r) == 1 && lock_try(r) == 1;
+            x = ok ? PyObject_CallMethod(r, "_is_owned", NULL) : NULL;
+            ok = x == Py_True;
+            Py_XDECREF(x);
+            x = ok ? PyObject_CallMethod(r, "release", NULL) : NULL;
+            ok = x != NULL && lock_release(r) == 1 && rl->rlock_count == 0;
+            Py_XDECREF(x);
+            x = ok ? PyObject_CallMethod(l, "locked", NULL) : NULL;
+            ok = x == Py_True && lock_release(l) == 1;
+            Py_XDECREF(x);
+            x = ok ? PyObject_CallMethod(l, "acquire", "i", 0) : NULL;  /* free again for the methods */
+            ok = x == Py_True;
+            Py_XDECREF(x);
+            x = ok ? PyObject_CallMethod(l, "release", NULL) : NULL;
+            ok = x != NULL;
+            Py_XDECREF(x);
+        }
+    }
+    PyErr_Clear();  /* (a failed check is a verdict, not an error) */
+    Py_XDECREF(l);
+    Py_XDECREF(r);
+    Py_DECREF(thread);
+    if (ok)
+        return 0;  /* (lock_type and rlock_type keep the references) */
+    lock_type = rlock_type = NULL;
+    Py_XDECREF(lt);
+    Py_XDECREF(rt);
+#endif
+    return 0;
+}
+
 /* fn(False) answered True: 1; False: 0; an exception: -1 */
 static int try_acquire(PyObject *acquire)
 {
+    PyObject *lock = direct_lock(acquire, "acquire");
+    if (lock != NULL)
+        return lock_try(lock);
     PyObject *no = Py_False;
     PyObject *got = PyObject_Vectorcall(acquire, &no, 1, NULL);
     if (got == NULL)
@@ -161,10 +415,26 @@ static int try_acquire(PyObject *acquire)
     return r;
 }
 
+/* a blocking fn(): 0, or -1 with an exception (uncontended: the direct path) */
+static int acquire_blocking(PyObject *acquire)
+{
+    PyObject *lock = direct_lock(acquire, "acquire");
+    if (lock != NULL && lock_try(lock) == 1)
+        return 0;
+    PyObject *r = PyObject_Vectorcall(acquire, NULL, 0, NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
 /* release a lock keeping the exception that is set, if any: -1 when the release raised
    and nothing else was set */
 static int release_keeping(PyObject *release)
 {
+    PyObject *lock = direct_lock(release, "release");
+    if (lock != NULL && lock_release(lock) == 1)
+        return 0;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     PyObject *r = PyObject_Vectorcall(release, NULL, 0, NULL);
@@ -184,7 +454,7 @@ static int release_keeping(PyObject *release)
 /* attribute += delta on a Python int attribute */
 static int add_to(PyObject *obj, PyObject *name, long delta, long *out)
 {
-    PyObject *v = PyObject_GetAttr(obj, name);
+    PyObject *v = get_attr(obj, name);
     if (v == NULL)
         return -1;
     long n = PyLong_AsLong(v);
@@ -194,7 +464,7 @@ static int add_to(PyObject *obj, PyObject *name, long delta, long *out)
     PyObject *w = PyLong_FromLong(n + delta);
     if (w == NULL)
         return -1;
-    int rc = PyObject_SetAttr(obj, name, w);
+    int rc = set_attr(obj, name, w);
     Py_DECREF(w);
     if (out != NULL)
         *out = n;
@@ -225,16 +495,16 @@ static PyObject *stream_done(PyObject *stream, PyObject *slot, PyObject *value)
             return NULL;
         }
     }
-    PyObject *values = PyObject_GetAttr(stream, s_values), *last = NULL, *completion = NULL;
+    PyObject *values = get_attr(stream, s_values), *last = NULL, *completion = NULL;
     if (values == NULL)
         return NULL;
     int slow = !PyList_CheckExact(values) || PyList_GET_SIZE(values) >= 4096;
     if (!slow) {
-        last = PyObject_GetAttr(stream, s_ulast);
+        last = get_attr(stream, s_ulast);
         if (last == NULL)
             goto done;
         if (last != Py_None) {
-            PyObject *lv = PyObject_GetAttr(last, s_value);
+            PyObject *lv = get_attr(last, s_value);
             if (lv == NULL)
                 goto done;
             slow = PyObject_RichCompareBool(lv, value, Py_GE);
@@ -258,8 +528,8 @@ static PyObject *stream_done(PyObject *stream, PyObject *slot, PyObject *value)
         PyObject *c = type->tp_alloc(type, 0);
         if (c == NULL)
             goto done;
-        if (PyObject_SetAttr(c, s_slot_attr, slot) < 0 || PyObject_SetAttr(c, s_value, value) < 0
-            || PyObject_SetAttr(stream, s_ulast, c) < 0) {
+        if (set_attr(c, s_slot_attr, slot) < 0 || set_attr(c, s_value, value) < 0
+            || set_attr(stream, s_ulast, c) < 0) {
             Py_DECREF(c);
             goto done;
         }
@@ -274,10 +544,10 @@ done:
 /* 1 when the graph's launch record was validated at the current EPOCH, 0 if not, -1 error */
 static int record_current(Replayer *self)
 {
-    PyObject *mine = PyObject_GetAttr(self->record, s_epoch);
+    PyObject *mine = get_attr(self->record, s_epoch);
     if (mine == NULL)
         return -1;
-    PyObject *now = PyObject_GetAttr(self->epoch, s_value);
+    PyObject *now = get_attr(self->epoch, s_value);
     if (now == NULL) {
         Py_DECREF(mine);
         return -1;
@@ -327,10 +597,10 @@ static PyObject *replay(Replayer *self, PyObject *graph)
    starts from what the graph's bindings say now), -1 an exception. */
 static int apply_rebind(Replayer *self, PyObject *graph, PyObject *rebind)
 {
-    PyObject *bound = PyObject_GetAttr(graph, s_bound);
+    PyObject *bound = get_attr(graph, s_bound);
     if (bound == NULL)
         return -1;
-    PyObject *items = PyObject_GetAttr(rebind, s_items);
+    PyObject *items = get_attr(rebind, s_items);
     if (items == NULL) {
         Py_DECREF(bound);
         return -1;
@@ -404,8 +674,8 @@ static int apply_rebind(Replayer *self, PyObject *graph, PyObject *rebind)
         }
     }
     {
-        PyObject *rebound = PyObject_GetAttr(rebind, s_rebound_attr);
-        if (rebound == NULL || PyObject_SetAttr(graph, s_rebound, rebound) < 0)
+        PyObject *rebound = get_attr(rebind, s_rebound_attr);
+        if (rebound == NULL || set_attr(graph, s_rebound, rebound) < 0)
             rc = -1;
         Py_XDECREF(rebound);
     }
@@ -452,7 +722,7 @@ static PyObject *replay_rebound(Replayer *self, PyObject *graph, PyObject *input
         PyTuple_SET_ITEM(key, n + i, id);
         i++;
     }
-    PyObject *memo = PyObject_GetAttr(graph, s_rebind_memo);
+    PyObject *memo = get_attr(graph, s_rebind_memo);
     if (memo == NULL) {
         Py_DECREF(key);
         return NULL;
@@ -466,8 +736,8 @@ static PyObject *replay_rebound(Replayer *self, PyObject *graph, PyObject *input
     PyObject *result = NULL;
     /* the record is current: EPOCH stands and each value is the object it was made from */
     {
-        PyObject *mine = PyObject_GetAttr(rebind, s_epoch);
-        PyObject *now = mine == NULL ? NULL : PyObject_GetAttr(self->epoch, s_value);
+        PyObject *mine = get_attr(rebind, s_epoch);
+        PyObject *now = mine == NULL ? NULL : get_attr(self->epoch, s_value);
         r = now == NULL ? -1 : PyObject_RichCompareBool(mine, now, Py_EQ);
         Py_XDECREF(mine);
         Py_XDECREF(now);
@@ -475,7 +745,7 @@ static PyObject *replay_rebound(Replayer *self, PyObject *graph, PyObject *input
             goto out_miss;
     }
     {
-        PyObject *refs = PyObject_GetAttr(rebind, s_refs);
+        PyObject *refs = get_attr(rebind, s_refs);
         if (refs == NULL) {
             r = -1;
             goto out_miss;
@@ -551,11 +821,11 @@ static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind
             goto unlock;
         Py_CLEAR(tmp);
     }
-    value = PyObject_GetAttr(self->slot, s_pending_value);
+    value = get_attr(self->slot, s_pending_value);
     if (value == NULL)
         goto unlock;
     if (self->owned) {  /* what close() defers behind */
-        tmp = PyObject_GetAttr(graph, s_last_launch);
+        tmp = get_attr(graph, s_last_launch);
         if (tmp == NULL || PyObject_SetItem(tmp, self->slot, value) < 0)
             goto unlock;
         Py_CLEAR(tmp);
@@ -571,12 +841,12 @@ static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind
         }
     }
     /* launches between two signals share the stream's latest completion */
-    completion = PyObject_GetAttr(self->stream, s_ulast);
+    completion = get_attr(self->stream, s_ulast);
     if (completion == NULL)
         goto unlock;
     r = 0;
     if (completion != Py_None) {
-        PyObject *cv = PyObject_GetAttr(completion, s_value);
+        PyObject *cv = get_attr(completion, s_value);
         if (cv == NULL)
             goto unlock;
         r = PyObject_RichCompareBool(cv, value, Py_EQ);
@@ -584,7 +854,7 @@ static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind
         if (r < 0)
             goto unlock;
         if (r == 1) {
-            PyObject *values = PyObject_GetAttr(self->stream, s_values);
+            PyObject *values = get_attr(self->stream, s_values);
             if (values == NULL)
                 goto unlock;
             r = 0;
@@ -601,16 +871,16 @@ static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind
         if (completion == NULL)
             goto unlock;
     }
-    tmp = PyObject_GetAttr(self->record, s_last);
+    tmp = get_attr(self->record, s_last);
     if (tmp == NULL || PyObject_SetItem(tmp, self->slot, completion) < 0)
         goto unlock;
     Py_CLEAR(tmp);
     if (rebind != NULL) {  /* the record holds what it rebinds: its last launch here */
-        tmp = PyObject_GetAttr(rebind, s_holds);
+        tmp = get_attr(rebind, s_holds);
         if (tmp == NULL)
             goto unlock;
         if (tmp != Py_None) {
-            PyObject *last = PyObject_GetAttr(tmp, s_last);
+            PyObject *last = get_attr(tmp, s_last);
             if (last == NULL || PyObject_SetItem(last, self->slot, completion) < 0) {
                 Py_XDECREF(last);
                 goto unlock;
@@ -728,9 +998,9 @@ static int Replayer_init(Replayer *self, PyObject *args, PyObject *kwargs)
     PyObject *lock = PyObject_GetAttrString(slot, "lock");
     if (lock == NULL)
         return -1;
-    PyObject *acquire = PyObject_GetAttr(lock, s_acquire);
-    PyObject *release = PyObject_GetAttr(lock, s_release);
-    PyObject *native = PyObject_GetAttr(slot, s_unative);
+    PyObject *acquire = get_attr(lock, s_acquire);
+    PyObject *release = get_attr(lock, s_release);
+    PyObject *native = get_attr(slot, s_unative);
     int needs_submit = native == NULL || native == Py_None ? -1 : attr_true(native, s_needs_submit);
     if (acquire == NULL || release == NULL || native == NULL || needs_submit < 0) {
         if (native == Py_None)
@@ -863,13 +1133,13 @@ static PyObject *sub_miss(Submitter *self)
    where the answer needs pending_failure -- asks the Python method. 1, 0, -1 error. */
 static int inherits_previous(PyObject *runtime, PyObject *previous)
 {
-    PyObject *c = PyObject_GetAttr(previous, s_completion), *slot = NULL, *tl = NULL, *v = NULL, *x = NULL;
+    PyObject *c = get_attr(previous, s_completion), *slot = NULL, *tl = NULL, *v = NULL, *x = NULL;
     int r = -1, ask = 0;
-    if (c == NULL || (slot = PyObject_GetAttr(c, s_slot_attr)) == NULL || (v = PyObject_GetAttr(c, s_value)) == NULL)
+    if (c == NULL || (slot = get_attr(c, s_slot_attr)) == NULL || (v = get_attr(c, s_value)) == NULL)
         goto done;
     {
         /* Completion.done_now: value <= slot.signaled and timeline.completed() >= value */
-        PyObject *signaled = PyObject_GetAttr(slot, s_signaled);
+        PyObject *signaled = get_attr(slot, s_signaled);
         if (signaled == NULL)
             goto done;
         int le = PyObject_RichCompareBool(v, signaled, Py_LE);
@@ -880,7 +1150,7 @@ static int inherits_previous(PyObject *runtime, PyObject *previous)
             r = 1;
             goto done;
         }
-        tl = PyObject_GetAttr(slot, s_utimeline);
+        tl = get_attr(slot, s_utimeline);
         if (tl == NULL)
             goto done;
         if (tl == Py_None) {
@@ -939,7 +1209,7 @@ done:
    empty _waited (a fresh list only where it holds something). 0, or -1 with an exception */
 static int forget_failures(PyObject *stream)
 {
-    PyObject *values = PyObject_GetAttr(stream, s_values);
+    PyObject *values = get_attr(stream, s_values);
     if (values == NULL)
         return -1;
     Py_ssize_t n = PyObject_Length(values);
@@ -949,11 +1219,11 @@ static int forget_failures(PyObject *stream)
     PyObject *count = PyLong_FromSsize_t(n);
     if (count == NULL)
         return -1;
-    int bad = PyObject_SetAttr(stream, s_reported, count) < 0;
+    int bad = set_attr(stream, s_reported, count) < 0;
     Py_DECREF(count);
     if (bad)
         return -1;
-    PyObject *waited = PyObject_GetAttr(stream, s_waited);
+    PyObject *waited = get_attr(stream, s_waited);
     if (waited == NULL)
         return -1;
     int some = PyObject_IsTrue(waited);
@@ -963,7 +1233,7 @@ static int forget_failures(PyObject *stream)
     PyObject *empty = PyList_New(0);
     if (empty == NULL)
         return -1;
-    bad = PyObject_SetAttr(stream, s_waited, empty) < 0;
+    bad = set_attr(stream, s_waited, empty) < 0;
     Py_DECREF(empty);
     return bad ? -1 : 0;
 }
@@ -971,21 +1241,19 @@ static int forget_failures(PyObject *stream)
 /* Encode one region as Runtime._encode's resubmission branch does: the event, or NULL */
 static PyObject *encode_region(Submitter *self, PyObject *again)
 {
-    PyObject *previous = PyObject_GetAttr(self->region, s_last);
+    PyObject *previous = get_attr(self->region, s_last);
     if (previous == NULL)
         return NULL;
-    PyObject *got = PyObject_Vectorcall(self->lane_acquire, NULL, 0, NULL);  /* blocking, as `with lane.lock` */
-    if (got == NULL) {
+    if (acquire_blocking(self->lane_acquire) < 0) {  /* blocking, as `with lane.lock` */
         Py_DECREF(previous);
         return NULL;
     }
-    Py_DECREF(got);
     PyObject *completion = NULL, *event = NULL;
     if (self->direct && self->lazy) {
         /* _RecordedRegion.encode_signaled(lane, lazy=True): its device graph's compiled
            replay where the lane's stream recorded it (None: it did nothing) */
-        PyObject *dg = PyObject_GetAttr(self->region, s_device_graph);
-        PyObject *fast = dg == NULL ? NULL : PyObject_GetAttr(dg, s_fast);
+        PyObject *dg = get_attr(self->region, s_device_graph);
+        PyObject *fast = dg == NULL ? NULL : get_attr(dg, s_fast);
         int same = fast == NULL ? -1 : attr_is(dg, s_stream, self->stream);
         if (same == 1 && fast != Py_None) {
             completion = PyObject_CallOneArg(fast, dg);
@@ -1009,8 +1277,8 @@ static PyObject *encode_region(Submitter *self, PyObject *again)
     event = ((PyTypeObject *)self->event_type)->tp_alloc((PyTypeObject *)self->event_type, 0);
     if (event == NULL)
         goto unlock;
-    if (PyObject_SetAttr(event, s_completion, completion) < 0 || PyObject_SetAttr(event, s_upstream, self->empty) < 0
-        || PyObject_SetAttr(event, s_resolved, Py_None) < 0 || PyObject_SetAttr(event, s_timestamp, Py_None) < 0) {
+    if (set_attr(event, s_completion, completion) < 0 || set_attr(event, s_upstream, self->empty) < 0
+        || set_attr(event, s_resolved, Py_None) < 0 || set_attr(event, s_timestamp, Py_None) < 0) {
         Py_CLEAR(event);
         goto unlock;
     }
@@ -1031,7 +1299,7 @@ unlock:
             goto fail;
         if (inherit) {
             PyObject *up = PyTuple_Pack(1, previous);
-            if (up == NULL || PyObject_SetAttr(event, s_upstream, up) < 0) {
+            if (up == NULL || set_attr(event, s_upstream, up) < 0) {
                 Py_XDECREF(up);
                 goto fail;
             }
@@ -1040,11 +1308,11 @@ unlock:
     }
     Py_DECREF(previous);
     previous = NULL;
-    if (PyObject_SetAttr(self->region, s_last, event) < 0)
+    if (set_attr(self->region, s_last, event) < 0)
         goto fail;
     {
         /* the region's access entries name the new event (_Inflight.replace) */
-        PyObject *places = PyObject_GetAttr(again, s_places);
+        PyObject *places = get_attr(again, s_places);
         if (places == NULL)
             goto fail;
         PyObject *seq = PySequence_Fast(places, "places");
@@ -1087,13 +1355,13 @@ fail:
    `resubmit` note (a new reference) in *again; 1, 0 (no), -1 error */
 static int resubmittable(Submitter *self, PyObject **again)
 {
-    *again = PyObject_GetAttr(self->region, s_resubmit);
+    *again = get_attr(self->region, s_resubmit);
     if (*again == NULL)
         return -1;
     if (*again == Py_None)
         return 0;
-    PyObject *gen = PyObject_GetAttr(self->inflight, s_generation);
-    PyObject *mine = gen == NULL ? NULL : PyObject_GetAttr(*again, s_generation);
+    PyObject *gen = get_attr(self->inflight, s_generation);
+    PyObject *mine = gen == NULL ? NULL : get_attr(*again, s_generation);
     int ok = mine == NULL ? -1 : PyObject_RichCompareBool(mine, gen, Py_EQ);
     Py_XDECREF(gen);
     Py_XDECREF(mine);
@@ -1145,10 +1413,10 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
         goto miss;
     }
     /* room (max_submissions), as Runtime.submit takes it */
-    if (call0(self->space_acquire) < 0)
+    if (acquire_blocking(self->space_acquire) < 0)
         goto error;
     {
-        PyObject *taken = PyObject_GetAttr(self->runtime, s_room_taken);
+        PyObject *taken = get_attr(self->runtime, s_room_taken);
         long t = taken == NULL ? -1 : PyLong_AsLong(taken);
         Py_XDECREF(taken);
         Py_ssize_t n = t < 0 ? -1 : PyObject_Length(self->pending);
@@ -1186,12 +1454,12 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
         submission = ((PyTypeObject *)self->submission_type)->tp_alloc((PyTypeObject *)self->submission_type, 0);
         if (submission == NULL)
             goto error;
-        PyObject *seq = PyObject_GetAttr(self->runtime, s_usequence);
-        if (seq == NULL || PyObject_SetAttr(submission, s_runtime_attr, self->runtime) < 0
-            || PyObject_SetAttr(submission, s_graph_attr, graph) < 0 || PyObject_SetAttr(submission, s_events, events) < 0
-            || PyObject_SetAttr(submission, s_owners, self->owners) < 0
-            || PyObject_SetAttr(submission, s_submitted, submitted) < 0 || PyObject_SetAttr(submission, s_sequence, seq) < 0
-            || PyObject_SetAttr(submission, s_settled, Py_False) < 0) {
+        PyObject *seq = get_attr(self->runtime, s_usequence);
+        if (seq == NULL || set_attr(submission, s_runtime_attr, self->runtime) < 0
+            || set_attr(submission, s_graph_attr, graph) < 0 || set_attr(submission, s_events, events) < 0
+            || set_attr(submission, s_owners, self->owners) < 0
+            || set_attr(submission, s_submitted, submitted) < 0 || set_attr(submission, s_sequence, seq) < 0
+            || set_attr(submission, s_settled, Py_False) < 0) {
             Py_XDECREF(seq);
             goto error;
         }
@@ -1199,7 +1467,7 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
         if (add_to(self->runtime, s_usequence, 1, NULL) < 0)
             goto error;
     }
-    if (call0(self->space_acquire) < 0)
+    if (acquire_blocking(self->space_acquire) < 0)
         goto error;
     {
         int bad = add_to(self->runtime, s_room_taken, -1, NULL) < 0;
@@ -1332,8 +1600,8 @@ static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
         self->lane = lane;
         self->lazy = lazy;
         self->reads_own_writes = own;
-        if ((self->stream = PyObject_GetAttr(lane, s_stream)) == NULL
-            || (self->slot = PyObject_GetAttr(self->stream, s_slot_attr)) == NULL
+        if ((self->stream = get_attr(lane, s_stream)) == NULL
+            || (self->slot = get_attr(self->stream, s_slot_attr)) == NULL
             || (self->lane_acquire = get_method(lane, "lock", "acquire")) == NULL
             || (self->lane_release = get_method(lane, "lock", "release")) == NULL)
             goto fail;
@@ -1469,7 +1737,7 @@ static int plain_dims(PyObject *value, const long *limit, unsigned int *out)
 /* a Python int attribute as a C long: 1, 0 (not an exact int), -1 error */
 static int long_attr(PyObject *obj, PyObject *name, long long *out)
 {
-    PyObject *v = PyObject_GetAttr(obj, name);
+    PyObject *v = get_attr(obj, name);
     if (v == NULL)
         return -1;
     int r = 0;
@@ -1557,7 +1825,7 @@ static int convert_scalar(PyObject *v, long code, PyObject *stype, uint64_t *cel
 static int note_use_fast(PyObject *alloc, PyObject *slot, PyObject *completion, long long start, long long end,
                          int writes)
 {
-    PyObject *pending = PyObject_GetAttr(alloc, s_pending);
+    PyObject *pending = get_attr(alloc, s_pending);
     if (pending == NULL)
         return -1;
     int r = 0;
@@ -1576,7 +1844,7 @@ static int note_use_fast(PyObject *alloc, PyObject *slot, PyObject *completion, 
                     Py_INCREF(entry);
                     r = PyList_SetItem(entry, 0, completion) < 0 ? -1 : 1;
                     Py_DECREF(entry);
-                    if (r == 1 && writes && PyObject_SetAttr(alloc, s_device_dirty, Py_True) < 0)
+                    if (r == 1 && writes && set_attr(alloc, s_device_dirty, Py_True) < 0)
                         r = -1;
                 }
             }
@@ -1619,7 +1887,7 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
     PyObject *done = NULL;
 
     {
-        PyObject *exes = PyObject_GetAttr(kernel, s_executables);
+        PyObject *exes = get_attr(kernel, s_executables);
         if (exes == NULL)
             goto out;
         if (PyDict_CheckExact(exes)) {
@@ -1639,7 +1907,7 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
         goto miss;
     }
     if (self->fn != NULL) {
-        handle_obj = PyObject_GetAttr(exe, s_fast_handle);
+        handle_obj = get_attr(exe, s_fast_handle);
         if (handle_obj == NULL)
             goto out;
         if (!PyLong_CheckExact(handle_obj))
@@ -1650,7 +1918,7 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
         if (handle == 0)
             goto miss;  /* the engine launches this executable from Python only */
     }
-    access = PyObject_GetAttr(kernel, s_buffer_access);
+    access = get_attr(kernel, s_buffer_access);
     if (access == NULL)
         goto out;
     if (!PyTuple_CheckExact(access))
@@ -1682,7 +1950,7 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
                 goto out;
             goto miss;
         }
-        PyObject *alloc = PyObject_GetAttr(b, s_ualloc);
+        PyObject *alloc = get_attr(b, s_ualloc);
         if (alloc == NULL)
             goto out;
         alloc_of[i] = alloc;  /* a new reference until `allocs` holds it (below) */
@@ -1699,7 +1967,7 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
         } else {
             Py_DECREF(alloc);  /* `allocs` holds it */
         }
-        PyObject *maps = PyObject_GetAttr(alloc, s_host_maps);
+        PyObject *maps = get_attr(alloc, s_host_maps);
         if (maps == NULL)
             goto out;
         int mapped = !PyList_CheckExact(maps) || PyList_GET_SIZE(maps) != 0;
@@ -1723,7 +1991,7 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
         start_of[i] = base;
         end_of[i] = base + nbytes;
         writes_of[i] = (acc & 2) != 0;
-        PyObject *native = PyObject_GetAttr(alloc, s_native_attr);
+        PyObject *native = get_attr(alloc, s_native_attr);
         if (native == NULL)
             goto out;
         if (self->fn != NULL) {
@@ -1759,7 +2027,7 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
 
     /* scalars: converted here where the kernel's plan allows (C entry only: the Python
        dispatch takes numpy scalars), else by the kernel's own check (its errors) */
-    plan = PyObject_GetAttr(kernel, s_scalar_plan);
+    plan = get_attr(kernel, s_scalar_plan);
     if (plan == NULL)
         goto out;
     if (!PyTuple_CheckExact(plan))
@@ -1895,12 +2163,12 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
     {
         /* Stream._dispatched: the stream's latest completion, or one at the new value */
         PyObject *value = PyTuple_GET_ITEM(committed, 0);
-        completion = PyObject_GetAttr(stream, s_ulast);
+        completion = get_attr(stream, s_ulast);
         if (completion == NULL)
             goto out;
         r = 0;
         if (completion != Py_None) {
-            PyObject *cv = PyObject_GetAttr(completion, s_value);
+            PyObject *cv = get_attr(completion, s_value);
             if (cv == NULL)
                 goto out;
             r = PyObject_RichCompareBool(cv, value, Py_EQ);
@@ -2029,10 +2297,10 @@ static int Dispatcher_init(Dispatcher *self, PyObject *args, PyObject *kwargs)
     PyObject *lock = PyObject_GetAttrString(slot, "lock");
     if (lock == NULL)
         return -1;
-    self->acquire = PyObject_GetAttr(lock, s_acquire);
-    self->release = PyObject_GetAttr(lock, s_release);
+    self->acquire = get_attr(lock, s_acquire);
+    self->release = get_attr(lock, s_release);
     Py_DECREF(lock);
-    self->native = PyObject_GetAttr(slot, s_unative);
+    self->native = get_attr(slot, s_unative);
     self->device_key = PyLong_FromVoidPtr(device);
     int needs_submit = self->native == NULL || self->native == Py_None ? -1 : attr_true(self->native, s_needs_submit);
     if (self->acquire == NULL || self->release == NULL || self->device_key == NULL || needs_submit < 0) {
@@ -2135,7 +2403,7 @@ static PyObject *entry_fast(FastEntry *self, PyObject *const *args, Py_ssize_t n
         Py_RETURN_NONE;
     }
     PyObject *holder = args[self->kind];  /* the graph, in either case */
-    PyObject *fast = PyObject_GetAttr(holder, self->kind == 0 ? s_fast : s_fast_submit);
+    PyObject *fast = get_attr(holder, self->kind == 0 ? s_fast : s_fast_submit);
     if (fast == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError))
             return NULL;
@@ -2396,6 +2664,8 @@ static PyObject *hrx_module_create(const char *name)
         return NULL;
     if (PyType_Ready(&FastEntryType) < 0)
         return NULL;
+    if (check_lock_layouts() < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
         return NULL;
@@ -2420,6 +2690,11 @@ static PyObject *hrx_module_create(const char *name)
     Py_INCREF(&FastEntryType);
     if (PyModule_AddObject(m, "FastEntry", (PyObject *)&FastEntryType) < 0) {
         Py_DECREF(&FastEntryType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    /* whether threading's locks are taken without a method call (check_lock_layouts) */
+    if (PyModule_AddIntConstant(m, "direct_locks", lock_type != NULL) < 0) {
         Py_DECREF(m);
         return NULL;
     }

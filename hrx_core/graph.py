@@ -138,6 +138,11 @@ def _weak_check(graph: Graph) -> Any:
 class Graph:
     """A recorded graph of copies, fills, dispatches and joins."""
 
+    # the attributes the compiled replay (hrx_core.fastpath) reads and writes on every
+    # launch, as slots: it reaches them at their offsets; the rest live in __dict__
+    __slots__ = ("stream", "device", "owned", "_plan", "_record", "_rebound", "_bound", "_rebind_memo",
+                 "_last_launch", "launches", "_fast", "_fast_for", "_closed", "_native", "__dict__", "__weakref__")
+
     def __init__(self, stream: Stream, *, inferred: bool, owned: bool) -> None:
         self.stream = stream
         self.device = stream.device

@@ -196,6 +196,11 @@ class PreparedLaunch:
 class Stream:
     """Ordered work on one native queue. Create with ``device.stream()``."""
 
+    # the attributes the compiled paths (hrx_core.fastpath) read and write on every
+    # launch, as slots: they reach them at their offsets; the rest live in __dict__
+    __slots__ = ("device", "slot", "_values", "_reported", "_waited", "_last", "_fast_dispatch",
+                 "__dict__", "__weakref__")
+
     def __init__(self, device: Device, slot: QueueSlot) -> None:
         self.device = device
         self.slot = slot

@@ -642,3 +642,44 @@ def test_a_c_stage_takes_prepared_patches_or_leaves_them_to_python(dev: hrx.Devi
     s.synchronize()
     # 2 plain launches on a, then: b c | b c | defaults(a) | b c b c b c b c | b
     assert (_value(s, a), _value(s, b), _value(s, c)) == (3, 1 + 1 + 4 + 1, 1 + 1 + 4)
+
+
+def test_threading_locks_are_taken_directly_where_their_layout_checked_out(compiled: None) -> None:
+    """On CPython 3.11 and 3.12 the extension takes threading's locks without a method
+    call (their layout checked on fresh locks when it loads); elsewhere the methods."""
+    import sys
+
+    direct = fastpath.module().lib.direct_locks
+    if sys.implementation.name == "cpython" and (3, 11) <= sys.version_info[:2] < (3, 13):
+        assert direct == 1
+    else:
+        assert direct == 0
+
+
+def test_a_replay_under_the_queue_lock_of_its_own_thread_reenters_it(dev: hrx.Device, compiled: None) -> None:
+    """The queue's lock is reentrant: a replay from a thread that holds it goes through
+    the compiled replay and leaves the lock held exactly as before."""
+    s, buf, g = _replayed(dev)
+    fast = g._fast
+    hits = fast.hits
+    lock = s.slot.lock
+    with lock:
+        with lock:
+            assert isinstance(g.launch(), hrx.Completion)
+            assert lock._is_owned()
+        assert lock._is_owned()
+    assert not lock._is_owned() and fast.hits == hits + 1
+    assert lock.acquire(blocking=False)  # free for everyone again
+    lock.release()
+    released = threading.Event()
+
+    def other() -> None:
+        with lock:
+            released.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(10)
+    assert released.is_set()
+    s.synchronize()
+    assert _value(s, buf) == 3
