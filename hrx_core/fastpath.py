@@ -108,17 +108,30 @@ typedef struct {
 #define SLOT_CACHE 512
 static slot_entry slot_cache[SLOT_CACHE];
 
-static Py_ssize_t slot_offset(PyTypeObject *type, PyObject *name)
+static Py_ssize_t slot_fill(PyTypeObject *type, PyObject *name, slot_entry *e);
+
+static inline Py_ssize_t slot_offset(PyTypeObject *type, PyObject *name)
 {
 #ifdef Py_GIL_DISABLED
     (void)type;
     (void)name;
     return -1;  /* (the cache is not thread-safe without the GIL) */
 #else
-    slot_entry *e = &slot_cache[(((uintptr_t)type >> 4) * 31 + ((uintptr_t)name >> 4)) % SLOT_CACHE];
-    if (e->type == type && e->name == name && e->version == type->tp_version_tag && e->version != 0
-        && PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG))
-        return e->offset;
+    /* two entries a bucket: keys that share a bucket do not evict each other */
+    slot_entry *e = &slot_cache[2 * ((((uintptr_t)type >> 4) * 31 + ((uintptr_t)name >> 4)) % (SLOT_CACHE / 2))];
+    /* (a modified class's tag is 0 until looked up again, then new; stored tags are not 0) */
+    if (e[0].type == type && e[0].name == name && e[0].version == type->tp_version_tag)
+        return e[0].offset;
+    if (e[1].type == type && e[1].name == name && e[1].version == type->tp_version_tag)
+        return e[1].offset;
+    return slot_fill(type, name, e);
+#endif
+}
+
+/* slot_offset's miss: look the name up, remember the answer where the class has a tag
+   (in e[0], the bucket's first entry moving to e[1]) */
+static Py_ssize_t slot_fill(PyTypeObject *type, PyObject *name, slot_entry *e)
+{
     Py_ssize_t offset = -1;
     if (type->tp_getattro == PyObject_GenericGetAttr && type->tp_setattro == PyObject_GenericSetAttr) {
         PyObject *d = _PyType_Lookup(type, name);  /* borrowed; gives the class a version tag */
@@ -130,16 +143,16 @@ static Py_ssize_t slot_offset(PyTypeObject *type, PyObject *name)
     }
     if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) || type->tp_version_tag == 0)
         return offset;  /* (no tag to check later: not remembered) */
+    e[1] = e[0];  /* (the bucket's older entry goes) */
     e->type = type;
     e->name = name;
     e->version = type->tp_version_tag;
     e->offset = offset;
     return offset;
-#endif
 }
 
 /* PyObject_GetAttr(obj, name) (a new reference) */
-static PyObject *get_attr(PyObject *obj, PyObject *name)
+static inline PyObject *get_attr(PyObject *obj, PyObject *name)
 {
     Py_ssize_t offset = slot_offset(Py_TYPE(obj), name);
     if (offset >= 0) {
@@ -151,7 +164,7 @@ static PyObject *get_attr(PyObject *obj, PyObject *name)
 }
 
 /* PyObject_SetAttr(obj, name, value) */
-static int set_attr(PyObject *obj, PyObject *name, PyObject *value)
+static inline int set_attr(PyObject *obj, PyObject *name, PyObject *value)
 {
     Py_ssize_t offset = value == NULL ? -1 : slot_offset(Py_TYPE(obj), name);
     if (offset >= 0) {
@@ -249,24 +262,39 @@ typedef struct {
 } rlock_layout;
 #endif
 static PyTypeObject *lock_type, *rlock_type;  /* set where the layout checked out */
+static PyMethodDef *lock_acquire_def, *lock_release_def, *rlock_acquire_def, *rlock_release_def;
 
-/* the lock a builtin bound method `fn` (named `name`) belongs to, if its type is one
-   of the checked ones; else NULL */
-static PyObject *direct_lock(PyObject *fn, const char *name)
+/* the lock whose bound `acquire` (release = 0) or `release` (release = 1) method `fn`
+   is, where its type is one of the checked ones; else NULL */
+static inline PyObject *direct_lock(PyObject *fn, int release)
 {
 #ifdef HRX_DIRECT_LOCKS
-    if (!PyCFunction_Check(fn))
+    if (lock_type == NULL || !PyCFunction_Check(fn))
         return NULL;
+    PyMethodDef *def = ((PyCFunctionObject *)fn)->m_ml;
     PyObject *self = PyCFunction_GET_SELF(fn);
-    if (self == NULL || (Py_TYPE(self) != lock_type && Py_TYPE(self) != rlock_type) || lock_type == NULL)
+    if (self == NULL)
         return NULL;
-    const char *method = ((PyCFunctionObject *)fn)->m_ml->ml_name;
-    return strcmp(method, name) == 0 ? self : NULL;
+    if (Py_TYPE(self) == rlock_type)
+        return def == (release ? rlock_release_def : rlock_acquire_def) ? self : NULL;
+    if (Py_TYPE(self) == lock_type)
+        return def == (release ? lock_release_def : lock_acquire_def) ? self : NULL;
+    return NULL;
 #else
     (void)fn;
-    (void)name;
+    (void)release;
     return NULL;
 #endif
+}
+
+/* the PyMethodDef of obj's bound method `name` (a builtin method), else NULL */
+static PyMethodDef *method_def(PyObject *obj, const char *name)
+{
+    PyObject *m = PyObject_GetAttrString(obj, name);
+    PyMethodDef *def = m != NULL && PyCFunction_Check(m) ? ((PyCFunctionObject *)m)->m_ml : NULL;
+    Py_XDECREF(m);
+    PyErr_Clear();
+    return def;
 }
 
 /* a non-blocking acquire of a checked lock: 1 acquired, 0 held (elsewhere for an RLock) */
@@ -367,6 +395,13 @@ static int check_lock_layouts(void)
         Py_XDECREF(x);
         /* and the other way round: acquired here, seen and released by the methods */
         if (ok) {
+            lock_acquire_def = method_def(l, "acquire");
+            lock_release_def = method_def(l, "release");
+            rlock_acquire_def = method_def(r, "acquire");
+            rlock_release_def = method_def(r, "release");
+            ok = lock_acquire_def && lock_release_def && rlock_acquire_def && rlock_release_def;
+        }
+        if (ok) {
             lock_type = (PyTypeObject *)lt;
             rlock_type = (PyTypeObject *)rt;
             ok = lock_try(l) == 1 && lock_try(r) == 1 && lock_try(r) == 1;
@@ -403,7 +438,7 @@ static int check_lock_layouts(void)
 /* fn(False) answered True: 1; False: 0; an exception: -1 */
 static int try_acquire(PyObject *acquire)
 {
-    PyObject *lock = direct_lock(acquire, "acquire");
+    PyObject *lock = direct_lock(acquire, 0);
     if (lock != NULL)
         return lock_try(lock);
     PyObject *no = Py_False;
@@ -418,7 +453,7 @@ static int try_acquire(PyObject *acquire)
 /* a blocking fn(): 0, or -1 with an exception (uncontended: the direct path) */
 static int acquire_blocking(PyObject *acquire)
 {
-    PyObject *lock = direct_lock(acquire, "acquire");
+    PyObject *lock = direct_lock(acquire, 0);
     if (lock != NULL && lock_try(lock) == 1)
         return 0;
     PyObject *r = PyObject_Vectorcall(acquire, NULL, 0, NULL);
@@ -432,7 +467,7 @@ static int acquire_blocking(PyObject *acquire)
    and nothing else was set */
 static int release_keeping(PyObject *release)
 {
-    PyObject *lock = direct_lock(release, "release");
+    PyObject *lock = direct_lock(release, 1);
     if (lock != NULL && lock_release(lock) == 1)
         return 0;
     PyObject *et, *ev, *tb;
@@ -1473,19 +1508,28 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
         int bad = add_to(self->runtime, s_room_taken, -1, NULL) < 0;
         if (!bad) {
             room_taken = 0;
-            PyObject *x = PyObject_CallMethodOneArg(self->pending, s_append, submission);
-            bad = x == NULL;
-            Py_XDECREF(x);
+            if (PyList_CheckExact(self->pending)) {
+                bad = PyList_Append(self->pending, submission) < 0;
+            } else {
+                PyObject *x = PyObject_CallMethodOneArg(self->pending, s_append, submission);
+                bad = x == NULL;
+                Py_XDECREF(x);
+            }
         }
         if (release_keeping(self->space_release) < 0 || bad)
             goto error;
     }
     {
         /* the graph's counters, added when the statistics are read */
-        PyObject *x = PyObject_CallMethodOneArg(self->uncounted, s_append, self->counters);
-        if (x == NULL)
-            goto error;
-        Py_DECREF(x);
+        if (PyList_CheckExact(self->uncounted)) {
+            if (PyList_Append(self->uncounted, self->counters) < 0)
+                goto error;
+        } else {
+            PyObject *x = PyObject_CallMethodOneArg(self->uncounted, s_append, self->counters);
+            if (x == NULL)
+                goto error;
+            Py_DECREF(x);
+        }
         if (PyObject_Length(self->uncounted) > self->fold_after && call_method0(self->runtime, s_add_uncounted) < 0)
             goto error;
     }

@@ -102,6 +102,10 @@ def merge_accesses(accesses: Any) -> list[RegionAccess]:
 class Region:
     """One unit of work on one lane with declared access."""
 
+    # the attributes hrx_core.fastpath reads and writes on every resubmission, as slots:
+    # it reaches them at their offsets; the rest live in __dict__
+    __slots__ = ("graph", "last", "resubmit", "reads_own_writes", "device_graph", "__dict__", "__weakref__")
+
     kind = "region"
 
     def __init__(self, graph: TrackedGraph, name: str, lane: str) -> None:
@@ -314,6 +318,10 @@ class SubmitPlan(NamedTuple):
 
 class TrackedGraph:
     """Regions recorded once and submitted to a :class:`Runtime` many times."""
+
+    # the attributes hrx_core.fastpath reads and writes on every resubmission, as slots:
+    # it reaches them at their offsets; the rest live in __dict__
+    __slots__ = ("runtime", "_closed", "_submit_plan", "_fast_submit", "__dict__", "__weakref__")
 
     def __init__(self, runtime: Runtime, name: str) -> None:
         self.runtime = runtime

@@ -113,6 +113,10 @@ def _stamp(ends: list[float], i: int) -> Callable[[Any], None]:
 class Submission:
     """The completion handle of one submitted graph: wait, poll or await it."""
 
+    # the attributes hrx_core.fastpath reads and writes on every resubmission, as slots:
+    # it reaches them at their offsets; the rest live in __dict__
+    __slots__ = ("runtime", "graph", "events", "owners", "submitted", "sequence", "_settled", "__dict__", "__weakref__")
+
     def __init__(self, runtime: Runtime, graph: TrackedGraph, events: list[Event], owners: Sequence[Allocation], submitted: float) -> None:
         # (hrx_core.fastpath's Submitter sets these fields without calling __init__:
         # change both; tests/test_submit_fastpath.py compares them)
@@ -210,6 +214,10 @@ class _Inflight:
     finished are dropped -- except writes of failed work whose failure was not yet
     delivered: their bytes are poisoned, and a later region reading them inherits the
     failure (a successful write covering them replaces them)."""
+
+    # the attributes hrx_core.fastpath reads and writes on every resubmission, as slots:
+    # it reaches them at their offsets; the rest live in __dict__
+    __slots__ = ("generation", "__dict__")
 
     def __init__(self) -> None:
         self._entries: dict[int, list[tuple[int, int, bool, Event]]] = {}
@@ -369,6 +377,11 @@ class _Resubmit(NamedTuple):
 
 class Runtime:
     """Lanes, hazard-ordered submission, budgets, quarantine, statistics and traces."""
+
+    # the attributes hrx_core.fastpath reads and writes on every resubmission, as slots:
+    # it reaches them at their offsets; the rest live in __dict__
+    __slots__ = ("closed", "_room_taken", "_sequence", "_quarantined", "_releasing", "_reservations", "_pending",
+                 "_unstamped", "__dict__", "__weakref__")
 
     #: Let a region resubmitted with nothing else submitted in between skip the hazard
     #: scan (see :class:`_Resubmit`); tests switch it off to compare with the full path.
