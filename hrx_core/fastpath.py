@@ -61,6 +61,8 @@ static PyObject *s_plan, *s_rebound, *s_closed, *s_epoch, *s_value,
     *s_flush_locked, *s_last_launch, *s_values, *s_ulast, *s_done, *s_last,
     *s_release_retired, *s_launches, *s_graph_launches, *s_acquire, *s_release;
 
+#define RCACHE 4  /* rebind records a replayer keeps at hand (mappings alternated between) */
+
 typedef struct {
     PyObject_HEAD
     /* object fields, `plan` to `native` (see visit_fields) */
@@ -82,6 +84,9 @@ typedef struct {
     int needs_submit;        /* native.needs_submit */
     hrx_fast_fn fn;
     void *arg;
+    PyObject *rc_names[RCACHE];   /* the replayer's cache of rebind records: the mapping's names */
+    PyObject *rc_record[RCACHE];  /* and its _RebindRecord */
+    int rc_next;
     hrx_stage_fn stage_fn;   /* stages a prepared patch object's bytes: 1, or 0 (nothing staged) */
     void *stage_arg;
     Py_ssize_t stage_limit;  /* the log's length from which apply_patches (Python) folds it */
@@ -486,6 +491,20 @@ static int release_keeping(PyObject *release)
     return rc;
 }
 
+/* mapping[key] = value, skipped where a dict holds that very value already */
+static int set_item(PyObject *mapping, PyObject *key, PyObject *value)
+{
+    if (PyDict_CheckExact(mapping)) {
+        PyObject *now = PyDict_GetItemWithError(mapping, key);  /* borrowed */
+        if (now == value)
+            return 0;
+        if (now == NULL && PyErr_Occurred())
+            return -1;
+        return PyDict_SetItem(mapping, key, value);
+    }
+    return PyObject_SetItem(mapping, key, value);
+}
+
 /* attribute += delta on a Python int attribute */
 static int add_to(PyObject *obj, PyObject *name, long delta, long *out)
 {
@@ -733,6 +752,75 @@ static PyObject *Replayer_rebind(Replayer *self, PyObject *const *args, Py_ssize
 }
 
 /* the rebinding replay of Replayer.rebind and of the compiled Graph.launch (FastEntry) */
+/* 1 when each of the n weak references in `refs` (a tuple) refers to the value of
+   `inputs` at its position, else 0 */
+static int refs_match(PyObject *refs, PyObject *inputs, Py_ssize_t n)
+{
+    if (!PyTuple_Check(refs) || PyTuple_GET_SIZE(refs) != n)
+        return 0;
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *name, *value;
+    while (PyDict_Next(inputs, &pos, &name, &value)) {
+        if (i >= n)
+            return 0;
+        PyObject *ref = PyTuple_GET_ITEM(refs, i++);
+        if (!PyWeakref_CheckRef(ref))
+            return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+        PyObject *obj = NULL;
+        if (PyWeakref_GetRef(ref, &obj) < 0)
+            PyErr_Clear();
+        Py_XDECREF(obj);  /* (only its identity is compared) */
+#else
+        PyObject *obj = PyWeakref_GET_OBJECT(ref);
+#endif
+        if (obj != value)
+            return 0;
+    }
+    return i == n;
+}
+
+/* A rebind record from the replayer's own cache of the mappings it replayed last: one
+   whose names are the mapping's, in its order, and whose values are the mapping's (by
+   identity). A new reference, or NULL (none; no exception). */
+static PyObject *rcache_find(Replayer *self, PyObject *inputs, Py_ssize_t n)
+{
+    for (int k = 0; k < RCACHE; k++) {
+        PyObject *names = self->rc_names[k], *record = self->rc_record[k];
+        if (record == NULL || PyTuple_GET_SIZE(names) != n)
+            continue;
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *name, *value;
+        int same = 1;
+        while (same && PyDict_Next(inputs, &pos, &name, &value)) {
+            PyObject *mine = PyTuple_GET_ITEM(names, i++);
+            same = name == mine || (PyUnicode_CheckExact(name) && PyUnicode_CheckExact(mine)
+                                    && PyUnicode_Compare(name, mine) == 0);
+        }
+        if (!same)
+            continue;
+        PyObject *refs = get_attr(record, s_refs);
+        if (refs == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        same = refs_match(refs, inputs, n);
+        Py_DECREF(refs);
+        if (same)
+            return Py_NewRef(record);
+    }
+    return NULL;
+}
+
+static void rcache_put(Replayer *self, PyObject *names, PyObject *record)
+{
+    int k = self->rc_next;
+    self->rc_next = (k + 1) % RCACHE;
+    Py_XSETREF(self->rc_names[k], Py_NewRef(names));
+    Py_XSETREF(self->rc_record[k], Py_NewRef(record));
+}
+
+/* the rebinding replay of Replayer.rebind and of the compiled Graph.launch (FastEntry) */
 static PyObject *replay_rebound(Replayer *self, PyObject *graph, PyObject *inputs)
 {
     if (!PyDict_CheckExact(inputs) || PyDict_GET_SIZE(inputs) == 0)
@@ -740,64 +828,58 @@ static PyObject *replay_rebound(Replayer *self, PyObject *graph, PyObject *input
     int r;
     if ((r = attr_is(graph, s_plan, self->plan)) != 1)
         return r < 0 ? NULL : miss(self);
-    Py_ssize_t n = PyDict_GET_SIZE(inputs), pos = 0, i = 0;
-    PyObject *key = PyTuple_New(2 * n), *name, *value;
-    if (key == NULL)
-        return NULL;
-    while (PyDict_Next(inputs, &pos, &name, &value)) {
-        if (i >= n)
-            break;
-        PyObject *id = PyLong_FromVoidPtr(value);
-        if (id == NULL) {
+    Py_ssize_t n = PyDict_GET_SIZE(inputs);
+    /* the mapping's rebind record: the replayer's cache, else the graph's memo (keyed by
+       the names, then id() of the values) */
+    PyObject *rebind = rcache_find(self, inputs, n);
+    if (rebind == NULL) {
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *key = PyTuple_New(2 * n), *name, *value;
+        if (key == NULL)
+            return NULL;
+        while (PyDict_Next(inputs, &pos, &name, &value)) {
+            if (i >= n)
+                break;
+            PyObject *id = PyLong_FromVoidPtr(value);
+            if (id == NULL) {
+                Py_DECREF(key);
+                return NULL;
+            }
+            Py_INCREF(name);
+            PyTuple_SET_ITEM(key, i, name);
+            PyTuple_SET_ITEM(key, n + i, id);
+            i++;
+        }
+        PyObject *memo = get_attr(graph, s_rebind_memo);
+        if (memo == NULL) {
             Py_DECREF(key);
             return NULL;
         }
-        Py_INCREF(name);
-        PyTuple_SET_ITEM(key, i, name);
-        PyTuple_SET_ITEM(key, n + i, id);
-        i++;
-    }
-    PyObject *memo = get_attr(graph, s_rebind_memo);
-    if (memo == NULL) {
+        rebind = PyDict_Check(memo) ? PyDict_GetItemWithError(memo, key) : NULL;
+        Py_XINCREF(rebind);
+        Py_DECREF(memo);
+        PyObject *refs = rebind == NULL ? NULL : get_attr(rebind, s_refs);
+        int same = refs != NULL && refs_match(refs, inputs, n);  /* each value is the object it was made from */
+        Py_XDECREF(refs);
+        PyObject *names = same ? PyTuple_GetSlice(key, 0, n) : NULL;
         Py_DECREF(key);
-        return NULL;
+        if (names != NULL) {
+            rcache_put(self, names, rebind);
+            Py_DECREF(names);
+        }
+        if (!same) {
+            Py_XDECREF(rebind);
+            return PyErr_Occurred() ? NULL : miss(self);
+        }
     }
-    PyObject *rebind = PyDict_Check(memo) ? PyDict_GetItemWithError(memo, key) : NULL;
-    Py_XINCREF(rebind);
-    Py_DECREF(memo);
-    Py_DECREF(key);
-    if (rebind == NULL)
-        return PyErr_Occurred() ? NULL : miss(self);
     PyObject *result = NULL;
-    /* the record is current: EPOCH stands and each value is the object it was made from */
+    /* the record is current: EPOCH stands (a closed record's epoch is -1) */
     {
         PyObject *mine = get_attr(rebind, s_epoch);
         PyObject *now = mine == NULL ? NULL : get_attr(self->epoch, s_value);
         r = now == NULL ? -1 : PyObject_RichCompareBool(mine, now, Py_EQ);
         Py_XDECREF(mine);
         Py_XDECREF(now);
-        if (r != 1)
-            goto out_miss;
-    }
-    {
-        PyObject *refs = get_attr(rebind, s_refs);
-        if (refs == NULL) {
-            r = -1;
-            goto out_miss;
-        }
-        r = PyTuple_Check(refs) && PyTuple_GET_SIZE(refs) == n;
-        pos = 0;
-        i = 0;
-        while (r == 1 && PyDict_Next(inputs, &pos, &name, &value)) {
-            PyObject *obj = PyObject_CallNoArgs(PyTuple_GET_ITEM(refs, i++));
-            if (obj == NULL) {
-                r = -1;
-                break;
-            }
-            r = obj == value;
-            Py_DECREF(obj);
-        }
-        Py_DECREF(refs);
         if (r != 1)
             goto out_miss;
     }
@@ -907,7 +989,7 @@ static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind
             goto unlock;
     }
     tmp = get_attr(self->record, s_last);
-    if (tmp == NULL || PyObject_SetItem(tmp, self->slot, completion) < 0)
+    if (tmp == NULL || set_item(tmp, self->slot, completion) < 0)
         goto unlock;
     Py_CLEAR(tmp);
     if (rebind != NULL) {  /* the record holds what it rebinds: its last launch here */
@@ -916,7 +998,7 @@ static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind
             goto unlock;
         if (tmp != Py_None) {
             PyObject *last = get_attr(tmp, s_last);
-            if (last == NULL || PyObject_SetItem(last, self->slot, completion) < 0) {
+            if (last == NULL || set_item(last, self->slot, completion) < 0) {
                 Py_XDECREF(last);
                 goto unlock;
             }
@@ -977,11 +1059,19 @@ unlock:
 
 static int Replayer_traverse(Replayer *self, visitproc visit, void *arg)
 {
+    for (int k = 0; k < RCACHE; k++) {
+        Py_VISIT(self->rc_names[k]);
+        Py_VISIT(self->rc_record[k]);
+    }
     return visit_fields(&self->plan, &self->native, visit, arg);
 }
 
 static int Replayer_clear(Replayer *self)
 {
+    for (int k = 0; k < RCACHE; k++) {
+        Py_CLEAR(self->rc_names[k]);
+        Py_CLEAR(self->rc_record[k]);
+    }
     clear_fields(&self->plan, &self->native);
     self->fn = NULL;
     self->stage_fn = NULL;
@@ -1291,7 +1381,7 @@ static PyObject *encode_region(Submitter *self, PyObject *again)
         PyObject *fast = dg == NULL ? NULL : get_attr(dg, s_fast);
         int same = fast == NULL ? -1 : attr_is(dg, s_stream, self->stream);
         if (same == 1 && fast != Py_None) {
-            completion = PyObject_CallOneArg(fast, dg);
+            completion = Py_IS_TYPE(fast, &ReplayerType) ? replay((Replayer *)fast, dg) : PyObject_CallOneArg(fast, dg);
             if (completion == Py_None)
                 Py_CLEAR(completion);
             else if (completion == NULL)

@@ -94,6 +94,7 @@ class _RebindRecord:
             self.holds.epoch = epoch  # validated at that epoch, with the inputs
 
     def close(self) -> None:
+        self.epoch = -1  # never current again (the compiled replay may still hold it)
         if self.holds is not None:
             self.holds.close()  # launches in flight become pending uses
 

@@ -683,3 +683,31 @@ def test_a_replay_under_the_queue_lock_of_its_own_thread_reenters_it(dev: hrx.De
     assert released.is_set()
     s.synchronize()
     assert _value(s, buf) == 3
+
+
+def test_a_mapping_changed_in_place_is_not_replayed_with_its_old_record(dev: hrx.Device, compiled: None) -> None:
+    """The replayer keeps the rebind records of the mappings it replayed last, matched
+    by their names and values (by identity), not by the dict object: one dict changed
+    between replays binds what it holds now; more mappings than it keeps still bind
+    each its own."""
+    s = dev.stream()
+    bufs = [s.allocate_from(np.zeros(64, np.uint32)) for _ in range(8)]
+    g = s.graph()
+    g.input("x", bufs[0])
+    g.dispatch(ADD_U32, 1, [bufs[0]], block=64, scalars=(1, 64), deps=[])
+    g.launch()
+    d = {"x": bufs[1]}
+    for _ in range(3):
+        g.launch(inputs=d)  # (replayed before: compiled)
+    d["x"] = bufs[2]  # the same dict, another value
+    for _ in range(2):
+        g.launch(inputs=d)
+    d["x"] = bufs[1]
+    g.launch(inputs=d)
+    maps = [{"x": b} for b in bufs[3:8]]  # more mappings than the replayer keeps
+    for _ in range(3):
+        for m in maps:
+            g.launch(inputs=m)
+    s.synchronize()
+    assert [_value(s, b) for b in bufs] == [1, 4, 2, 3, 3, 3, 3, 3]
+    assert g._fast is not None and g._fast.hits >= 10
