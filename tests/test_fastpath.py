@@ -711,3 +711,23 @@ def test_a_mapping_changed_in_place_is_not_replayed_with_its_old_record(dev: hrx
     s.synchronize()
     assert [_value(s, b) for b in bufs] == [1, 4, 2, 3, 3, 3, 3, 3]
     assert g._fast is not None and g._fast.hits >= 10
+
+
+def test_records_evicted_from_the_graph_are_not_replayed(dev: hrx.Device, compiled: None) -> None:
+    """Cycling through more mappings than the graph keeps records for closes the oldest
+    records; a replayer still holding one finds it stale and the mapping is bound anew."""
+    from hrx_core.graph import _REBIND_MEMO
+
+    s = dev.stream()
+    bufs = [s.allocate_from(np.zeros(64, np.uint32)) for _ in range(_REBIND_MEMO + 3)]
+    g = s.graph()
+    g.input("x", bufs[0])
+    g.dispatch(ADD_U32, 1, [bufs[0]], block=64, scalars=(1, 64), deps=[])
+    g.launch()
+    maps = [{"x": b} for b in bufs[1:]]
+    for _ in range(4):
+        for m in maps:
+            g.launch(inputs=m)
+            g.launch(inputs=m)
+    s.synchronize()
+    assert [_value(s, b) for b in bufs] == [1] + [8] * len(maps)
