@@ -17,6 +17,7 @@ from .buffer import Allocation, Buffer, check_int
 from .completion import Completion, Notifier
 from .engine import DeviceInfo, Engine, EngineDevice, Limits, NativeQueue, QueueFamily, Timeline
 from .errors import DeviceError, HRXError, InvalidArgument, Timeout, Unsupported
+from .fastpath import TalliedCount
 from .finalize import drain_at_entry
 from .timeouts import check_timeout
 
@@ -274,7 +275,8 @@ class DeviceStats:
     #: offsets); what the runtime adds lives in __dict__, after them
     COUNTERS = ("live_bytes", "peak_bytes", "allocations", "upload_bytes", "download_bytes", "copy_bytes",
                 "fill_bytes", "dispatches", "graph_launches")
-    __slots__ = (*COUNTERS, "__dict__")
+    __slots__ = (*COUNTERS[:-1], "_graph_launches", "_graph_launch_tally", "__dict__")
+    graph_launches = TalliedCount("_graph_launches", "_graph_launch_tally", "Graph launches on the device.")
 
     def __init__(self) -> None:
         self.live_bytes = 0
@@ -285,7 +287,16 @@ class DeviceStats:
         self.copy_bytes = 0
         self.fill_bytes = 0
         self.dispatches = 0
-        self.graph_launches = 0
+        # graph_launches: this plus what compiled replays counted in the tally
+        self._graph_launches = 0
+        self._graph_launch_tally: Any = None
+
+    def graph_launch_tally(self, lib: Any) -> Any:
+        """The ``hrx_core.fastpath.Tally`` compiled replays count graph launches in
+        (made with the first; ``lib`` is the compiled module)."""
+        if self._graph_launch_tally is None:
+            self._graph_launch_tally = lib.Tally()
+        return self._graph_launch_tally
 
     def snapshot(self) -> dict[str, int]:
         return {**{name: getattr(self, name) for name in self.COUNTERS}, **vars(self)}

@@ -61,6 +61,29 @@ static PyObject *s_plan, *s_rebound, *s_closed, *s_epoch, *s_value,
     *s_flush_locked, *s_last_launch, *s_values, *s_ulast, *s_done, *s_last,
     *s_release_retired, *s_launches, *s_graph_launches, *s_acquire, *s_release;
 
+/* A counter the compiled paths add to without making Python ints: hrx_core keeps a
+   count as a Python int plus a Tally (Graph.launches, DeviceStats.graph_launches are
+   properties adding the two), so a compiled replay counts with one increment. */
+typedef struct {
+    PyObject_HEAD
+    long long value;
+} Tally;
+
+static PyMemberDef Tally_members[] = {
+    {"value", T_LONGLONG, offsetof(Tally, value), 0, "what the compiled paths counted"},
+    {NULL}
+};
+
+static PyTypeObject TallyType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hrx_core.fastpath.Tally",
+    .tp_basicsize = sizeof(Tally),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A counter the compiled paths increment (see Graph.launches).",
+    .tp_new = PyType_GenericNew,
+    .tp_members = Tally_members,
+};
+
 #define RCACHE 4  /* rebind records a replayer keeps at hand (mappings alternated between) */
 
 typedef struct {
@@ -78,6 +101,8 @@ typedef struct {
     PyObject *on_failure;    /* on_failure(code, step, node): the engine's failure handling */
     PyObject *keep;          /* what keeps the C entry's argument alive */
     PyObject *acquire, *release;  /* slot.lock's bound methods */
+    PyObject *graph_tally;   /* the graph's launch Tally, or NULL (graph.launches += 1) */
+    PyObject *stats_tally;   /* the device's graph-launch Tally, or NULL (stats.graph_launches += 1) */
     PyObject *stage_log;     /* the native graph's patch log (NativeGraph.fast_stage), or NULL */
     PyObject *stage_keep;    /* what keeps the stage entry's argument alive */
     PyObject *native;        /* slot._native (made once per queue) */
@@ -1049,7 +1074,15 @@ unlock:
             return NULL;
         }
     }
-    if (add_to(graph, s_launches, 1, NULL) < 0 || add_to(self->stats, s_graph_launches, 1, NULL) < 0) {
+    if (self->graph_tally != NULL)
+        ((Tally *)self->graph_tally)->value++;
+    else if (add_to(graph, s_launches, 1, NULL) < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    if (self->stats_tally != NULL)
+        ((Tally *)self->stats_tally)->value++;
+    else if (add_to(self->stats, s_graph_launches, 1, NULL) < 0) {
         Py_DECREF(result);
         return NULL;
     }
@@ -1089,18 +1122,23 @@ static int Replayer_init(Replayer *self, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"plan", "native_graph", "record", "epoch", "slot", "stream", "stats",
                             "launch", "on_failure", "entry", "argument", "keep", "owned", "auto_flush",
-                            "stage", NULL};
+                            "stage", "tallies", NULL};
     PyObject *plan, *native_graph, *record, *epoch, *slot, *stream, *stats, *launch_py, *on_failure,
-        *keep, *stage = Py_None;
+        *keep, *stage = Py_None, *tallies = Py_None, *graph_tally = NULL, *stats_tally = NULL;
     unsigned long long entry, argument, stage_entry = 0, stage_argument = 0;
     PyObject *stage_log = NULL, *stage_keep = NULL;
     Py_ssize_t stage_limit = 0;
     int owned;
     long auto_flush;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOOKKOpl|O", names, &plan, &native_graph,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOOKKOpl|OO", names, &plan, &native_graph,
                                      &record, &epoch, &slot, &stream, &stats, &launch_py, &on_failure,
-                                     &entry, &argument, &keep, &owned, &auto_flush, &stage))
+                                     &entry, &argument, &keep, &owned, &auto_flush, &stage, &tallies))
         return -1;
+    if (tallies != Py_None) {
+        /* (graph's launch Tally, the device's graph-launch Tally) */
+        if (!PyArg_ParseTuple(tallies, "O!O!", &TallyType, &graph_tally, &TallyType, &stats_tally))
+            return -1;
+    }
     if (auto_flush < 1) {
         PyErr_SetString(PyExc_ValueError, "auto_flush: expected at least 1");
         return -1;
@@ -1156,6 +1194,10 @@ static int Replayer_init(Replayer *self, PyObject *args, PyObject *kwargs)
 #undef KEEP
     self->fn = (hrx_fast_fn)(uintptr_t)entry;
     self->arg = (void *)(uintptr_t)argument;
+    if (graph_tally != NULL) {
+        self->graph_tally = Py_NewRef(graph_tally);
+        self->stats_tally = Py_NewRef(stats_tally);
+    }
     if (stage_log != NULL) {
         Py_INCREF(stage_log);
         Py_INCREF(stage_keep);
@@ -2798,6 +2840,8 @@ static PyObject *hrx_module_create(const char *name)
         return NULL;
     if (PyType_Ready(&FastEntryType) < 0)
         return NULL;
+    if (PyType_Ready(&TallyType) < 0)
+        return NULL;
     if (check_lock_layouts() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
@@ -2827,6 +2871,12 @@ static PyObject *hrx_module_create(const char *name)
         Py_DECREF(m);
         return NULL;
     }
+    Py_INCREF(&TallyType);
+    if (PyModule_AddObject(m, "Tally", (PyObject *)&TallyType) < 0) {
+        Py_DECREF(&TallyType);
+        Py_DECREF(m);
+        return NULL;
+    }
     /* whether threading's locks are taken without a method call (check_lock_layouts) */
     if (PyModule_AddIntConstant(m, "direct_locks", lock_type != NULL) < 0) {
         Py_DECREF(m);
@@ -2840,6 +2890,28 @@ static PyObject *hrx_module_create(const char *name)
 def module() -> hotpath.HotModule:
     """The compiled replay module, or the reason there is none (built on first use)."""
     return hotpath.load_extension(NAME, SOURCE)
+
+
+class TalliedCount:
+    """A count kept as a Python int (the attribute ``base``) plus what compiled paths
+    counted in a ``Tally`` (the attribute ``tally``, None until one is made): reads add
+    the two, assignments set the int so that the sum is the value assigned. A compiled
+    replay then counts with one C increment (Graph.launches,
+    DeviceStats.graph_launches)."""
+
+    def __init__(self, base: str, tally: str, doc: str = "") -> None:
+        self.base, self.tally = base, tally
+        self.__doc__ = doc
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:
+            return self
+        tally = getattr(obj, self.tally)
+        return getattr(obj, self.base) + (tally.value if tally is not None else 0)
+
+    def __set__(self, obj: Any, value: int) -> None:
+        tally = getattr(obj, self.tally)
+        setattr(obj, self.base, value - (tally.value if tally is not None else 0))
 
 
 #: FastEntry kinds: the methods a compiled entry can stand for
@@ -2877,4 +2949,4 @@ def doctor_row() -> tuple[str, str, str]:
     return hotpath.doctor_row("core", "compiled replay", status)
 
 
-__all__ = ["ENTRY_KINDS", "NAME", "SOURCE", "bind_entry", "doctor_row", "module", "status"]
+__all__ = ["ENTRY_KINDS", "NAME", "SOURCE", "TalliedCount", "bind_entry", "doctor_row", "module", "status"]

@@ -30,6 +30,7 @@ from .completion import Completion
 from .device import AUTO_FLUSH_OPS
 from .engine import Access, BufferArg, Executable, GraphNode, NativeGraph, NativeQueue
 from .errors import InvalidArgument, OutOfBounds, Overlap, show
+from .fastpath import TalliedCount
 from .finalize import close_later_if_collecting
 from .hazards import HazardTracker
 from .kernel import Kernel
@@ -141,8 +142,12 @@ class Graph:
 
     # the attributes the compiled replay (hrx_core.fastpath) reads and writes on every
     # launch, as slots: it reaches them at their offsets; the rest live in __dict__
+    #: How many times the graph was launched (compiled replays count in _launch_tally).
+    launches = TalliedCount("_launches", "_launch_tally", "How many times the graph was launched.")
+
     __slots__ = ("stream", "device", "owned", "_plan", "_record", "_rebound", "_bound", "_rebind_memo",
-                 "_last_launch", "launches", "_fast", "_fast_for", "_closed", "_native", "__dict__", "__weakref__")
+                 "_last_launch", "_launches", "_launch_tally", "_fast", "_fast_for", "_closed", "_native", "__dict__",
+                 "__weakref__")
 
     def __init__(self, stream: Stream, *, inferred: bool, owned: bool) -> None:
         self.stream = stream
@@ -196,7 +201,8 @@ class Graph:
         # owned graphs: each node's native commands, prepared when it was recorded
         self._prepared: list[list[tuple[str, dict[str, Any]]]] = []
         self._closed = False
-        self.launches = 0
+        self._launches = 0  # (launches: this plus what compiled replays counted in _launch_tally)
+        self._launch_tally: Any = None
         # the compiled common replay (hrx_core.fastpath), made for the plan in _fast_for
         self._fast: Any = None
         self._fast_for: Any = None
@@ -595,13 +601,16 @@ class Graph:
         if not mod.compiled:
             return
         fastpath.bind_entry(Graph, "launch", Graph._launch_py, "graph_launch", mod.lib)
+        if self._launch_tally is None:
+            self._launch_tally = mod.lib.Tally()
+        tallies = (self._launch_tally, self.device.stats.graph_launch_tally(mod.lib))
         native_graph = self._native if self.device.info.native_graphs else None
         entry = native_graph.fast_launch(queue) if native_graph is not None else None
         address, argument, on_failure, keep = entry if entry is not None else (0, 0, None, None)
         stage = native_graph.fast_stage() if native_graph is not None else None
         self._fast = mod.lib.Replayer(
             plan, self._native, record, EPOCH, slot, self.stream, self.device.stats,
-            plan[2], on_failure, address, argument, keep, self.owned, AUTO_FLUSH_OPS, stage,
+            plan[2], on_failure, address, argument, keep, self.owned, AUTO_FLUSH_OPS, stage, tallies,
         )
 
     def _check_launchable(self, record: LaunchRecord, slot: QueueSlot) -> None:

@@ -731,3 +731,25 @@ def test_records_evicted_from_the_graph_are_not_replayed(dev: hrx.Device, compil
             g.launch(inputs=m)
     s.synchronize()
     assert [_value(s, b) for b in bufs] == [1] + [8] * len(maps)
+
+
+def test_compiled_replays_count_in_tallies_read_as_plain_counts(dev: hrx.Device, compiled: None) -> None:
+    """Graph.launches and DeviceStats.graph_launches add what compiled replays counted
+    (a Tally each) to the Python path's count: exact after any mix of the two, in the
+    snapshot too, and assignable (a reset counts on from the new value)."""
+    s, buf, g = _counter_graph(dev)
+    before = dev.stats.graph_launches
+    g.launch()  # the Python path (makes the replayer)
+    for _ in range(5):
+        g.launch()
+    g.launch(s)  # a stream given: the Python path
+    assert g._fast is not None and g._launch_tally.value >= 1
+    assert g.launches == 7 and dev.stats.graph_launches == before + 7
+    assert dev.stats.snapshot()["graph_launches"] == before + 7
+    assert list(dev.stats.snapshot())[:len(dev.stats.COUNTERS)] == list(dev.stats.COUNTERS)
+    g.launches = 0
+    dev.stats.graph_launches = 100
+    g.launch()
+    assert g.launches == 1 and dev.stats.graph_launches == 101
+    s.synchronize()
+    assert _value(s, buf) == 8
