@@ -275,8 +275,8 @@ class DeviceStats:
     #: offsets); what the runtime adds lives in __dict__, after them
     COUNTERS = ("live_bytes", "peak_bytes", "allocations", "upload_bytes", "download_bytes", "copy_bytes",
                 "fill_bytes", "dispatches", "graph_launches")
-    __slots__ = (*COUNTERS[:-1], "_graph_launches", "_graph_launch_tally", "__dict__")
-    graph_launches = TalliedCount("_graph_launches", "_graph_launch_tally", "Graph launches on the device.")
+    __slots__ = (*COUNTERS[:-1], "_graph_launches", "_graph_launch_tallies", "__dict__")
+    graph_launches = TalliedCount("_graph_launches", "_graph_launch_tallies", "Graph launches on the device.")
 
     def __init__(self) -> None:
         self.live_bytes = 0
@@ -287,16 +287,14 @@ class DeviceStats:
         self.copy_bytes = 0
         self.fill_bytes = 0
         self.dispatches = 0
-        # graph_launches: this plus what compiled replays counted in the tally
+        # graph_launches: this plus what compiled replays counted in the tallies
         self._graph_launches = 0
-        self._graph_launch_tally: Any = None
+        self._graph_launch_tallies: Any = None
 
     def graph_launch_tally(self, lib: Any) -> Any:
-        """The ``hrx_core.fastpath.Tally`` compiled replays count graph launches in
-        (made with the first; ``lib`` is the compiled module)."""
-        if self._graph_launch_tally is None:
-            self._graph_launch_tally = lib.Tally()
-        return self._graph_launch_tally
+        """The ``hrx_core.fastpath.Tally`` compiled replays of the compiled module ``lib``
+        count graph launches in (made with the first)."""
+        return DeviceStats.graph_launches.tally(self, lib)
 
     def snapshot(self) -> dict[str, int]:
         return {**{name: getattr(self, name) for name in self.COUNTERS}, **vars(self)}

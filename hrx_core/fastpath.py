@@ -2894,24 +2894,37 @@ def module() -> hotpath.HotModule:
 
 class TalliedCount:
     """A count kept as a Python int (the attribute ``base``) plus what compiled paths
-    counted in a ``Tally`` (the attribute ``tally``, None until one is made): reads add
-    the two, assignments set the int so that the sum is the value assigned. A compiled
-    replay then counts with one C increment (Graph.launches,
+    counted in ``Tally`` objects (the attribute ``tallies``: None, or a tuple of them,
+    one per loaded copy of the extension -- a new cache directory loads another): reads
+    add them up, assignments set the int so that the sum is the value assigned. A
+    compiled replay then counts with one C increment (Graph.launches,
     DeviceStats.graph_launches)."""
 
-    def __init__(self, base: str, tally: str, doc: str = "") -> None:
-        self.base, self.tally = base, tally
+    def __init__(self, base: str, tallies: str, doc: str = "") -> None:
+        self.base, self.tallies = base, tallies
         self.__doc__ = doc
+
+    def _counted(self, obj: Any) -> int:
+        tallies = getattr(obj, self.tallies)
+        return sum(t.value for t in tallies) if tallies else 0
 
     def __get__(self, obj: Any, owner: Any = None) -> Any:
         if obj is None:
             return self
-        tally = getattr(obj, self.tally)
-        return getattr(obj, self.base) + (tally.value if tally is not None else 0)
+        return getattr(obj, self.base) + self._counted(obj)
 
     def __set__(self, obj: Any, value: int) -> None:
-        tally = getattr(obj, self.tally)
-        setattr(obj, self.base, value - (tally.value if tally is not None else 0))
+        setattr(obj, self.base, value - self._counted(obj))
+
+    def tally(self, obj: Any, lib: Any) -> Any:
+        """``obj``'s Tally of the compiled module ``lib`` (made on first use)."""
+        tallies = getattr(obj, self.tallies) or ()
+        for t in tallies:
+            if type(t) is lib.Tally:
+                return t
+        t = lib.Tally()
+        setattr(obj, self.tallies, (*tallies, t))
+        return t
 
 
 #: FastEntry kinds: the methods a compiled entry can stand for
@@ -2932,6 +2945,8 @@ def bind_entry(cls: type, name: str, rest: Any, kind: str, lib: Any) -> bool:
         return False
     if isinstance(current, entry_type):
         return True
+    if type(current).__name__ == "FastEntry":  # another loaded copy's: stand for its function
+        current = current.__wrapped__
     entry = entry_type(current, rest, ENTRY_KINDS[kind])
     for attr in ("__module__", "__name__", "__qualname__"):
         setattr(entry, attr, getattr(current, attr))

@@ -142,11 +142,11 @@ class Graph:
 
     # the attributes the compiled replay (hrx_core.fastpath) reads and writes on every
     # launch, as slots: it reaches them at their offsets; the rest live in __dict__
-    #: How many times the graph was launched (compiled replays count in _launch_tally).
-    launches = TalliedCount("_launches", "_launch_tally", "How many times the graph was launched.")
+    #: How many times the graph was launched (compiled replays count in _launch_tallies).
+    launches = TalliedCount("_launches", "_launch_tallies", "How many times the graph was launched.")
 
     __slots__ = ("stream", "device", "owned", "_plan", "_record", "_rebound", "_bound", "_rebind_memo",
-                 "_last_launch", "_launches", "_launch_tally", "_fast", "_fast_for", "_closed", "_native", "__dict__",
+                 "_last_launch", "_launches", "_launch_tallies", "_fast", "_fast_for", "_closed", "_native", "__dict__",
                  "__weakref__")
 
     def __init__(self, stream: Stream, *, inferred: bool, owned: bool) -> None:
@@ -201,8 +201,8 @@ class Graph:
         # owned graphs: each node's native commands, prepared when it was recorded
         self._prepared: list[list[tuple[str, dict[str, Any]]]] = []
         self._closed = False
-        self._launches = 0  # (launches: this plus what compiled replays counted in _launch_tally)
-        self._launch_tally: Any = None
+        self._launches = 0  # (launches: this plus what compiled replays counted in _launch_tallies)
+        self._launch_tallies: Any = None
         # the compiled common replay (hrx_core.fastpath), made for the plan in _fast_for
         self._fast: Any = None
         self._fast_for: Any = None
@@ -601,9 +601,7 @@ class Graph:
         if not mod.compiled:
             return
         fastpath.bind_entry(Graph, "launch", Graph._launch_py, "graph_launch", mod.lib)
-        if self._launch_tally is None:
-            self._launch_tally = mod.lib.Tally()
-        tallies = (self._launch_tally, self.device.stats.graph_launch_tally(mod.lib))
+        tallies = (Graph.launches.tally(self, mod.lib), self.device.stats.graph_launch_tally(mod.lib))
         native_graph = self._native if self.device.info.native_graphs else None
         entry = native_graph.fast_launch(queue) if native_graph is not None else None
         address, argument, on_failure, keep = entry if entry is not None else (0, 0, None, None)

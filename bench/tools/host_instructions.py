@@ -1,0 +1,199 @@
+"""Machine instructions of the compiled hot paths' bookkeeping, without a GPU.
+
+    python bench/tools/host_instructions.py [--calls 3200] [--what replay,rebind,resubmit] [--no-valgrind]
+
+Host times of one launch move by 20-50% between machines and runs; instruction counts
+do not. This tool builds, on the host engine, what bench/gpu.py's and bench/runtime.py's
+hot figures exercise -- a plain replay (``g.launch()``), a rebinding replay of three
+inputs alternating between two mappings (``g.launch(inputs=...)``, staged through a C
+staging entry as the cuda engine's are), a runtime resubmission (``rt.submit(g)``, lazy
+signals as on cuda) -- and swaps the engine's launch for a C entry that does nothing
+(and the staging for one that stages nothing), so that what is counted is hrx_core's
+part alone: the compiled entry, the replayer or submitter, their checks, locks, commit,
+completion and counters. Under valgrind's callgrind it reports instructions a call
+inside ``FastEntry_vectorcall`` (the compiled ``Graph.launch`` / ``Runtime.submit``).
+The host engine's queue adds its Python ``submit()`` to each replay (about 1,000
+instructions on CPython 3.11; the cuda queue needs none): the tool reports it apart.
+
+Without valgrind (or with ``--no-valgrind``) it prints nanoseconds a call instead. A
+diagnostic for issue 15: it writes no results file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+import hrx_core as hrx
+from hrx_core import fastpath, hotpath
+from hrx_core.device import AUTO_FLUSH_OPS
+from hrx_core.testing import ADD_U32
+
+WHATS = ("replay", "rebind", "resubmit")
+
+_CDEF = """
+int hrx_instr_entry(void *arg, long long *info);
+int hrx_instr_stage(void *arg, const void *prepared, size_t nbytes);
+"""
+_SOURCE = """
+int hrx_instr_entry(void *arg, long long *info) { (void)arg; (void)info; return 0; }
+int hrx_instr_stage(void *arg, const void *prepared, size_t nbytes) { (void)arg; (void)prepared; (void)nbytes; return 1; }
+"""
+
+
+def _entries() -> tuple[int, int]:
+    mod = hotpath.load("hrx_instr_entries", _CDEF, _SOURCE)
+    if not mod.compiled:
+        raise SystemExit(f"cannot build the do-nothing entries: {mod.reason}")
+    ffi, lib = mod.ffi, mod.lib
+    return (int(ffi.cast("uintptr_t", ffi.addressof(lib, "hrx_instr_entry"))),
+            int(ffi.cast("uintptr_t", ffi.addressof(lib, "hrx_instr_stage"))))
+
+
+def _replayer(g: Any, entry: int, stage: Any = None) -> Any:
+    """g's compiled replay, launching through ``entry`` (a C function that does nothing)."""
+    lib = fastpath.module().lib
+    dev, s = g.device, g.stream
+    return lib.Replayer(g._plan, g._native, g._record, hrx.buffer.EPOCH, s.slot, s, dev.stats, g._plan[2], None,
+                        entry, 1, None, g.owned, AUTO_FLUSH_OPS, stage,
+                        (type(g).launches.tally(g, lib), dev.stats.graph_launch_tally(lib)))
+
+
+class _Prepared(array.array):  # type: ignore[type-arg]
+    patches: tuple[Any, ...]
+
+
+def scenario(what: str) -> Callable[[], Any]:
+    """One call of ``what``, set up on the host engine with the do-nothing entries."""
+    if not fastpath.module().compiled:
+        raise SystemExit(f"the core's compiled replay is not built here: {fastpath.module().reason}")
+    entry, stage_entry = _entries()
+    dev = hrx.device("host")
+    if what == "resubmit":
+        from hrx_core.execution import Runtime, RuntimeOptions
+
+        rt = Runtime(dev, RuntimeOptions(observe=False, signals="lazy"))
+        x = rt.allocate(256)
+        tg = rt.graph("count")
+        tg.compute("add", lambda r: r.dispatch(ADD_U32, 1, [x], block=64, scalars=(1, 64)))
+        for _ in range(4):
+            rt.submit(tg).wait(10)
+        dg = tg.regions[0].device_graph
+        dg._fast = _replayer(dg, entry)
+        if not tg._fast_submit:
+            raise SystemExit("no compiled resubmission for the graph")
+        return lambda: rt.submit(tg)
+    s = dev.stream()
+    sets = [[s.allocate_from(np.zeros(64, np.uint32)) for _ in range(3)] for _ in range(2)]
+    g = s.graph()
+    if what == "rebind":
+        native_type = type(dev.native.build_graph([]))
+        log: list[Any] = []
+
+        def prepare_patches(self: Any, patches: Any) -> Any:
+            prepared = _Prepared("Q", [0, 0])
+            prepared.patches = tuple(patches)
+            return prepared
+
+        native_type.prepare_patches = prepare_patches  # type: ignore[method-assign]
+        native_type.apply_patches = lambda self, prepared: self.patch_args(prepared.patches)  # type: ignore[method-assign]
+        native_type.fast_stage = lambda self: (stage_entry, 0, log, 1 << 40, None)  # type: ignore[method-assign]
+        for name, buf in zip("abc", sets[0]):
+            g.input(name, buf)
+    for buf in sets[0]:
+        g.dispatch(ADD_U32, 1, [buf], block=64, scalars=(1, 64), deps=[])
+    maps = [dict(zip("abc", bufs)) for bufs in sets]
+    g.launch()
+    g.launch()
+    if what == "replay":
+        g._fast = _replayer(g, entry)
+        return g.launch
+    for i in range(4):
+        g.launch(inputs=maps[i & 1])
+    s.synchronize()
+    g._fast = _replayer(g, entry, g._native.fast_stage())
+    count = [0]
+
+    def rebind() -> Any:
+        count[0] += 1
+        if len(log) > 100_000:
+            log.clear()
+        return g.launch(inputs=maps[count[0] & 1])
+
+    return rebind
+
+
+def _child(what: str, calls: int) -> None:
+    import gc
+
+    fn = scenario(what)
+    gc.disable()
+    for _ in range(calls):
+        fn()
+
+
+def _valgrind_count(what: str, calls: int) -> int:
+    """Instructions inside FastEntry_vectorcall over ``calls`` calls of ``what``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--toggle-collect=FastEntry_vectorcall",
+               sys.executable, os.path.abspath(__file__), "--child", what, "--calls", str(calls)]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=1800)
+        text = open(out).read()
+    m = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)
+    if m is None:
+        raise SystemExit("callgrind wrote no totals")
+    return int(m.group(1))
+
+
+def _time(what: str, calls: int) -> float:
+    fn = scenario(what)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t) / calls * 1e9)
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--what", default=",".join(WHATS), help="comma-separated: replay, rebind, resubmit")
+    ap.add_argument("--calls", type=int, default=3200)
+    ap.add_argument("--no-valgrind", action="store_true", help="time the calls instead of counting instructions")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        _child(args.child, args.calls)
+        return 0
+    whats = [w for w in args.what.split(",") if w]
+    unknown = set(whats) - set(WHATS)
+    if unknown:
+        ap.error(f"--what: unknown {sorted(unknown)}; expected some of {WHATS}")
+    count = not args.no_valgrind and shutil.which("valgrind") is not None
+    if not count and not args.no_valgrind:
+        print("valgrind not found (Debian: apt-get install valgrind): timing instead")
+    print(f"Python {sys.version.split()[0]}; direct locks: {bool(fastpath.module().lib.direct_locks)}")
+    for what in whats:
+        if count:
+            base = _valgrind_count(what, 0)  # setup only: what the child does before the calls
+            total = _valgrind_count(what, args.calls)
+            print(f"{what:9s} {(total - base) / args.calls:8.0f} instructions a call (FastEntry_vectorcall, {args.calls} calls)")
+        else:
+            print(f"{what:9s} {_time(what, args.calls):8.0f} ns a call (best of 5 rounds of {args.calls})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
