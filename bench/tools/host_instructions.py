@@ -7,7 +7,7 @@ do not. This tool builds, on the host engine, what bench/gpu.py's and bench/runt
 hot figures exercise -- a plain replay (``g.launch()``), a rebinding replay of three
 inputs alternating between two mappings (``g.launch(inputs=...)``, staged through a C
 staging entry as the cuda engine's are), a runtime resubmission (``rt.submit(g)``, lazy
-signals as on cuda) -- and swaps the engine's launch for a C entry that does nothing
+signals as on cuda, its lane drained before each, uncounted, as bench/runtime.py does) -- and swaps the engine's launch for a C entry that does nothing
 (and the staging for one that stages nothing), so that what is counted is hrx_core's
 part alone: the compiled entry, the replayer or submitter, their checks, locks, commit,
 completion and counters. Under valgrind's callgrind it reports instructions a call
@@ -73,8 +73,10 @@ class _Prepared(array.array):  # type: ignore[type-arg]
     patches: tuple[Any, ...]
 
 
-def scenario(what: str) -> Callable[[], Any]:
-    """One call of ``what``, set up on the host engine with the do-nothing entries."""
+def scenario(what: str) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
+    """One call of ``what``, set up on the host engine with the do-nothing entries, and
+    what to do (uncounted) before each call: for a resubmission, drain its lane, as
+    bench/runtime.py does (a resubmission then follows a finished one)."""
     if not fastpath.module().compiled:
         raise SystemExit(f"the core's compiled replay is not built here: {fastpath.module().reason}")
     entry, stage_entry = _entries()
@@ -92,7 +94,7 @@ def scenario(what: str) -> Callable[[], Any]:
         dg._fast = _replayer(dg, entry)
         if not tg._fast_submit:
             raise SystemExit("no compiled resubmission for the graph")
-        return lambda: rt.submit(tg)
+        return (lambda: rt.submit(tg)), rt.lane("compute").stream.synchronize
     s = dev.stream()
     sets = [[s.allocate_from(np.zeros(64, np.uint32)) for _ in range(3)] for _ in range(2)]
     g = s.graph()
@@ -117,7 +119,7 @@ def scenario(what: str) -> Callable[[], Any]:
     g.launch()
     if what == "replay":
         g._fast = _replayer(g, entry)
-        return g.launch
+        return g.launch, None
     for i in range(4):
         g.launch(inputs=maps[i & 1])
     s.synchronize()
@@ -130,15 +132,17 @@ def scenario(what: str) -> Callable[[], Any]:
             log.clear()
         return g.launch(inputs=maps[count[0] & 1])
 
-    return rebind
+    return rebind, None
 
 
 def _child(what: str, calls: int) -> None:
     import gc
 
-    fn = scenario(what)
+    fn, idle = scenario(what)
     gc.disable()
     for _ in range(calls):
+        if idle is not None:
+            idle()
         fn()
 
 
@@ -157,13 +161,17 @@ def _valgrind_count(what: str, calls: int) -> int:
 
 
 def _time(what: str, calls: int) -> float:
-    fn = scenario(what)
+    fn, idle = scenario(what)
     best = float("inf")
     for _ in range(5):
-        t = time.perf_counter()
+        total = 0.0
         for _ in range(calls):
+            if idle is not None:
+                idle()
+            t = time.perf_counter()
             fn()
-        best = min(best, (time.perf_counter() - t) / calls * 1e9)
+            total += time.perf_counter() - t
+        best = min(best, total / calls * 1e9)
     return best
 
 
