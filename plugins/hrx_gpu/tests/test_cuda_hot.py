@@ -556,6 +556,7 @@ def _stage_entry(graph: Any) -> Any:
     fn = hffi.cast("int (*)(void *, const void *, size_t)", entry)
 
     def stage(prepared: Any, nbytes: int | None = None) -> int:
+        assert keep is not None  # (keeps the entry's argument alive while it is called)
         data = bytes(prepared)
         return int(fn(hffi.cast("void *", argument), data, len(data) if nbytes is None else nbytes))
 
