@@ -258,16 +258,6 @@ static int call_method0(PyObject *obj, PyObject *name)
     return 0;
 }
 
-/* call a bound method with no arguments and drop its result: 0, or -1 with an exception */
-static int call0(PyObject *fn)
-{
-    PyObject *r = PyObject_Vectorcall(fn, NULL, 0, NULL);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    return 0;
-}
-
 /* threading's locks without a method call. CPython 3.11 and 3.12 lay out _thread.lock
    and _thread.RLock as mirrored here; hrx_module_create checks that layout on locks it
    makes (acquired and released through their methods, read through the mirror) and
@@ -2832,50 +2822,28 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_inputs, "inputs");
     INTERN(s_fast_submit, "_fast_submit");
 #undef INTERN
-    if (PyType_Ready(&ReplayerType) < 0)
-        return NULL;
-    if (PyType_Ready(&SubmitterType) < 0)
-        return NULL;
-    if (PyType_Ready(&DispatcherType) < 0)
-        return NULL;
-    if (PyType_Ready(&FastEntryType) < 0)
-        return NULL;
-    if (PyType_Ready(&TallyType) < 0)
-        return NULL;
+    static struct {
+        const char *name;
+        PyTypeObject *type;
+    } types[] = {
+        {"Replayer", &ReplayerType},   {"Submitter", &SubmitterType}, {"Dispatcher", &DispatcherType},
+        {"FastEntry", &FastEntryType}, {"Tally", &TallyType},
+    };
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        if (PyType_Ready(types[i].type) < 0)
+            return NULL;
     if (check_lock_layouts() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
         return NULL;
-    Py_INCREF(&ReplayerType);
-    if (PyModule_AddObject(m, "Replayer", (PyObject *)&ReplayerType) < 0) {
-        Py_DECREF(&ReplayerType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&SubmitterType);
-    if (PyModule_AddObject(m, "Submitter", (PyObject *)&SubmitterType) < 0) {
-        Py_DECREF(&SubmitterType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&DispatcherType);
-    if (PyModule_AddObject(m, "Dispatcher", (PyObject *)&DispatcherType) < 0) {
-        Py_DECREF(&DispatcherType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&FastEntryType);
-    if (PyModule_AddObject(m, "FastEntry", (PyObject *)&FastEntryType) < 0) {
-        Py_DECREF(&FastEntryType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&TallyType);
-    if (PyModule_AddObject(m, "Tally", (PyObject *)&TallyType) < 0) {
-        Py_DECREF(&TallyType);
-        Py_DECREF(m);
-        return NULL;
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        Py_INCREF(types[i].type);
+        if (PyModule_AddObject(m, types[i].name, (PyObject *)types[i].type) < 0) {
+            Py_DECREF(types[i].type);
+            Py_DECREF(m);
+            return NULL;
+        }
     }
     /* whether threading's locks are taken without a method call (check_lock_layouts) */
     if (PyModule_AddIntConstant(m, "direct_locks", lock_type != NULL) < 0) {
