@@ -206,6 +206,44 @@ def test_a_failed_kernel_fails_what_depends_on_it(hrx_device: Device) -> None:
         s.download(buf)
 
 
+def _c_word(address: int) -> int:
+    import ctypes
+
+    return int(ctypes.c_uint64.from_address(address).value)
+
+
+def test_timeline_c_words_agree_with_the_methods(hrx_device: Device) -> None:
+    """Timeline.c_completed / c_failed, where an engine publishes them (nonzero), are
+    what the compiled paths read instead of calling completed() / has_errors(): the
+    counter never leads completed() and shows every finished value; the failure flag
+    is set whenever has_errors() is (and after a failed kernel, where one runs)."""
+    s = _stream(hrx_device)
+    buf = hrx_device.allocate(4096)
+    tl = s.slot._timeline or s.slot.timeline
+    assert isinstance(tl.c_completed, int) and isinstance(tl.c_failed, int)
+    for i in range(3):
+        done = s.fill(buf, pattern=i)
+        done.wait(timeout=60)
+        if tl.c_completed:
+            assert _c_word(tl.c_completed) == tl.completed() >= done.value
+        if tl.c_failed and tl.has_errors():
+            assert _c_word(tl.c_failed) != 0
+    if not any(f.supports("dispatch") for f in hrx_device.info.queue_families):
+        return
+    if hrx_device.info.kind == "npu" or FAILING.source_for(hrx_device.info.targets) is None:
+        return
+    k = _stream(hrx_device, "copy", "dispatch")
+    tl = k.slot._timeline or k.slot.timeline
+    done = k.dispatch(FAILING, 1, [buf])
+    with pytest.raises(HRXError):
+        done.wait(timeout=60)
+    assert tl.has_errors()
+    if tl.c_failed:
+        assert _c_word(tl.c_failed) != 0
+    if tl.c_completed:
+        assert _c_word(tl.c_completed) == tl.completed()
+
+
 def test_access_graph_replays(hrx_device: Device) -> None:
     s = _stream(hrx_device)
     buf = s.allocate_from(np.zeros(256, np.uint8))

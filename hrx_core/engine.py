@@ -261,6 +261,26 @@ def patched_args(nodes: Sequence[GraphNode], patches: Sequence[tuple[int, int, B
 class Timeline(abc.ABC):
     """A monotonic 64-bit counter signalled by queues."""
 
+    # ``c_completed`` and ``c_failed`` are slots (0 from __new__ on): the compiled paths
+    # read them at their offsets; subclasses keep a __dict__ for everything else.
+    __slots__ = ("c_completed", "c_failed", "__dict__", "__weakref__")
+
+    #: ``c_completed``: where the compiled paths (:mod:`hrx_core.fastpath`) may read the
+    #: counter without a call -- the address of a uint64 in host memory equal to
+    #: :meth:`completed` (it may lag the method, never lead it), valid while this
+    #: attribute names it (an engine that moves or frees the memory sets the attribute
+    #: first). 0: call the method. ``c_failed``: likewise for :meth:`has_errors`, the
+    #: address of a uint64 that becomes nonzero before :meth:`error` may report a failure
+    #: (and before ``c_completed`` shows the failed value). 0: call the method.
+    c_completed: int
+    c_failed: int
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Timeline:
+        self = super().__new__(cls)
+        self.c_completed = 0
+        self.c_failed = 0
+        return self
+
     @abc.abstractmethod
     def completed(self) -> int:
         """The highest value reached. Must be cheap: a memory read, not a driver call."""

@@ -1258,7 +1258,8 @@ static PyObject *s_submit_plan, *s_gclosed, *s_fast_resubmit, *s_resubmit, *s_ge
     *s_prove_idle, *s_give_room_back, *s_notice,
     *s_reservations, *s_slot_attr, *s_append, *s_replace, *s_device_graph, *s_fast, *s_completion, *s_resolved,
     *s_timestamp, *s_signaled, *s_utimeline, *s_completed, *s_has_errors, *s_runtime_attr, *s_graph_attr, *s_events, *s_owners, *s_submitted,
-    *s_settled;
+    *s_settled, *s_c_completed, *s_c_failed, *s_retire, *s_retained, *s_quarantine_failed, *s_space_waiters,
+    *s_retired, *s_settle_finished;
 
 typedef struct {
     PyObject_HEAD
@@ -1267,6 +1268,8 @@ typedef struct {
     PyObject *submit_acquire, *submit_release, *space_acquire, *space_release;
     PyObject *pending, *uncounted, *unstamped;
     PyObject *owners, *counters, *infos, *reservations, *empty;
+    /* bound methods: pending.append, pending.popleft, uncounted.append, the settle lock's */
+    PyObject *pending_append, *pending_popleft, *uncounted_append, *settle_acquire, *settle_release;
     /* the graph's one region, its lane, the lane's stream and queue slot, the lane
        lock's methods */
     PyObject *region, *lane, *stream, *slot, *lane_acquire, *lane_release;
@@ -1284,26 +1287,91 @@ static PyObject *sub_miss(Submitter *self)
     Py_RETURN_NONE;
 }
 
+/* A timeline's published word (Timeline.c_completed / c_failed): its address in *p,
+   NULL where the engine publishes none. 0, or -1 with an exception */
+static int c_word(PyObject *tl, PyObject *name, void **p)
+{
+    PyObject *a = get_attr(tl, name);
+    if (a == NULL)
+        return -1;
+    *p = PyLong_CheckExact(a) ? PyLong_AsVoidPtr(a) : NULL;
+    Py_DECREF(a);
+    return *p == NULL && PyErr_Occurred() ? -1 : 0;
+}
+
+/* The value timeline `tl` reached: where its engine publishes the counter to C
+   (Timeline.c_completed, the address of a uint64 that is completed()) one load, else
+   completed() called. 0 with *value set, or -1 with an exception */
+static int tl_completed(PyObject *tl, unsigned long long *value)
+{
+    void *p;
+    if (c_word(tl, s_c_completed, &p) < 0)
+        return -1;
+    if (p != NULL) {
+        *value = *(volatile unsigned long long *)p;
+        return 0;
+    }
+    PyObject *c = PyObject_CallMethodNoArgs(tl, s_completed);
+    if (c == NULL)
+        return -1;
+    *value = PyLong_AsUnsignedLongLong(c);
+    Py_DECREF(c);
+    return *value == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* Whether `tl` may report a failure (Timeline.has_errors): where its engine publishes a
+   flag to C (Timeline.c_failed, the address of a uint64 set before any failure shows)
+   one load, else has_errors() called. 1, 0, or -1 with an exception */
+static int tl_failed(PyObject *tl)
+{
+    void *p;
+    if (c_word(tl, s_c_failed, &p) < 0)
+        return -1;
+    if (p != NULL)
+        return *(volatile unsigned long long *)p != 0;
+    PyObject *x = PyObject_CallMethodNoArgs(tl, s_has_errors);
+    int bad = x == NULL ? -1 : PyObject_IsTrue(x);
+    Py_XDECREF(x);
+    return bad;
+}
+
+/* a Python int attribute as a long long: 1, 0 (not an int), -1 error */
+static int ll_attr(PyObject *obj, PyObject *name, long long *out)
+{
+    PyObject *v = get_attr(obj, name);
+    if (v == NULL)
+        return -1;
+    int r = PyLong_CheckExact(v);
+    if (r) {
+        *out = PyLong_AsLongLong(v);
+        if (*out == -1 && PyErr_Occurred())
+            r = -1;
+    }
+    Py_DECREF(v);
+    return r;
+}
+
 /* Runtime._inherits_previous(previous), its common outcomes without Python frames:
    the previous submission not finished (1: it inherits), or finished with nothing
    upstream, no verdict and no failure on its timeline at all (0). Anything else --
    where the answer needs pending_failure -- asks the Python method. 1, 0, -1 error. */
 static int inherits_previous(PyObject *runtime, PyObject *previous)
 {
-    PyObject *c = get_attr(previous, s_completion), *slot = NULL, *tl = NULL, *v = NULL, *x = NULL;
+    PyObject *c = get_attr(previous, s_completion), *slot = NULL, *tl = NULL, *x = NULL;
     int r = -1, ask = 0;
-    if (c == NULL || (slot = get_attr(c, s_slot_attr)) == NULL || (v = get_attr(c, s_value)) == NULL)
+    long long v, signaled;
+    if (c == NULL || (slot = get_attr(c, s_slot_attr)) == NULL)
         goto done;
     {
         /* Completion.done_now: value <= slot.signaled and timeline.completed() >= value */
-        PyObject *signaled = get_attr(slot, s_signaled);
-        if (signaled == NULL)
+        int a = ll_attr(c, s_value, &v), b = a == 1 ? ll_attr(slot, s_signaled, &signaled) : a;
+        if (a < 0 || b < 0)
             goto done;
-        int le = PyObject_RichCompareBool(v, signaled, Py_LE);
-        Py_DECREF(signaled);
-        if (le < 0)
+        if (a == 0 || b == 0 || v < 0) {
+            ask = 1;
             goto done;
-        if (!le) {
+        }
+        if (v > signaled) {
             r = 1;
             goto done;
         }
@@ -1314,14 +1382,10 @@ static int inherits_previous(PyObject *runtime, PyObject *previous)
             ask = 1;
             goto done;
         }
-        PyObject *completed = PyObject_CallMethodNoArgs(tl, s_completed);
-        if (completed == NULL)
+        unsigned long long completed;
+        if (tl_completed(tl, &completed) < 0)
             goto done;
-        int ge = PyObject_RichCompareBool(completed, v, Py_GE);
-        Py_DECREF(completed);
-        if (ge < 0)
-            goto done;
-        if (!ge) {
+        if (completed < (unsigned long long)v) {
             r = 1;
             goto done;
         }
@@ -1339,9 +1403,7 @@ static int inherits_previous(PyObject *runtime, PyObject *previous)
             ask = 1;
             goto done;
         }
-        PyObject *errors = PyObject_CallMethodNoArgs(tl, s_has_errors);
-        int bad = errors == NULL ? -1 : PyObject_IsTrue(errors);
-        Py_XDECREF(errors);
+        int bad = tl_failed(tl);
         if (bad < 0)
             goto done;
         if (bad)
@@ -1353,7 +1415,6 @@ done:
     Py_XDECREF(c);
     Py_XDECREF(slot);
     Py_XDECREF(tl);
-    Py_XDECREF(v);
     if (ask) {
         x = PyObject_CallMethodOneArg(runtime, s_inherits_previous, previous);
         r = x == NULL ? -1 : PyObject_IsTrue(x);
@@ -1527,6 +1588,187 @@ static int resubmittable(Submitter *self, PyObject **again)
     return ok;
 }
 
+#define SETTLE_QUEUES 4
+
+/* Runtime._settle_finished without Python frames, for a submitter out of room: the
+   finished prefix of the pending submissions (each region's value signalled and reached
+   on its queue's timeline; one timeline read a queue) is marked settled, its queues
+   retire what finished, and it leaves the pending queue. Where a timeline may hold a
+   failure the Python method quarantines the failed submissions' owners first; more
+   queues than SETTLE_QUEUES, or pending entries that are not plain submissions, are
+   settled by the Python method altogether. 1: something was settled (look for room
+   again), 0: the oldest submission has not finished, -1 error. */
+static int settle_prefix(Submitter *self)
+{
+    PyObject *slots[SETTLE_QUEUES], *tls[SETTLE_QUEUES];
+    unsigned long long tops[SETTLE_QUEUES];
+    int nq = 0, python = 0, rc = -1;
+    PyObject *batch = PyList_New(0), *fresh = NULL;
+    if (batch == NULL)
+        return -1;
+    if (acquire_blocking(self->space_acquire) < 0) {
+        Py_DECREF(batch);
+        return -1;
+    }
+    Py_ssize_t n = PyObject_Length(self->pending);
+    int bad = n < 0;
+    for (Py_ssize_t i = 0; !bad && !python && i < n; i++) {
+        PyObject *sub = PySequence_GetItem(self->pending, i), *events = NULL;
+        int done = 1;
+        if (sub == NULL) {
+            bad = 1;
+            break;
+        }
+        if ((PyObject *)Py_TYPE(sub) != self->submission_type || (events = get_attr(sub, s_events)) == NULL
+            || !PyList_CheckExact(events)) {
+            bad = events == NULL && PyErr_Occurred();
+            python = !bad;
+            Py_XDECREF(events);
+            Py_DECREF(sub);
+            break;
+        }
+        for (Py_ssize_t j = 0; done && j < PyList_GET_SIZE(events); j++) {
+            PyObject *c = get_attr(PyList_GET_ITEM(events, j), s_completion);
+            PyObject *slot = c == NULL ? NULL : get_attr(c, s_slot_attr);
+            long long value;
+            int r = slot == NULL ? -1 : ll_attr(c, s_value, &value);
+            Py_XDECREF(c);
+            if (r != 1) {
+                Py_XDECREF(slot);
+                bad = r < 0;
+                python = !bad;
+                done = 0;
+                break;
+            }
+            int q = 0;
+            while (q < nq && slots[q] != slot)
+                q++;
+            if (q == nq) {
+                long long signaled;
+                PyObject *tl = NULL;
+                unsigned long long reached;
+                if (nq == SETTLE_QUEUES || (r = ll_attr(slot, s_signaled, &signaled)) != 1
+                    || (tl = get_attr(slot, s_utimeline)) == NULL || tl == Py_None || tl_completed(tl, &reached) < 0) {
+                    bad = PyErr_Occurred() != NULL;
+                    python = !bad;
+                    Py_XDECREF(tl);
+                    Py_DECREF(slot);
+                    done = 0;
+                    break;
+                }
+                /* work not signalled yet counts as unfinished */
+                slots[q] = slot;  /* the reference moves here */
+                slot = NULL;
+                tls[q] = tl;
+                tops[q] = signaled < 0 ? 0 : ((unsigned long long)signaled < reached ? (unsigned long long)signaled : reached);
+                nq++;
+            }
+            Py_XDECREF(slot);
+            if (value < 0 || (unsigned long long)value > tops[q])
+                done = 0;
+        }
+        Py_DECREF(events);
+        if (done && !bad && !python)
+            bad = PyList_Append(batch, sub) < 0;
+        Py_DECREF(sub);
+        if (!done)
+            break;
+    }
+    if (release_keeping(self->space_release) < 0)
+        bad = 1;
+    if (bad)
+        goto out;
+    if (python) {
+        /* (settles whatever finished, the prefix included) */
+        if (call_method0(self->runtime, s_settle_finished) < 0)
+            goto out;
+        rc = 1;
+        goto out;
+    }
+    if (PyList_GET_SIZE(batch) == 0) {
+        rc = 0;
+        goto out;
+    }
+    for (int q = 0; q < nq; q++) {
+        /* slot.retire() where it retains owners */
+        int some = attr_true(slots[q], s_retained);
+        if (some < 0 || (some && call_method0(slots[q], s_retire) < 0))
+            goto out;
+    }
+    if (PyObject_Length(self->unstamped) > 0 && call_method0(self->runtime, s_notice) < 0)
+        goto out;
+    if ((fresh = PyList_New(0)) == NULL)
+        goto out;
+    if (acquire_blocking(self->settle_acquire) < 0)
+        goto out;
+    bad = 0;
+    for (Py_ssize_t i = 0; !bad && i < PyList_GET_SIZE(batch); i++) {
+        PyObject *sub = PyList_GET_ITEM(batch, i);
+        int settled = attr_true(sub, s_settled);
+        bad = settled < 0 || (!settled && (set_attr(sub, s_settled, Py_True) < 0 || PyList_Append(fresh, sub) < 0));
+    }
+    if (release_keeping(self->settle_release) < 0 || bad)
+        goto out;
+    if (PyList_GET_SIZE(fresh) == 0) {
+        rc = 1;
+        goto out;
+    }
+    for (int q = 0; q < nq; q++) {
+        int failed = tl_failed(tls[q]);
+        if (failed < 0)
+            goto out;
+        if (failed) {
+            PyObject *x = PyObject_CallMethodOneArg(self->runtime, s_quarantine_failed, fresh);
+            if (x == NULL)
+                goto out;
+            Py_DECREF(x);
+            break;
+        }
+    }
+    {
+        /* Runtime._retired(fresh): oldest first, so each is the head */
+        PyObject *x;
+        if (acquire_blocking(self->space_acquire) < 0)
+            goto out;
+        Py_ssize_t i = 0;
+        for (bad = 0; !bad && i < PyList_GET_SIZE(fresh); i++) {
+            PyObject *head = PyObject_Length(self->pending) > 0 ? PySequence_GetItem(self->pending, 0) : NULL;
+            if (head == NULL) {
+                bad = PyErr_Occurred() != NULL;
+                break;
+            }
+            Py_DECREF(head);  /* (only compared: the deque holds it) */
+            if (head != PyList_GET_ITEM(fresh, i))
+                break;
+            x = PyObject_CallNoArgs(self->pending_popleft);
+            bad = x == NULL;
+            Py_XDECREF(x);
+        }
+        int waiters = bad ? 0 : attr_true(self->runtime, s_space_waiters);
+        if (release_keeping(self->space_release) < 0 || bad || waiters < 0)
+            goto out;
+        if (i < PyList_GET_SIZE(fresh) || waiters) {
+            /* one settled out of order, or threads wait for room: the Python method
+               removes the rest and notifies them */
+            PyObject *rest = PyList_GetSlice(fresh, i, PyList_GET_SIZE(fresh));
+            x = rest == NULL ? NULL : PyObject_CallMethodOneArg(self->runtime, s_retired, rest);
+            Py_XDECREF(rest);
+            if (x == NULL)
+                goto out;
+            Py_DECREF(x);
+        }
+    }
+    rc = 1;
+out:
+    for (int q = 0; q < nq; q++) {
+        Py_DECREF(slots[q]);
+        Py_DECREF(tls[q]);
+    }
+    Py_DECREF(batch);
+    Py_XDECREF(fresh);
+    return rc;
+}
+
 static PyObject *resubmit(Submitter *self, PyObject *graph);
 
 /* submitter(graph) -> Submission, or None: nothing was done, run the Python path */
@@ -1569,10 +1811,11 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
             goto error;
         goto miss;
     }
-    /* room (max_submissions), as Runtime.submit takes it */
-    if (acquire_blocking(self->space_acquire) < 0)
-        goto error;
-    {
+    /* room (max_submissions), as Runtime.submit takes it; none: settle what finished
+       (Runtime._make_room's first step) and look again */
+    for (int tries = 0; !room_taken; tries++) {
+        if (acquire_blocking(self->space_acquire) < 0)
+            goto error;
         PyObject *taken = get_attr(self->runtime, s_room_taken);
         long t = taken == NULL ? -1 : PyLong_AsLong(taken);
         Py_XDECREF(taken);
@@ -1586,8 +1829,15 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
         }
         if (release_keeping(self->space_release) < 0 || n < 0 || PyErr_Occurred())
             goto error;
-        if (!room)
-            goto miss;  /* the Python path settles or waits */
+        if (room)
+            break;
+        if (tries > 0)
+            goto miss;  /* the Python path waits */
+        int settled = settle_prefix(self);
+        if (settled < 0)
+            goto error;
+        if (settled == 0)
+            goto miss;  /* the oldest submission runs: the Python path waits for it */
     }
     submitted = PyObject_CallNoArgs(self->perf_counter);
     if (submitted == NULL)
@@ -1630,28 +1880,19 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
         int bad = add_to(self->runtime, s_room_taken, -1, NULL) < 0;
         if (!bad) {
             room_taken = 0;
-            if (PyList_CheckExact(self->pending)) {
-                bad = PyList_Append(self->pending, submission) < 0;
-            } else {
-                PyObject *x = PyObject_CallMethodOneArg(self->pending, s_append, submission);
-                bad = x == NULL;
-                Py_XDECREF(x);
-            }
+            PyObject *x = PyObject_CallOneArg(self->pending_append, submission);
+            bad = x == NULL;
+            Py_XDECREF(x);
         }
         if (release_keeping(self->space_release) < 0 || bad)
             goto error;
     }
     {
         /* the graph's counters, added when the statistics are read */
-        if (PyList_CheckExact(self->uncounted)) {
-            if (PyList_Append(self->uncounted, self->counters) < 0)
-                goto error;
-        } else {
-            PyObject *x = PyObject_CallMethodOneArg(self->uncounted, s_append, self->counters);
-            if (x == NULL)
-                goto error;
-            Py_DECREF(x);
-        }
+        PyObject *x = PyObject_CallOneArg(self->uncounted_append, self->counters);
+        if (x == NULL)
+            goto error;
+        Py_DECREF(x);
         if (PyObject_Length(self->uncounted) > self->fold_after && call_method0(self->runtime, s_add_uncounted) < 0)
             goto error;
     }
@@ -1791,6 +2032,11 @@ static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
         || (self->uncounted = PyObject_GetAttrString(runtime, "_uncounted")) == NULL
         || (self->unstamped = PyObject_GetAttrString(runtime, "_unstamped")) == NULL
         || (self->reservations = PyObject_GetAttrString(runtime, "_reservations")) == NULL
+        || (self->pending_append = PyObject_GetAttrString(self->pending, "append")) == NULL
+        || (self->pending_popleft = PyObject_GetAttrString(self->pending, "popleft")) == NULL
+        || (self->uncounted_append = PyObject_GetAttrString(self->uncounted, "append")) == NULL
+        || (self->settle_acquire = get_method(runtime, "_settle_lock", "acquire")) == NULL
+        || (self->settle_release = get_method(runtime, "_settle_lock", "release")) == NULL
         || (self->owners = PyObject_GetAttrString(plan, "owners")) == NULL
         || (self->counters = PyObject_GetAttrString(plan, "counters")) == NULL
         || (self->infos = PyObject_GetAttrString(plan, "infos")) == NULL
@@ -2799,6 +3045,14 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_owners, "owners");
     INTERN(s_submitted, "submitted");
     INTERN(s_settled, "_settled");
+    INTERN(s_c_completed, "c_completed");
+    INTERN(s_c_failed, "c_failed");
+    INTERN(s_retire, "retire");
+    INTERN(s_retained, "retained");
+    INTERN(s_quarantine_failed, "_quarantine_failed");
+    INTERN(s_space_waiters, "_space_waiters");
+    INTERN(s_retired, "_retired");
+    INTERN(s_settle_finished, "_settle_finished");
     INTERN(s_executables, "_executables");
     INTERN(s_unloaded, "unloaded");
     INTERN(s_fast_handle, "fast_handle");

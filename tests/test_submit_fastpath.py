@@ -434,3 +434,116 @@ def test_runtime_submit_is_a_compiled_entry_once_built(dev: hrx.Device) -> None:
     finally:
         other.close()
         rt.close()
+
+
+def _finished_in_flight(rt: Runtime, graph: Any, count: int) -> list[Any]:
+    """``count`` submissions of ``graph``, each finished on its queue before the next
+    (the lane drained) but none settled: the runtime still counts them in flight."""
+    subs = []
+    for _ in range(count):
+        subs.append(rt.submit(graph))
+        rt.lane(graph.regions[0].lane).stream.synchronize(60)
+    return subs
+
+
+@pytest.mark.parametrize("observe", [False, True])
+def test_out_of_room_settles_what_finished_without_the_python_path(dev: hrx.Device, mode: str, observe: bool) -> None:
+    """max_submissions reached with every submission finished: the compiled
+    resubmission settles them (oldest first, once each) and goes on -- no call left to
+    the Python path -- and the room, counts and results are the Python path's."""
+    rt = Runtime(dev, RuntimeOptions(observe=observe, max_submissions=4))
+    try:
+        _, _, _, h = _pipeline(rt)
+        rt.submit(h).wait(60)
+        rt.submit(h).wait(60)
+        fast = h._fast_submit
+        hits, misses = (fast.hits, fast.misses) if mode == "compiled" else (0, 0)
+        subs = _finished_in_flight(rt, h, 21)
+        if mode == "compiled":
+            assert (fast.hits, fast.misses) == (hits + 21, misses)
+        # every settle freed room for the next: the oldest ones are settled, the newest in flight
+        assert len(rt._pending) <= 4 and rt._room_taken == 0
+        assert all(s._settled for s in subs[:-4]) and list(rt._pending) == subs[-len(rt._pending):]
+        for s in subs:
+            s.wait(60)  # (a settled one returns at once)
+        assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 23
+        assert rt.stats.snapshot()["submissions"] == 24  # init, 2, 21
+        if observe:
+            assert rt.profile.summary()["inc"]["count"] == 23
+        assert rt.quarantined == []
+    finally:
+        rt.close()
+
+
+def test_a_failure_met_while_settling_quarantines_like_the_python_path(mode: str) -> None:
+    """A failed submission among the finished ones the compiled resubmission settles:
+    its owners are quarantined (the Python method, asked because the timeline shows a
+    failure), its wait raises, the clean ones settle, and the runtime goes on."""
+    from .test_runtime_faults import BOOM
+
+    dev = hrx.open_device("host", jitter_us=0)
+    rt = Runtime(dev, RuntimeOptions(observe=False, max_submissions=4, signals="each"))
+    reasons: list[tuple[str, list[Any]]] = []
+    quarantine = rt._quarantine
+    rt._quarantine = lambda owners, reason: (reasons.append((reason, list(owners))), quarantine(owners, reason))[1]
+    try:
+        _, _, _, h = _pipeline(rt)
+        x = rt.allocate(64)
+        bad = rt.graph("bad")
+        bad.compute("boom", lambda r: r.dispatch(BOOM, 1, [x]))
+        rt.submit(h).wait(60)
+        rt.submit(h).wait(60)
+        failed = rt.submit(bad)
+        rt.lane("compute").stream.synchronize(60)
+        subs = _finished_in_flight(rt, h, 3)  # the first after `bad` scans again
+        hits = h._fast_submit.hits if mode == "compiled" else 0
+        assert len(rt._pending) == 4 and not failed._settled
+        more = rt.submit(h)  # no room: the four are settled
+        if mode == "compiled":
+            assert h._fast_submit.hits == hits + 1
+        assert failed._settled and all(s._settled for s in subs) and list(rt._pending) == [more]
+        bad_reasons = [(r, o) for r, o in reasons if r.startswith("failed")]
+        assert len(bad_reasons) == 1 and x.allocation in bad_reasons[0][1]
+        with pytest.raises(hrx.DeviceError, match="injected"):
+            failed.wait(60)
+        for s in (*subs, more):
+            s.wait(60)
+        rt.synchronize(60)
+        assert rt.quarantined == []
+        assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 6
+    finally:
+        rt.close()
+
+
+def test_pending_entries_it_does_not_know_are_settled_by_the_python_method(dev: hrx.Device, mode: str) -> None:
+    """A pending submission of another class (a subclass here) is not settled in C: the
+    Python method settles them all, and the compiled resubmission goes on."""
+    from hrx_core.execution.runtime import Submission
+
+    class Other(Submission):
+        __slots__ = ()
+
+    calls = [0]
+    settle = rt_settle = Runtime._settle_finished
+
+    def counted(self: Runtime) -> None:
+        calls[0] += 1
+        rt_settle(self)
+
+    rt = Runtime(dev, RuntimeOptions(observe=False, max_submissions=4))
+    try:
+        _, _, _, h = _pipeline(rt)
+        rt.submit(h).wait(60)
+        rt.submit(h).wait(60)
+        subs = _finished_in_flight(rt, h, 4)
+        subs[0].__class__ = Other
+        rt._settle_finished = counted.__get__(rt)  # type: ignore[method-assign]
+        hits = h._fast_submit.hits if mode == "compiled" else 0
+        more = rt.submit(h)
+        assert calls[0] == 1 and all(s._settled for s in subs) and list(rt._pending) == [more]
+        if mode == "compiled":
+            assert h._fast_submit.hits == hits + 1
+        more.wait(60)
+        assert settle is Runtime._settle_finished
+    finally:
+        rt.close()

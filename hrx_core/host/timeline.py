@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import threading
 
 from ..engine import Timeline
@@ -19,6 +20,12 @@ class HostTimeline(Timeline):
         self._errors: dict[int, BaseException] = {}
         # failed values whose details were dropped -> one-line summary
         self._summaries: dict[int, str] = {}
+        # [completed, failed] for the compiled paths (Timeline.c_completed, c_failed):
+        # written after _value and before _errors shows a failure, under the GIL
+        self._words = array.array("Q", [0, 0])
+        address = self._words.buffer_info()[0]
+        self.c_completed = address
+        self.c_failed = address + self._words.itemsize
 
     def completed(self) -> int:
         return self._value  # an attribute read: no lock, no syscall
@@ -32,6 +39,7 @@ class HostTimeline(Timeline):
     def signal(self, value: int, error: BaseException | None = None) -> None:
         with self._cond:
             if error is not None:
+                self._words[1] = 1
                 self._errors[value] = error.with_traceback(None)  # frames would pin memory
                 if len(self._errors) > DETAILED_ERRORS:  # keep the newest in full, summarise the rest
                     for old in sorted(self._errors)[:-DETAILED_ERRORS]:
@@ -39,6 +47,7 @@ class HostTimeline(Timeline):
                         self._summaries[old] = f"{type(exc).__name__}: {exc}"[:200]
             if value > self._value:
                 self._value = value
+                self._words[0] = value
             self._cond.notify_all()
 
     def has_errors(self) -> bool:

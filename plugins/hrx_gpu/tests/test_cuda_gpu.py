@@ -282,6 +282,28 @@ def test_timeline_cross_stream(cuda_device) -> None:  # type: ignore[no-untyped-
     _cross_stream(cuda_device)
 
 
+def test_timeline_c_words_follow_the_counter_and_move_to_its_snapshot_at_close(cuda_device) -> None:  # type: ignore[no-untyped-def]
+    """c_completed is the pinned counter the stream writes; at close the timeline's
+    counter becomes a host snapshot (the pinned slot is recycled) and c_completed (and
+    the spin's address) name the snapshot, never the recycled slot."""
+    import ctypes
+
+    r = Runner(cuda_device)
+    try:
+        tl = r.timeline
+        pinned = tl.c_completed
+        assert pinned and ctypes.c_uint64.from_address(tl.c_failed).value == 0
+        r.sync()
+        r.sync()
+        assert ctypes.c_uint64.from_address(pinned).value == tl.completed() == 2
+        tl.close()
+        assert tl.c_completed != pinned and tl._address == tl.c_completed
+        assert ctypes.c_uint64.from_address(tl.c_completed).value == tl.completed() == 2
+        r.timeline = cuda_device.create_timeline()  # (Runner.close closes its own)
+    finally:
+        r.close()
+
+
 def test_timeline_waits_from_other_threads(cuda_device) -> None:  # type: ignore[no-untyped-def]
     r = Runner(cuda_device, "compute", 2)
     results: list[object] = []

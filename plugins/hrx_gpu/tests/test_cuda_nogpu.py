@@ -295,3 +295,36 @@ def test_kernel_argument_limit_by_driver_and_architecture() -> None:
 
     assert max_kernel_arg_bytes(13000, 9) == max_kernel_arg_bytes(12010, 7) == 32764
     assert max_kernel_arg_bytes(12000, 9) == max_kernel_arg_bytes(12040, 6) == 4096
+
+
+def test_a_recorded_failure_sets_the_c_flag_before_the_counter_moves() -> None:
+    """CudaTimeline._fail: the compiled paths read c_failed after c_completed, so the
+    flag must be set before the counter is advanced past the failed work."""
+    import ctypes
+    import threading
+
+    from hrx_gpu.cuda.timeline import CudaTimeline
+
+    counter = np.zeros(1, np.uint64)
+    tl = CudaTimeline.__new__(CudaTimeline)
+    flag = np.zeros(1, np.uint64)
+    seen: list[tuple[int, int]] = []
+
+    class Counter:
+        def __getitem__(self, i: int) -> int:
+            return int(counter[i])
+
+        def __setitem__(self, i: int, v: int) -> None:
+            seen.append((int(flag[0]), v))
+            counter[i] = v
+
+    import array
+
+    tl._counter, tl._lock, tl._failure, tl.max_signaled = Counter(), threading.Lock(), None, 7
+    tl._failed_word = array.array("Q", [0])
+    tl.c_failed = tl._failed_word.buffer_info()[0]
+    flag = np.frombuffer(tl._failed_word, np.uint64)
+    counter[0] = 3
+    tl._fail(DeviceError("sticky"))  # type: ignore[arg-type]
+    assert seen == [(1, 7)] and ctypes.c_uint64.from_address(tl.c_failed).value == 1
+    assert tl.has_errors() and tl._last_good == 3

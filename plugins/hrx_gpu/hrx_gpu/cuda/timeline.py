@@ -17,6 +17,7 @@ nothing polls forever, and the wait raises :class:`~hrx_gpu.cuda.errors.CudaErro
 
 from __future__ import annotations
 
+import array
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,11 @@ class CudaTimeline(Timeline):
             self._address = int(device.driver.ffi.cast("uintptr_t", counter))
         except TypeError:
             self._address = 0
+        # for the compiled paths (Timeline.c_completed, c_failed): the counter itself,
+        # and a flag set before a recorded failure shows
+        self.c_completed = self._address
+        self._failed_word = array.array("Q", [0])
+        self.c_failed = self._failed_word.buffer_info()[0]
         #: Device address of the counter (what stream memory operations use).
         self.dptr = dptr
         #: Highest value any queue has encoded a signal for.
@@ -153,6 +159,7 @@ class CudaTimeline(Timeline):
             if self._failure is not None:
                 return
             self._last_good = int(self._counter[0])
+            self._failed_word[0] = 1
             self._failure = failure
             # The device will never write again: advance so that nothing polls forever.
             if self.max_signaled > self._last_good:
@@ -195,7 +202,14 @@ class CudaTimeline(Timeline):
         counter, dptr = self._counter, self.dptr
         # From now on completed() reads a host-owned snapshot: the pinned slot may be
         # recycled or freed with the device, and reading it then must not crash.
-        self._counter = device.driver.ffi.new("uint64_t *", int(counter[0]))
+        snapshot = device.driver.ffi.new("uint64_t *", int(counter[0]))
+        try:
+            address = int(device.driver.ffi.cast("uintptr_t", snapshot))
+        except TypeError:
+            address = 0
+        # (the addresses first: a compiled path or a spin never reads the old slot)
+        self._address = self.c_completed = address
+        self._counter = snapshot
         if device.closed or EXIT.exiting:
             return
         lib = device.driver.lib
