@@ -1270,6 +1270,8 @@ typedef struct {
     PyObject *owners, *counters, *infos, *reservations, *empty;
     /* bound methods: pending.append, pending.popleft, uncounted.append, the settle lock's */
     PyObject *pending_append, *pending_popleft, *uncounted_append, *settle_acquire, *settle_release;
+    /* runtime._Resubmit where its first fields are (generation, slot, places), else NULL */
+    PyObject *resubmit_type;
     /* the graph's one region, its lane, the lane's stream and queue slot, the lane
        lock's methods */
     PyObject *region, *lane, *stream, *slot, *lane_acquire, *lane_release;
@@ -1456,6 +1458,15 @@ static int forget_failures(PyObject *stream)
     return bad ? -1 : 0;
 }
 
+/* a field of the region's resubmit note (a new reference): by its index in the named
+   tuple where the Submitter checked _Resubmit's fields, else by name */
+static PyObject *resubmit_field(Submitter *self, PyObject *again, Py_ssize_t index, PyObject *name)
+{
+    if (self->resubmit_type != NULL && (PyObject *)Py_TYPE(again) == self->resubmit_type)
+        return Py_NewRef(PyTuple_GET_ITEM(again, index));
+    return get_attr(again, name);
+}
+
 /* Encode one region as Runtime._encode's resubmission branch does: the event, or NULL */
 static PyObject *encode_region(Submitter *self, PyObject *again)
 {
@@ -1530,7 +1541,7 @@ unlock:
         goto fail;
     {
         /* the region's access entries name the new event (_Inflight.replace) */
-        PyObject *places = get_attr(again, s_places);
+        PyObject *places = resubmit_field(self, again, 2, s_places);
         if (places == NULL)
             goto fail;
         PyObject *seq = PySequence_Fast(places, "places");
@@ -1579,12 +1590,15 @@ static int resubmittable(Submitter *self, PyObject **again)
     if (*again == Py_None)
         return 0;
     PyObject *gen = get_attr(self->inflight, s_generation);
-    PyObject *mine = gen == NULL ? NULL : get_attr(*again, s_generation);
-    int ok = mine == NULL ? -1 : PyObject_RichCompareBool(mine, gen, Py_EQ);
+    PyObject *mine = gen == NULL ? NULL : resubmit_field(self, *again, 0, s_generation);
+    int ok = mine == NULL ? -1 : (mine == gen ? 1 : PyObject_RichCompareBool(mine, gen, Py_EQ));
     Py_XDECREF(gen);
     Py_XDECREF(mine);
-    if (ok == 1)
-        ok = attr_is(*again, s_slot_attr, self->slot);
+    if (ok == 1) {
+        PyObject *slot = resubmit_field(self, *again, 1, s_slot_attr);
+        ok = slot == NULL ? -1 : slot == self->slot;
+        Py_XDECREF(slot);
+    }
     return ok;
 }
 
@@ -1980,14 +1994,14 @@ static PyObject *get_method(PyObject *obj, const char *attr, const char *method)
 static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"runtime", "plan", "regions", "submission_type", "event_type", "perf_counter",
-                            "observe", "max_submissions", "fold_after", NULL};
-    PyObject *runtime, *plan, *regions, *submission_type, *event_type, *perf_counter;
+                            "observe", "max_submissions", "fold_after", "resubmit_type", NULL};
+    PyObject *runtime, *plan, *regions, *submission_type, *event_type, *perf_counter, *resubmit_type = NULL;
     int observe;
     long max_submissions;
     Py_ssize_t fold_after;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOOpln", names, &runtime, &plan, &PyTuple_Type, &regions,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOOpln|O", names, &runtime, &plan, &PyTuple_Type, &regions,
                                      &submission_type, &event_type, &perf_counter, &observe,
-                                     &max_submissions, &fold_after))
+                                     &max_submissions, &fold_after, &resubmit_type))
         return -1;
     Py_ssize_t n = PyTuple_GET_SIZE(regions);
     if (n != 1 || max_submissions < 1) {
@@ -2045,6 +2059,23 @@ static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
     if (!PyType_Check(submission_type) || !PyType_Check(event_type)) {
         PyErr_SetString(PyExc_TypeError, "Submitter: submission_type and event_type must be classes");
         goto fail;
+    }
+    if (resubmit_type != NULL && resubmit_type != Py_None) {
+        /* a tuple class whose _fields begin (generation, slot, places): read by index */
+        PyObject *fields = PyType_Check(resubmit_type) && PyType_IsSubtype((PyTypeObject *)resubmit_type, &PyTuple_Type)
+                               ? PyObject_GetAttrString(resubmit_type, "_fields") : NULL;
+        PyErr_Clear();
+        PyObject *want = Py_BuildValue("(sss)", "generation", "slot", "places");
+        PyObject *head = fields != NULL && PyTuple_Check(fields) && PyTuple_GET_SIZE(fields) >= 3
+                             ? PyTuple_GetSlice(fields, 0, 3) : NULL;
+        int same = want != NULL && head != NULL ? PyObject_RichCompareBool(head, want, Py_EQ) : 0;
+        Py_XDECREF(fields);
+        Py_XDECREF(want);
+        Py_XDECREF(head);
+        if (same < 0)
+            goto fail;
+        if (same)
+            self->resubmit_type = Py_NewRef(resubmit_type);
     }
     self->hits = self->misses = 0;
     return 0;

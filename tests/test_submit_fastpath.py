@@ -547,3 +547,45 @@ def test_pending_entries_it_does_not_know_are_settled_by_the_python_method(dev: 
         assert settle is Runtime._settle_finished
     finally:
         rt.close()
+
+
+def test_the_resubmit_note_is_read_by_index_only_where_its_fields_are_known() -> None:
+    """The submitter reads a region's _Resubmit note by tuple index (generation, slot,
+    places) once it checked the class's fields; a class with other fields is read by
+    name (nothing is misread if the named tuple changes)."""
+    from typing import NamedTuple
+
+    from hrx_core.completion import Event
+    from hrx_core.execution.runtime import Submission, _Resubmit
+
+    assert _Resubmit._fields[:3] == ("generation", "slot", "places")
+    mod = fastpath.module()
+    if not mod.compiled:
+        pytest.skip(f"hrx_core.fastpath not built here: {mod.reason}")
+
+    class Other(NamedTuple):
+        slot: Any
+        generation: int
+        places: Any
+
+    dev = hrx.open_device("host")
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    try:
+        _, _, _, h = _pipeline(rt)
+        rt.submit(h).wait(60)
+        rt.submit(h).wait(60)
+        fast = h._fast_submit
+        region = h.regions[0]
+        note = region.resubmit
+        assert type(note) is _Resubmit
+        by_name = type(fast)(rt, fast.plan, ((region, rt.lane(region.lane), True, region.reads_own_writes, True),),
+                             Submission, Event, time.perf_counter, False, 64, 1024, Other)
+        region.resubmit = Other(note.slot, note.generation, note.places)
+        hits = by_name.hits
+        sub = by_name(h)
+        assert sub is not None and by_name.hits == hits + 1
+        sub.wait(60)
+        rt.synchronize(60)
+        assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 3
+    finally:
+        rt.close()

@@ -192,7 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     count = not args.no_valgrind and shutil.which("valgrind") is not None
     if not count and not args.no_valgrind:
         print("valgrind not found (Debian: apt-get install valgrind): timing instead")
-    print(f"Python {sys.version.split()[0]}; direct locks: {bool(fastpath.module().lib.direct_locks)}")
+    mod = fastpath.module()
+    if not mod.compiled:
+        raise SystemExit(f"the core's compiled replay is not built here: {mod.reason}")
+    print(f"Python {sys.version.split()[0]}; direct locks: {bool(mod.lib.direct_locks)}")
     for what in whats:
         if count:
             base = _valgrind_count(what, 0)  # setup only: what the child does before the calls

@@ -381,11 +381,11 @@ class Runtime:
     # the attributes hrx_core.fastpath reads and writes on every resubmission, as slots:
     # it reaches them at their offsets; the rest live in __dict__
     __slots__ = ("closed", "_room_taken", "_sequence", "_quarantined", "_releasing", "_reservations", "_pending",
-                 "_unstamped", "__dict__", "__weakref__")
+                 "_unstamped", "fast_resubmit", "__dict__", "__weakref__")
 
     #: Let a region resubmitted with nothing else submitted in between skip the hazard
     #: scan (see :class:`_Resubmit`); tests switch it off to compare with the full path.
-    fast_resubmit = True
+    fast_resubmit: bool
 
     def __init__(self, device: Device, options: RuntimeOptions | None = None, *, npu: Device | None = None) -> None:
         from ..device import Device as DeviceType
@@ -398,6 +398,7 @@ class Runtime:
         options = RuntimeOptions() if options is None else options
         if not isinstance(options, RuntimeOptions):
             raise InvalidArgument(f"options: expected RuntimeOptions, got {type(options).__name__}")
+        self.fast_resubmit = True
         self.device = device
         self.options = options
         budget = options.memory_budget
@@ -611,7 +612,7 @@ class Runtime:
         )
         graph._fast_submit = mod.lib.Submitter(
             self, plan, regions, Submission, Event, time.perf_counter, bool(self.options.observe),
-            self.options.max_submissions, _FOLD_AFTER,
+            self.options.max_submissions, _FOLD_AFTER, _Resubmit,
         )
 
     def _submit_locked(self, graph: TrackedGraph, plan: SubmitPlan) -> Submission:
