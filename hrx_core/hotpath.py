@@ -230,13 +230,22 @@ def _load_or_build(name: str, cdef: str, source: str, root: Path, key_digest: st
     if isinstance(built, HotModule):
         return built
     try:
-        _publish(built, final, replace=bool(stale))
-        return _import(name, modname, library, f"built with {compiler_command()[0]}", cffi_module)
+        # loaded from the private build directory before it is published: another
+        # process replacing a damaged entry may pull the cache directory away at any
+        # time, and a loaded library stays mapped whatever happens to its path
+        module = _import(name, modname, built / library.name, f"built with {compiler_command()[0]}", cffi_module)
     except Exception as exc:  # noqa: BLE001
+        shutil.rmtree(built, ignore_errors=True)
         why = f"{type(exc).__name__}: {exc}"
         return HotModule(name, None, None, f"cannot load the built extension: {why}", None)
+    try:
+        _publish(built, final, replace=bool(stale))
+    except OSError:
+        pass  # the cache stays without it: the next process builds again
     finally:
         shutil.rmtree(built, ignore_errors=True)
+    module.path = str(library)  # (what later processes load; the build directory is gone)
+    return module
 
 
 def _build(cffi: Any | None, name: str, modname: str, cdef: str, source: str, root: Path, filename: str,

@@ -238,6 +238,31 @@ def test_a_builder_that_loses_the_race_uses_the_winners_build(cache: Path, tmp_p
         hotpath._publish(loser, tmp_path / "missing" / "deeper", replace=False)
 
 
+@needs_compiler
+def test_a_build_loads_even_if_another_process_pulls_the_cache_entry_away(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process replacing what it took for a damaged entry renames the cache
+    directory away and deletes it, at any moment: a build that was just published must
+    still load (it loads from its private build directory, before publishing)."""
+    real = hotpath._publish
+    pulled: list[Path] = []
+
+    def publish_then_pulled_away(built: Path, final: Path, *, replace: bool) -> None:
+        real(built, final, replace=replace)
+        trash = final.with_name(".stale-by-another-process")
+        os.rename(final, trash)
+        import shutil
+
+        shutil.rmtree(trash)
+        pulled.append(final)
+
+    monkeypatch.setattr(hotpath, "_publish", publish_then_pulled_away)
+    mod = hotpath.load("hrx_test", CDEF, SOURCE)
+    assert pulled and mod.compiled, mod.reason
+    assert mod.reason.startswith("built with ") and mod.lib.hrx_test_add(3, 4) == 7
+    assert mod.path == str(pulled[0] / Path(mod.path).name) and not Path(mod.path).exists()
+    assert not [p for p in _entries(cache) if p.startswith(".")]
+
+
 def test_doctor_row_says_compiled_fallback_or_what_the_status_raised():
     compiled = {"compiled": True, "reason": "built", "path": "/x.so"}
     assert hotpath.doctor_row("core", "thing", lambda: compiled) == ("core", "thing", "compiled, built (/x.so)")
