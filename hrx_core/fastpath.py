@@ -46,6 +46,10 @@ SOURCE = r"""
 #include <limits.h>
 #include <string.h>
 #include <pythread.h>
+#if defined(__linux__)
+#include <errno.h>
+#include <semaphore.h>
+#endif
 
 /* An engine's C replay entry: 0 launched; -1 nothing done, take the Python path;
    a positive code: the native failure, with info[0] = step and info[1] = node. */
@@ -283,6 +287,27 @@ typedef struct {
 #endif
 static PyTypeObject *lock_type, *rlock_type;  /* set where the layout checked out */
 static PyMethodDef *lock_acquire_def, *lock_release_def, *rlock_acquire_def, *rlock_release_def;
+#if defined(HRX_DIRECT_LOCKS) && defined(__linux__)
+#define HRX_SEM_LOCKS 1
+#endif
+/* PyThread locks are POSIX semaphores here and sem_trywait checked out on them
+   (check_sem_locks): a non-blocking acquire calls it directly, where
+   PyThread_acquire_lock_timed would read the monotonic clock first, timeout or not */
+static int sem_locks;
+
+/* a non-blocking acquire of a PyThread lock: 1 acquired, 0 held */
+static inline int raw_try(PyThread_type_lock lk)
+{
+#ifdef HRX_SEM_LOCKS
+    if (sem_locks) {
+        while (sem_trywait((sem_t *)lk) != 0)
+            if (errno != EINTR)
+                return 0;
+        return 1;
+    }
+#endif
+    return PyThread_acquire_lock_timed(lk, 0, 0) == PY_LOCK_ACQUIRED;
+}
 
 /* the lock whose bound `acquire` (release = 0) or `release` (release = 1) method `fn`
    is, where its type is one of the checked ones; else NULL */
@@ -330,14 +355,14 @@ static int lock_try(PyObject *lock)
             r->rlock_count++;
             return 1;
         }
-        if (PyThread_acquire_lock_timed(r->rlock_lock, 0, 0) != PY_LOCK_ACQUIRED)
+        if (!raw_try(r->rlock_lock))
             return 0;
         r->rlock_owner = me;
         r->rlock_count = 1;
         return 1;
     }
     lock_layout *l = (lock_layout *)lock;
-    if (PyThread_acquire_lock_timed(l->lock_lock, 0, 0) != PY_LOCK_ACQUIRED)
+    if (!raw_try(l->lock_lock))
         return 0;
     l->locked = 1;
     return 1;
@@ -372,6 +397,40 @@ static int lock_release(PyObject *lock)
     return 0;
 #endif
 }
+
+#ifdef HRX_SEM_LOCKS
+/* Whether PyThread locks are POSIX semaphores that sem_trywait takes: where
+   sys.thread_info.lock says "semaphore", checked on a fresh lock both ways (taken here,
+   refused by the method; taken by the method, refused here). 1 yes, 0 no */
+static int check_sem_locks(PyObject *thread)
+{
+    PyObject *info = PySys_GetObject("thread_info");  /* borrowed */
+    PyObject *kind = info == NULL ? NULL : PyObject_GetAttrString(info, "lock");
+    int ok = kind != NULL && PyUnicode_Check(kind) && PyUnicode_CompareWithASCIIString(kind, "semaphore") == 0;
+    Py_XDECREF(kind);
+    PyObject *l = ok ? PyObject_CallMethod(thread, "allocate_lock", NULL) : NULL, *x;
+    if (l != NULL && Py_TYPE(l) == lock_type) {
+        sem_t *sem = (sem_t *)((lock_layout *)l)->lock_lock;
+        ok = sem_trywait(sem) == 0;
+        x = ok ? PyObject_CallMethod(l, "acquire", "i", 0) : NULL;
+        ok = x == Py_False && sem_trywait(sem) != 0 && errno == EAGAIN;
+        Py_XDECREF(x);
+        if (ok)
+            ok = sem_post(sem) == 0;
+        x = ok ? PyObject_CallMethod(l, "acquire", "i", 0) : NULL;
+        ok = x == Py_True && sem_trywait(sem) != 0 && errno == EAGAIN;
+        Py_XDECREF(x);
+        x = ok ? PyObject_CallMethod(l, "release", NULL) : NULL;
+        ok = x != NULL && sem_trywait(sem) == 0 && sem_post(sem) == 0;
+        Py_XDECREF(x);
+    } else {
+        ok = 0;
+    }
+    PyErr_Clear();  /* (a failed check is a verdict) */
+    Py_XDECREF(l);
+    return ok;
+}
+#endif
 
 /* Check the mirrored layouts on fresh locks (see above); on success enable the direct
    paths. Never fails: a mismatch leaves the method calls. 0, or -1 with an exception. */
@@ -445,6 +504,10 @@ static int check_lock_layouts(void)
     PyErr_Clear();  /* (a failed check is a verdict, not an error) */
     Py_XDECREF(l);
     Py_XDECREF(r);
+#ifdef HRX_SEM_LOCKS
+    if (ok)
+        sem_locks = check_sem_locks(thread);
+#endif
     Py_DECREF(thread);
     if (ok)
         return 0;  /* (lock_type and rlock_type keep the references) */
@@ -3131,7 +3194,8 @@ static PyObject *hrx_module_create(const char *name)
         }
     }
     /* whether threading's locks are taken without a method call (check_lock_layouts) */
-    if (PyModule_AddIntConstant(m, "direct_locks", lock_type != NULL) < 0) {
+    if (PyModule_AddIntConstant(m, "direct_locks", lock_type != NULL) < 0
+        || PyModule_AddIntConstant(m, "sem_locks", sem_locks) < 0) {  /* (check_sem_locks) */
         Py_DECREF(m);
         return NULL;
     }

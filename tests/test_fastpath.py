@@ -654,6 +654,41 @@ def test_threading_locks_are_taken_directly_where_their_layout_checked_out(compi
         assert direct == 1
     else:
         assert direct == 0
+    # and without PyThread_acquire_lock_timed (a clock read each time) where the locks
+    # are POSIX semaphores: sem_trywait itself, checked on a fresh lock at load
+    semaphores = direct and sys.platform.startswith("linux") and sys.thread_info.lock == "semaphore"
+    assert fastpath.module().lib.sem_locks == int(bool(semaphores))
+
+
+def test_locks_taken_directly_are_the_locks_the_methods_see(dev: hrx.Device, compiled: None) -> None:
+    """The compiled replay takes the queue's RLock (through sem_trywait where the locks
+    are semaphores): while another thread holds it the replay leaves the call to the
+    Python path, which waits; released, the replay takes it again and leaves it free."""
+    s, buf, g = _replayed(dev)
+    fast = g._fast
+    lock = s.slot.lock
+    held, go = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with lock:
+            held.set()
+            go.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(10)
+    misses = fast.misses
+    timer = threading.Timer(0.05, go.set)
+    timer.start()
+    g.launch()  # held elsewhere: the Python path waits for the lock
+    t.join(10)
+    assert fast.misses == misses + 1
+    hits = fast.hits
+    g.launch()
+    assert fast.hits == hits + 1 and lock.acquire(blocking=False)
+    lock.release()
+    s.synchronize()
+    assert _value(s, buf) == 4
 
 
 def test_a_replay_under_the_queue_lock_of_its_own_thread_reenters_it(dev: hrx.Device, compiled: None) -> None:
