@@ -583,10 +583,13 @@ static int set_item(PyObject *mapping, PyObject *key, PyObject *value)
     return PyObject_SetItem(mapping, key, value);
 }
 
-/* attribute += delta on a Python int attribute */
+/* attribute += delta on a Python int attribute (*out: its value before): one slot
+   lookup for the read and the write where it is a slot */
 static int add_to(PyObject *obj, PyObject *name, long delta, long *out)
 {
-    PyObject *v = get_attr(obj, name);
+    Py_ssize_t offset = slot_offset(Py_TYPE(obj), name);
+    PyObject **field = offset >= 0 ? (PyObject **)((char *)obj + offset) : NULL;
+    PyObject *v = field != NULL && *field != NULL ? Py_NewRef(*field) : PyObject_GetAttr(obj, name);
     if (v == NULL)
         return -1;
     long n = PyLong_AsLong(v);
@@ -596,10 +599,16 @@ static int add_to(PyObject *obj, PyObject *name, long delta, long *out)
     PyObject *w = PyLong_FromLong(n + delta);
     if (w == NULL)
         return -1;
-    int rc = set_attr(obj, name, w);
-    Py_DECREF(w);
     if (out != NULL)
         *out = n;
+    if (field != NULL && *field != NULL) {  /* (still set: __index__ of an int subclass may run code) */
+        PyObject *old = *field;
+        *field = w;  /* the reference moves here */
+        Py_DECREF(old);
+        return 0;
+    }
+    int rc = PyObject_SetAttr(obj, name, w);
+    Py_DECREF(w);
     return rc;
 }
 
