@@ -1328,7 +1328,7 @@ static PyObject *s_submit_plan, *s_gclosed, *s_fast_resubmit, *s_resubmit, *s_ge
     *s_upstream, *s_room_taken, *s_sequence,
     *s_usequence, *s_add_uncounted, *s_observe, *s_quarantined, *s_releasing,
     *s_prove_idle, *s_give_room_back, *s_notice,
-    *s_reservations, *s_slot_attr, *s_append, *s_replace, *s_device_graph, *s_fast, *s_completion, *s_resolved,
+    *s_reservations, *s_slot_attr, *s_device_graph, *s_fast, *s_completion, *s_resolved,
     *s_timestamp, *s_signaled, *s_utimeline, *s_completed, *s_has_errors, *s_runtime_attr, *s_graph_attr, *s_events, *s_owners, *s_submitted,
     *s_settled, *s_c_completed, *s_c_failed, *s_retire, *s_retained, *s_quarantine_failed, *s_space_waiters,
     *s_retired, *s_settle_finished;
@@ -3131,8 +3131,6 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_notice, "_notice");
     INTERN(s_reservations, "_reservations");
     INTERN(s_slot_attr, "slot");
-    INTERN(s_append, "append");
-    INTERN(s_replace, "replace");
     INTERN(s_device_graph, "device_graph");
     INTERN(s_fast, "_fast");
     INTERN(s_completion, "completion");

@@ -524,7 +524,7 @@ def test_pending_entries_it_does_not_know_are_settled_by_the_python_method(dev: 
         __slots__ = ()
 
     calls = [0]
-    settle = rt_settle = Runtime._settle_finished
+    rt_settle = Runtime._settle_finished
 
     def counted(self: Runtime) -> None:
         calls[0] += 1
@@ -544,7 +544,6 @@ def test_pending_entries_it_does_not_know_are_settled_by_the_python_method(dev: 
         if mode == "compiled":
             assert h._fast_submit.hits == hits + 1
         more.wait(60)
-        assert settle is Runtime._settle_finished
     finally:
         rt.close()
 
