@@ -33,6 +33,22 @@ extern "C" __global__ void __launch_bounds__(256) phase(const uint4* __restrict_
     for (unsigned long long i = blockIdx.x * 256ull + threadIdx.x; i < units; i += gridDim.x * 256ull) acc += sum4(__ldcs(w + i));
     if (acc == 1234.5f) out[blockIdx.x] = acc;  // keeps the loads
 }
+// every 128-byte line of [p, p + units * 16) handed to L2 as a prefetch, spread over the grid
+__device__ __forceinline__ void prefetch_all(const uint4* p, unsigned long long units) {
+    const char* c = (const char*)p;
+    const unsigned long long bytes = units * 16ull;
+    for (unsigned long long off = (blockIdx.x * 256ull + threadIdx.x) * 128ull; off < bytes; off += gridDim.x * 256ull * 128ull)
+        asm volatile("prefetch.global.L2::evict_last [%0];" :: "l"(c + off));
+}
+// a phase that hands the next phase's weights to L2: before its own loop (when = 0) or after it (1)
+extern "C" __global__ void __launch_bounds__(256) phase_next(const uint4* __restrict__ w, float* out, unsigned long long units,
+                                                             const uint4* next, int when) {
+    if (next && when == 0) prefetch_all(next, units);
+    float acc = 0.f;
+    for (unsigned long long i = blockIdx.x * 256ull + threadIdx.x; i < units; i += gridDim.x * 256ull) acc += sum4(__ldcs(w + i));
+    if (acc == 1234.5f) out[blockIdx.x] = acc;
+    if (next && when == 1) prefetch_all(next, units);
+}
 __device__ __forceinline__ void grid_sync(unsigned int* count, volatile unsigned int* gen, unsigned int nblocks) {
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -51,7 +67,8 @@ extern "C" __global__ void __launch_bounds__(256) persistent(const uint4* __rest
         float acc = 0.f;
         for (unsigned long long i = blockIdx.x * 256ull + threadIdx.x; i < units; i += gridDim.x * 256ull) acc += sum4(__ldcs(wp + i));
         if (acc == 1234.5f) out[blockIdx.x] = acc;
-        if (prefetch && p + 1 < phases) {  // the next phase's first lines into L2, before the barrier
+        if (prefetch == 2 && p + 1 < phases) prefetch_all(wp + units, units);  // all of the next phase
+        if (prefetch == 1 && p + 1 < phases) {  // the next phase's first lines into L2, before the barrier
             const char* nx = (const char*)(wp + units);
             const unsigned long long first = (blockIdx.x * 256ull + threadIdx.x) * 16ull;
             for (int k = 0; k < 4; k++) {
@@ -75,6 +92,7 @@ def main() -> int:
 
     mod = cp.RawModule(code=SOURCE, options=("--std=c++17",))
     phase_k, pers_k = mod.get_function("phase"), mod.get_function("persistent")
+    next_k = mod.get_function("phase_next")
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     phases = args.phases
     for mib in (int(x) for x in args.mib.split(",")):
@@ -90,12 +108,24 @@ def main() -> int:
                 for p in range(phases):
                     phase_k((grid,), (256,), (w[p * units * 4:], out, np.uint64(units)))
                 g = s.end_capture()
+            chained = []
+            for when in (0, 1):  # the next phase's weights into L2 at the start / at the end of each kernel
+                with s:
+                    s.begin_capture()
+                    for p in range(phases):
+                        nxt = w[(p + 1) * units * 4:] if p + 1 < phases else None
+                        next_k((grid,), (256,), (w[p * units * 4:], out, np.uint64(units),
+                                                 nxt if nxt is not None else np.uint64(0), np.int32(when)))
+                    chained.append(s.end_capture())
 
             def persistent(pf: int, grid: int = grid, s: cp.cuda.Stream = s) -> None:
                 pers_k((grid,), (256,), (w, out, np.uint64(units), np.uint32(phases), bar, np.int32(pf)), stream=s)
 
-            ways = (("graph", lambda g=g, s=s: g.launch(s)), ("persistent", lambda: persistent(0)),
-                    ("persistent+prefetch", lambda: persistent(1)))
+            ways = (("graph", lambda g=g, s=s: g.launch(s)),
+                    ("graph+next-at-start", lambda g=chained[0], s=s: g.launch(s)),
+                    ("graph+next-at-end", lambda g=chained[1], s=s: g.launch(s)),
+                    ("persistent", lambda: persistent(0)),
+                    ("persistent+prefetch", lambda: persistent(1)), ("persistent+prefetch-all", lambda: persistent(2)))
             per_phase = {}
             for name, fn in ways:
                 fn()
