@@ -188,6 +188,101 @@ def test_streamed_attention_decoder_equals_default(dev, tiny_dir, reference):
         streamed.close()
 
 
+# -- the next GEMV's weights handed to L2 (fused_kernels.prefetching) -------------------
+
+
+@pytest.mark.parametrize("at", [0, 1], ids=["at-start", "at-end"])
+@pytest.mark.parametrize("blocks", [None, 6], ids=["generic", "b6"])
+def test_prefetching_kernels_equal_the_base_kernels(dev, at, blocks):
+    """The ``_pf`` variants compute exactly what their base kernels do (the prefetch
+    writes nothing), whether they prefetch at their start or end, and whatever they
+    prefetch (all of the next weights, a part, nothing)."""
+    rng = np.random.default_rng(7)
+    k, n, eps = 768, 2304, np.float32(1e-5)
+    x = (rng.standard_normal(k) * 2).astype(np.float32)
+    g, b = bf16(rng, k, 0.3) + bfloat16(1), bf16(rng, k, 0.3)
+    w, bias, nxt = bf16(rng, (n, k), 0.05), bf16(rng, n, 0.5), bf16(rng, (3 * k, k), 0.05)
+    r = Run(dev)
+    ins = [r.buf(x), r.buf(g), r.buf(b), r.buf(w), r.buf(bias)]
+    next_w = r.buf(nxt)
+    grid, block, ks = linear_launch(k, n)
+    for gelu in (0, 1):
+        outs = []
+        for kernel, extra, more in ((FK.LN_LINEAR, [], ()),
+                                    *((FK.LN_LINEAR_PF, [next_w], (np.uint64(nb), np.uint32(at)))
+                                      for nb in (next_w.nbytes, 4096, 0))):
+            y, act = r.buf(np.zeros(n, np.float32)), r.buf(np.zeros(n, bfloat16))
+            r.s.dispatch(budget_kernel(dev, kernel, blocks, k), grid, [*ins, y, act, *extra], block=block,
+                         scalars=(k, n, eps, ks, gelu, *more))
+            outs.append((r.get(y, np.float32).copy(), r.get(act, bfloat16).copy()))
+        for got in outs[1:]:
+            np.testing.assert_array_equal(got[0], outs[0][0])
+            np.testing.assert_array_equal(got[1].view(np.uint16), outs[0][1].view(np.uint16))
+    a = r.buf(bf16(rng, 4 * k))
+    x0 = rng.standard_normal(k).astype(np.float32)
+    grid, block, ks = linear_launch(4 * k, k)
+    res = []
+    for kernel, extra, more in ((FK.LINEAR_RESIDUAL, [], ()),
+                                (FK.LINEAR_RESIDUAL_PF, [next_w], (np.uint64(next_w.nbytes), np.uint32(at)))):
+        xb = r.buf(x0)
+        r.s.dispatch(budget_kernel(dev, kernel, blocks), grid, [a, ins[3], ins[4], xb, *extra], block=block,
+                     scalars=(4 * k, k, ks, *more))
+        res.append(r.get(xb, np.float32).copy())
+    np.testing.assert_array_equal(res[1], res[0])
+
+
+def test_prefetching_variants():
+    ln = FK.prefetching(FK.LN_LINEAR)
+    assert ln is FK.LN_LINEAR_PF and FK.prefetching(FK.LN_LINEAR) is ln  # cached
+    assert ln.name == "hrx_gpt2_ln_linear_pf"
+    assert ln.buffer_access == (*FK.LN_LINEAR.buffer_access, FK.LN_LINEAR.buffer_access[0])  # + the next weights, read
+    assert ln.scalar_types == (*FK.LN_LINEAR.scalar_types, np.dtype(np.uint64), np.dtype(np.uint32))
+    src = ln.sources["cuda"]
+    assert src.startswith("#define HRX_PREFETCH_NEXT 1\n") and " hrx_gpt2_ln_linear_pf(" in src
+    assert " hrx_gpt2_ln_linear(" not in src
+    assert "HRX_NEXT_AT(0u)" in FK.LN_LINEAR.sources["cuda"]  # the base kernels carry the hooks, compiled to nothing
+    spec = FK.specialize(FK.LINEAR_RESIDUAL_PF, blocks=8)
+    assert spec.name == "hrx_gpt2_linear_residual_pf_b8" and spec.buffer_access == FK.LINEAR_RESIDUAL_PF.buffer_access
+    with pytest.raises(ValueError, match="prefetch hook"):
+        FK.prefetching(FK.EMBED)
+
+
+def test_step_kernels_prefetch_is_validated():
+    import attrs
+    from hrx_models.gpt2.decoder import StepKernels
+
+    kernels = StepKernels.for_engine("host")
+    for bad in ({"prefetch_bytes": -1}, {"prefetch_bytes": 1.5}, {"prefetch_at": 2}):
+        with pytest.raises((TypeError, ValueError)):
+            attrs.evolve(kernels, **bad)
+
+
+@pytest.mark.parametrize("at", [0, 1], ids=["at-start", "at-end"])
+def test_prefetching_decoder_equals_default(dev, tiny_dir, tiny_config, at):
+    """A decoder whose fused GEMVs hand the next GEMV's weights to L2 records the ``_pf``
+    kernels (each GEMV but the step's last, which has no next) and decodes exactly as
+    the default one: the same logits, bit for bit, and the same tokens."""
+    import attrs
+
+    pf = Gpt2Decoder.load(tiny_dir, dev)
+    default = Gpt2Decoder.load(tiny_dir, dev)
+    try:
+        pf.kernels = attrs.evolve(pf.kernels, prefetch_bytes=1 << 20, prefetch_at=at)
+        with pf.slot() as a:
+            names = [n.params["executable"].name for n in a.step_graph.nodes if n.kind == "dispatch"]
+        prefetching = [x for x in names if "_pf" in x]
+        assert len(prefetching) == 4 * tiny_config.n_layer  # all but the logits' GEMV
+        gemvs = [x for x in names if "ln_linear" in x or "linear_residual" in x]
+        assert "_pf" not in gemvs[-1] and all("_pf" in x for x in gemvs[:-1])  # the logits' GEMV has no next
+        prompt = [3, 1, 4, 1, 5]
+        ids = prompt + list(range(30, 45))
+        np.testing.assert_array_equal(step_logits(pf, ids), step_logits(default, ids))
+        assert pf.generate(prompt, 16).tokens == default.generate(prompt, 16).tokens
+    finally:
+        pf.close()
+        default.close()
+
+
 # -- register budgets of the fused GEMVs (the plan: fused_gemv_blocks, specialize) ------
 
 
