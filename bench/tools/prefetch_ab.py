@@ -37,8 +37,9 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=16)
     ap.add_argument("--caps", default="4,16,64", help="MiB prefetched a GEMV at most, comma-separated")
     ap.add_argument("--at", default="start,end", help="where: start, end or both (comma-separated)")
+    ap.add_argument("--engine", default="cuda", help="the device's engine (host: a check of the tool, no prefetch)")
     args = ap.parse_args()
-    dev = hrx.device("cuda")
+    dev = hrx.device(args.engine)
     where = {"start": 0, "end": 1}
     variants: dict[str, tuple[int, int]] = {"default": (0, 1)}
     for at in args.at.split(","):
