@@ -257,6 +257,37 @@ def test_step_kernels_prefetch_is_validated():
             attrs.evolve(kernels, **bad)
 
 
+@pytest.mark.parametrize("prefetch", [0, 1 << 20], ids=["default", "prefetching"])
+def test_session_loads_every_gemv_kernel_the_steps_record(tiny_config, prefetch):
+    """StepKernels.fused_gemv_kernels (what a model session loads) names every fused GEMV
+    kernel the decode step and the prefill step record, prefetching or not (the step's
+    last GEMV has nothing to prefetch: the base kernel)."""
+    import attrs
+    from hrx_models.gpt2.decoder import StepKernels, record_step
+
+    kernels = attrs.evolve(StepKernels.for_engine("host"), gemv_sms=2, prefetch_bytes=prefetch)
+
+    class View:
+        length = 4096
+
+    class Recorder:
+        names: set[str] = set()
+
+        def dispatch(self, kernel, grid, bindings, block=None, scalars=()):
+            self.names.add(kernel.name)
+
+    class Slot(dict):
+        def __missing__(self, key):
+            return View()
+
+    rec = Recorder()
+    for logits in (True, False):
+        record_step(rec, kernels, tiny_config, 16, lambda name: View(), Slot(), logits=logits, fused=True)
+    gemvs = {x for x in rec.names if "ln_linear" in x or "linear_residual" in x}
+    assert gemvs == {x.name for x in kernels.fused_gemv_kernels(tiny_config)}
+    assert any("_pf" in x for x in gemvs) == bool(prefetch)
+
+
 @pytest.mark.parametrize("at", [0, 1], ids=["at-start", "at-end"])
 def test_prefetching_decoder_equals_default(dev, tiny_dir, tiny_config, at):
     """A decoder whose fused GEMVs hand the next GEMV's weights to L2 records the ``_pf``

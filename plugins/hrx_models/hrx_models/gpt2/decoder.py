@@ -318,7 +318,11 @@ def _fused_gemv_shapes(k: StepKernels, cfg: Gpt2Config) -> list[tuple[Any, int, 
     :func:`_record_fused_layers` dispatches."""
     d = cfg.n_embd
     ln, lr = k.prefetched(k.ln_linear), k.prefetched(k.linear_residual)
-    return [(ln, d, 3 * d, d), (lr, d, d, None), (ln, d, 4 * d, d), (lr, 4 * d, d, None), (ln, d, cfg.vocab_size, d)]
+    shapes = [(ln, d, 3 * d, d), (lr, d, d, None), (ln, d, 4 * d, d), (lr, 4 * d, d, None),
+              (k.ln_linear, d, cfg.vocab_size, d)]  # (the logits: the step's last GEMV, nothing to prefetch)
+    if lr is not k.linear_residual:  # the last layer's proj ends the prefill step: nothing to prefetch
+        shapes.append((k.linear_residual, 4 * d, d, None))
+    return shapes
 
 
 def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[str], Any], s: Mapping[str, Any],
