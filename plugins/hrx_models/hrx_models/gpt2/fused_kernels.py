@@ -16,6 +16,10 @@ embeddings instead of three: 63 kernels a token for GPT-2 small instead of 101.
 * ``hrx_gpt2_linear_residual``: the GEMV of a BF16 input (attention output, GELU
   output); the epilogue adds to the residual stream: ``x[n] += acc + bias[n]``.
 
+``LN_LINEAR_PF`` and ``LINEAR_RESIDUAL_PF`` (:func:`prefetching`) are the two GEMVs with
+one more buffer, the next GEMV's weights, handed to L2 at their start or end (opt-in:
+``StepKernels.prefetch_bytes``).
+
 The numerics are the unfused step's: the same BF16 rounding points, F32 accumulation;
 only the order of the layer norm's sums differs (a block of 256 threads here).
 """
@@ -225,7 +229,6 @@ LINEAR_RESIDUAL = Kernel(
 )
 
 
-
 def prefetching(kernel: Kernel) -> Kernel:
     """The ``_pf`` variant of a fused GEMV (``LN_LINEAR``, ``LINEAR_RESIDUAL``): the same
     kernel with one more buffer, the next GEMV's weights (read), and two more scalars,
@@ -251,7 +254,7 @@ def _prefetching(kernel: Kernel, src: str) -> Kernel:
     nbuf = len(kernel.buffer_access)
 
     def host(*args: Any) -> None:  # the base mirror, the prefetch's arguments dropped
-        base_host(*args[:nbuf], *args[nbuf + 1: -2])
+        base_host(*args[:nbuf], *args[nbuf + 1 : -2])
 
     name = kernel.name + "_pf"
     body = "#define HRX_PREFETCH_NEXT 1\n" + src.replace(f" {kernel.name}(", f" {name}(")
