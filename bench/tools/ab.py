@@ -4,12 +4,24 @@ compare (:func:`decoder_slots`)."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import statistics
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+
+def decode_args(doc: str, rounds: int = 7) -> argparse.ArgumentParser:
+    """The arguments every decode A/B tool takes (--shapes, --tokens, --rounds, --prompt),
+    in a parser described by the first line of ``doc``."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--shapes", default="gpt2,1b")
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--prompt", type=int, default=16)
+    return ap
 
 
 @contextlib.contextmanager

@@ -27,7 +27,6 @@ a row takes more steps with two loads (fused_kernels.fused_gemv_blocks).
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -35,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import attrs
-from ab import decoder_slots, interleaved  # bench/tools/ab.py
+from ab import decode_args, decoder_slots, interleaved  # bench/tools/ab.py
 from hrx_models.gpt2 import SHAPES
 from hrx_models.gpt2 import fused_kernels as FK
 
@@ -68,11 +67,7 @@ def registers(k: Kernel) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default="gpt2,1b")
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--prompt", type=int, default=16)
+    ap = decode_args(__doc__, rounds=5)
     ap.add_argument("--variants", default="plan,generic,b6,b8")
     args = ap.parse_args()
     names = args.variants.split(",")

@@ -18,14 +18,13 @@ against 272.7 us a token (PDL off) for small and 1262.8 against 1270.3 for 1.3B.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import attrs
-from ab import decoder_slots, interleaved  # bench/tools/ab.py
+from ab import decode_args, decoder_slots, interleaved  # bench/tools/ab.py
 from hrx_models.gpt2 import SHAPES
 from hrx_models.gpt2 import fused_kernels as FK
 
@@ -82,11 +81,7 @@ def late_trigger(k: Kernel) -> Kernel:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default="gpt2,1b")
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--prompt", type=int, default=16)
+    ap = decode_args(__doc__)
     ap.add_argument("--early", action="store_true", help="also the early-weights variant of the fused GEMVs")
     ap.add_argument("--late", action="store_true", help="also the fused GEMVs triggering their dependents after "
                     "their main loop (with PDL; with --early, also both together)")

@@ -16,25 +16,20 @@ the step? A diagnostic for the default of ``prefetch_bytes``: it writes no resul
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import attrs
-from ab import decoder_slots, interleaved  # bench/tools/ab.py
+from ab import decode_args, decoder_slots, interleaved  # bench/tools/ab.py
 from hrx_models.gpt2 import SHAPES
 
 import hrx_core as hrx
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default="gpt2,1b")
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--prompt", type=int, default=16)
+    ap = decode_args(__doc__)
     ap.add_argument("--caps", default="4,16,64", help="MiB prefetched a GEMV at most, comma-separated")
     ap.add_argument("--at", default="start,end", help="where: start, end or both (comma-separated)")
     ap.add_argument("--engine", default="cuda", help="the device's engine (host: a check of the tool, no prefetch)")
