@@ -8,14 +8,18 @@ kernels a token, each streaming 1-14 MiB of weights. Here every phase streams it
 the phases run (a) as a CUDA graph of ``--phases`` dependent kernels and (b) as one
 persistent kernel whose blocks meet at a grid barrier (an atomic counter and a
 generation word) after each phase, (c) the same with the next phase's first lines
-prefetched into L2 before the barrier. Grids of ``--blocks`` blocks of 256 threads per
+prefetched into L2 before the barrier, (d) the same with all of the next phase
+prefetched, and three graphs that hand phase p + 1's weights to L2 while phase p runs:
+(e) each kernel prefetches the next phase's at its start, (f) at its end, (g) a small
+kernel on a side branch that starts with phase p does. Grids of ``--blocks`` blocks of 256 threads per
 SM (all resident, so the barrier cannot deadlock). Prints the GPU time per phase (CUDA
 events, best of 5 rounds of 10 runs) beside the phase's bandwidth floor at 3.9 TB/s.
 Needs CuPy (NVRTC). A diagnostic: it writes no results file.
 
 On the H200 (2026-12-01): the graph chain won every configuration -- 1 MiB phases 1.5-1.9
 us a phase against 2.4-3.2 us persistent; 4 MiB 2.6-4.7 against 3.4-5.4; 14 MiB 5.7-13
-against 6.8-13.8 -- so the decode step keeps one kernel per stage.
+against 6.8-13.8 -- so the decode step keeps one kernel per stage. Variants (d)-(g)
+(2026-12-06) have not run yet.
 """
 
 from __future__ import annotations
