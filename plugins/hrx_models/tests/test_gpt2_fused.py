@@ -288,6 +288,42 @@ def test_session_loads_every_gemv_kernel_the_steps_record(tiny_config, prefetch)
     assert any("_pf" in x for x in gemvs) == bool(prefetch)
 
 
+@pytest.mark.parametrize("logits", [True, False], ids=["decode-step", "prefill-step"])
+def test_each_gemv_prefetches_the_next_gemvs_weights(tiny_config, logits):
+    """Every fused GEMV of a step but the last binds the weights of the GEMV dispatched
+    after it (across the attention kernel) and prefetches min(their size, the cap) bytes
+    of them, where prefetch_at says."""
+    import attrs
+    from hrx_models.gpt2.decoder import StepKernels, record_step
+
+    kernels = attrs.evolve(StepKernels.for_engine("host"), prefetch_bytes=3000, prefetch_at=0)
+
+    class View:
+        def __init__(self, name):
+            self.name, self.length = name, 1000 + 7 * len(name) if "wte" not in name else 10**6
+
+    class Slot(dict):
+        def __missing__(self, key):
+            return View(key)
+
+    gemvs = []
+
+    class Recorder:
+        def dispatch(self, kernel, grid, bindings, block=None, scalars=()):
+            if "ln_linear" in kernel.name:
+                gemvs.append((kernel.name, bindings[3].name, bindings[7:], scalars[5:]))
+            elif "linear_residual" in kernel.name:
+                gemvs.append((kernel.name, bindings[1].name, bindings[4:], scalars[3:]))
+
+    record_step(Recorder(), kernels, tiny_config, 16, View, Slot(), logits=logits, fused=True)
+    assert len(gemvs) == 4 * tiny_config.n_layer + logits
+    for (name, _weight, extra, more), (_, following, _, _) in zip(gemvs, gemvs[1:]):
+        assert name.endswith("_pf") and [v.name for v in extra] == [following]
+        assert [int(x) for x in more] == [min(extra[0].length, 3000), 0]
+    name, _weight, extra, more = gemvs[-1]
+    assert not name.endswith("_pf") and not extra and not more
+
+
 @pytest.mark.parametrize("at", [0, 1], ids=["at-start", "at-end"])
 def test_prefetching_decoder_equals_default(dev, tiny_dir, tiny_config, at):
     """A decoder whose fused GEMVs hand the next GEMV's weights to L2 records the ``_pf``
