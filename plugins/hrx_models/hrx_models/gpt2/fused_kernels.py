@@ -382,18 +382,27 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_mlp(
         if (lane == 0u) act[r] = hrx_bf16_to_f32(hrx_f32_to_bf16_rn(hrx_gelu_new(s + hrx_bf16_to_f32(bfc[r0 + r]))));
     }
     __syncthreads();
-    // the projection's share: L = R / 8 lanes a row (16 bytes each), 32 / L rows a warp
-    const unsigned int L = R >> 3, group = lane / L, part = lane % L, rows_per_pass = 8u * (32u / L);
+    // the projection's share: L = R / 8 lanes a row (16 bytes each), 32 / L rows a warp,
+    // four passes' loads issued before their sums
+    const unsigned int L = R >> 3, part = lane % L, pass = 8u * (32u / L);
+    const unsigned int mine = warp * (32u / L) + lane / L;  // this lane's row in a pass
     float a8[8];
     #pragma unroll
     for (int i = 0; i < 8; ++i) a8[i] = act[8u * part + i];
-    for (unsigned int n0 = 0; n0 < D; n0 += rows_per_pass) {
-        const unsigned int n = n0 + warp * (32u / L) + group;
-        float s = 0.f;
-        if (group < 32u / L && n < D)
-            s = hrx_dot8(*reinterpret_cast<const uint4*>(wproj + (size_t)n * H + r0 + 8u * part), a8);
-        for (unsigned int o = L >> 1; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (part == 0u && group < 32u / L && n < D) atomicAdd(y + n, s);
+    for (unsigned int n0 = 0; n0 < D; n0 += 4u * pass) {
+        uint4 wv[4];
+        #pragma unroll
+        for (unsigned int u = 0; u < 4u; ++u) {
+            const unsigned int n = n0 + u * pass + mine;
+            if (n < D) wv[u] = *reinterpret_cast<const uint4*>(wproj + (size_t)n * H + r0 + 8u * part);
+        }
+        #pragma unroll
+        for (unsigned int u = 0; u < 4u; ++u) {
+            const unsigned int n = n0 + u * pass + mine;
+            float s = n < D ? hrx_dot8(wv[u], a8) : 0.f;
+            for (unsigned int o = L >> 1; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (part == 0u && n < D) atomicAdd(y + n, s);
+        }
     }
 }
 """
