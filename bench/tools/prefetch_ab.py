@@ -1,8 +1,7 @@
-"""GPT-2 decode with and without the next GEMV's weights handed to L2, and with the MLP
-as one kernel, interleaved (cuda).
+"""GPT-2 decode with and without the next GEMV's weights handed to L2, interleaved (cuda).
 
     python bench/tools/prefetch_ab.py [--shapes gpt2,1b] [--tokens 128] [--rounds 7]
-                                      [--caps 4,16,64] [--at start,end] [--mlp 16,32,64]
+                                      [--caps 4,16,64] [--at start,end]
 
 Decoders of the same random BF16 checkpoint: the default step, and steps whose fused
 GEMVs each prefetch (``prefetch.global.L2``, every thread of the grid a 128-byte line at
@@ -12,11 +11,7 @@ Greedy decode of ``--tokens`` tokens by each in alternating rounds; per variant 
 median tokens/s and us a token, and whether its greedy tokens agree with the default's
 (they must: the prefetch changes no result). The question: does weight streaming that
 overlaps a kernel boundary (and the attention kernel, for the projection after it) shorten
-the step? ``--mlp`` adds decoders whose MLP is one kernel (``StepKernels.fused_mlp``
-hidden units a block, its projection added to the residual atomically: 4 kernels a
-layer, not 5); their tokens may part from the default's at a near-tie (the atomic adds
-sum in another order). A diagnostic for the defaults of ``prefetch_bytes`` and
-``fused_mlp``: it writes no results file.
+the step? A diagnostic for the default of ``prefetch_bytes``: it writes no results file.
 """
 
 from __future__ import annotations
@@ -37,24 +32,21 @@ def main() -> None:
     ap = decode_args(__doc__)
     ap.add_argument("--caps", default="4,16,64", help="MiB prefetched a GEMV at most, comma-separated")
     ap.add_argument("--at", default="start,end", help="where: start, end or both (comma-separated)")
-    ap.add_argument("--mlp", default="", help="fused MLP hidden units a block, comma-separated (8, 16, 32, 64)")
     ap.add_argument("--engine", default="cuda", help="the device's engine (host: a check of the tool, no prefetch)")
     args = ap.parse_args()
     dev = hrx.device(args.engine)
     where = {"start": 0, "end": 1}
-    variants: dict[str, tuple[int, int, int]] = {"default": (0, 1, 0)}
-    for at in filter(None, args.at.split(",")):
-        for cap in filter(None, args.caps.split(",")):
-            variants[f"pf {at:5s} {int(cap):3d} MiB"] = (int(cap) << 20, where[at], 0)
-    for rows in filter(None, args.mlp.split(",")):
-        variants[f"mlp {int(rows):2d} rows"] = (0, 1, int(rows))
+    variants: dict[str, tuple[int, int]] = {"default": (0, 1)}
+    for at in args.at.split(","):
+        for cap in args.caps.split(","):
+            variants[f"pf {at:5s} {int(cap):3d} MiB"] = (int(cap) << 20, where[at])
     for shape in args.shapes.split(","):
         config = SHAPES[shape]
         prompt = [(i * 7919 + 13) % config.vocab_size for i in range(args.prompt)]
 
-        def configure(nbytes: int, at: int, rows: int):
+        def configure(nbytes: int, at: int):
             def apply(dec) -> None:
-                dec.kernels = attrs.evolve(dec.kernels, prefetch_bytes=nbytes, prefetch_at=at, fused_mlp=rows)
+                dec.kernels = attrs.evolve(dec.kernels, prefetch_bytes=nbytes, prefetch_at=at)
             return apply
 
         labels = {label: configure(*v) for label, v in variants.items()}

@@ -257,15 +257,15 @@ def test_step_kernels_prefetch_is_validated():
             attrs.evolve(kernels, **bad)
 
 
-@pytest.mark.parametrize("prefetch,mlp", [(0, 0), (1 << 20, 0), (0, 16)], ids=["default", "prefetching", "fused-mlp"])
-def test_session_loads_every_gemv_kernel_the_steps_record(tiny_config, prefetch, mlp):
+@pytest.mark.parametrize("prefetch", [0, 1 << 20], ids=["default", "prefetching"])
+def test_session_loads_every_gemv_kernel_the_steps_record(tiny_config, prefetch):
     """StepKernels.fused_gemv_kernels (what a model session loads) names every fused GEMV
     kernel the decode step and the prefill step record, prefetching or not (the step's
     last GEMV has nothing to prefetch: the base kernel)."""
     import attrs
     from hrx_models.gpt2.decoder import StepKernels, record_step
 
-    kernels = attrs.evolve(StepKernels.for_engine("host"), gemv_sms=2, prefetch_bytes=prefetch, fused_mlp=mlp)
+    kernels = attrs.evolve(StepKernels.for_engine("host"), gemv_sms=2, prefetch_bytes=prefetch)
 
     class View:
         length = 4096
@@ -286,7 +286,6 @@ def test_session_loads_every_gemv_kernel_the_steps_record(tiny_config, prefetch,
     gemvs = {x for x in rec.names if "ln_linear" in x or "linear_residual" in x}
     assert gemvs == {x.name for x in kernels.fused_gemv_kernels(tiny_config)}
     assert any("_pf" in x for x in gemvs) == bool(prefetch)
-    assert any("_init" in x for x in gemvs) == bool(mlp)
 
 
 @pytest.mark.parametrize("logits", [True, False], ids=["decode-step", "prefill-step"])
@@ -462,128 +461,3 @@ def test_budget_plan_decoder(dev, tiny_dir, reference):
     finally:
         plan.close()
         generic.close()
-
-
-# -- the fused MLP (StepKernels.fused_mlp: fused_kernels.MLP, LINEAR_RESIDUAL_INIT) ------
-
-# (D, rows a block): GPT-2 small, XL's 1600, 1.3B's 2048, a tiny width, every rows choice
-MLP_CASES = [(768, 8), (768, 16), (768, 32), (768, 64), (1600, 16), (2048, 64), (2048, 32), (64, 8)]
-
-
-@pytest.mark.parametrize("d,rows", MLP_CASES, ids=[f"D{d}-R{r}" for d, r in MLP_CASES])
-def test_mlp(dev, d, rows):
-    """y += bf16(gelu_new(bf16(LN(x) g + b) . wfc + bfc)) . wproj, every block adding its
-    hidden rows' share to y atomically (an order of F32 sums the reference does not fix)."""
-    h = 4 * d
-    rng = np.random.default_rng(d + rows)
-    eps = np.float32(1e-5)
-    x = (rng.standard_normal(d) * 2 + 0.5).astype(np.float32)
-    g, b = bf16(rng, d, 0.3) + bfloat16(1), bf16(rng, d, 0.3)
-    wfc, bfc = bf16(rng, (h, d), 0.05), bf16(rng, h, 0.5)
-    wproj = bf16(rng, (d, h), 0.05)
-    y0 = rng.standard_normal(d).astype(np.float32)
-    r = Run(dev)
-    y = r.buf(y0)
-    grid, block = FK.mlp_launch(d, h, rows)
-    assert grid == h // rows
-    r.s.dispatch(FK.MLP, grid, [r.buf(x), r.buf(g), r.buf(b), r.buf(wfc), r.buf(bfc), r.buf(wproj), y], block=block,
-                 scalars=(d, h, eps, rows))
-    xd = f64(x)
-    xn = ((xd - xd.mean()) / np.sqrt(xd.var() + 1e-5) * f64(g) + f64(b)).astype(np.float32).astype(bfloat16)
-    pre, mag1 = f64(wfc) @ f64(xn) + f64(bfc), np.abs(f64(wfc)) @ np.abs(f64(xn)) + np.abs(f64(bfc))
-    act = gelu_new(pre)
-    # each act may land an ulp of BF16 off (its xn or its own rounding on the other side)
-    act_tol = 2 * BF16_ULP * (np.abs(act) + BF16_ULP * mag1) + 1e-4
-    want = f64(y0) + f64(wproj) @ f64(act.astype(np.float32).astype(bfloat16))
-    mag2 = np.abs(f64(y0)) + np.abs(f64(wproj)) @ np.abs(act)
-    tol = np.abs(f64(wproj)) @ act_tol + 1e-5 * mag2 + 1e-6
-    got = f64(r.get(y, np.float32))
-    assert (np.abs(got - want) <= tol).all(), f"mlp: worst {np.max(np.abs(got - want) - tol):.3g} over its tolerance"
-
-
-def test_mlp_launch_is_validated():
-    assert FK.mlp_launch(768, 3072, 16) == (192, FK.MLP_THREADS)
-    for d, h, rows in ((768, 3072, 12), (768, 3072, 128), (4096, 16384, 16), (20, 80, 8), (768, 3000, 16), (0, 0, 8)):
-        with pytest.raises(ValueError, match="fused MLP"):
-            FK.mlp_launch(d, h, rows)
-
-
-@pytest.mark.parametrize("k,n", [(768, 768), (1600, 1600), (200, 200)], ids=["768", "1600", "200"])
-def test_linear_residual_init(dev, k, n):
-    """The attention projection before a fused MLP: x += a . w + bias as linear_residual
-    does (the same x, bit for bit), and y = x + bias2 (the MLP's accumulator)."""
-    rng = np.random.default_rng(k + 3 * n)
-    a, w, bias, bias2 = bf16(rng, k), bf16(rng, (n, k), 0.05), bf16(rng, n, 0.5), bf16(rng, n, 0.5)
-    x0 = rng.standard_normal(n).astype(np.float32)
-    r = Run(dev)
-    x, x_base, y = r.buf(x0), r.buf(x0), r.buf(np.full(n, np.nan, np.float32))
-    grid, block, ks = linear_launch(k, n)
-    r.s.dispatch(FK.LINEAR_RESIDUAL_INIT, grid, [r.buf(a), r.buf(w), r.buf(bias), x, r.buf(bias2), y], block=block,
-                 scalars=(k, n, ks))
-    r.s.dispatch(FK.LINEAR_RESIDUAL, grid, [r.buf(a), r.buf(w), r.buf(bias), x_base], block=block, scalars=(k, n, ks))
-    got = r.get(x, np.float32)
-    np.testing.assert_array_equal(got, r.get(x_base, np.float32))
-    np.testing.assert_array_equal(r.get(y, np.float32), got + bias2.astype(np.float32))
-
-
-def test_step_kernels_fused_mlp_is_validated():
-    import attrs
-    from hrx_models.gpt2.decoder import StepKernels
-
-    kernels = StepKernels.for_engine("host")
-    assert kernels.fused_mlp == 0
-    for rows in FK.MLP_ROWS:
-        assert attrs.evolve(kernels, fused_mlp=rows).fused_mlp == rows
-    for bad in (-8, 12, 128, 16.0, True, "16"):
-        with pytest.raises(ValueError, match="fused_mlp"):
-            attrs.evolve(kernels, fused_mlp=bad)
-    with pytest.raises(ValueError, match="prefetch_bytes"):
-        attrs.evolve(kernels, fused_mlp=16, prefetch_bytes=1 << 20)
-
-
-def test_fused_mlp_refuses_wider_models(tiny_config):
-    import attrs
-    from hrx_models.gpt2.decoder import StepKernels, record_step
-
-    from hrx_core.errors import Unsupported
-
-    wide = attrs.evolve(tiny_config, n_embd=FK.MLP_MAX_EMBD + 64)
-
-    class Any_:
-        length = 4096
-
-        def __getitem__(self, key):
-            return self
-
-    with pytest.raises(Unsupported, match="fused_mlp"):
-        record_step(type("R", (), {"dispatch": lambda *a, **k: None})(), attrs.evolve(StepKernels.for_engine("host"), fused_mlp=16),
-                    wide, 16, lambda name: Any_(), Any_(), logits=True, fused=True)
-
-
-@pytest.mark.parametrize("rows", [8, 16], ids=["R8", "R16"])
-def test_fused_mlp_decoder_equals_default(dev, tiny_dir, tiny_config, reference, rows):
-    """A decoder with the MLP as one kernel records 4 kernels a layer (the MLP's, and the
-    attention projection that sets its accumulator) and decodes as the default one:
-    logits within the BF16 tolerance, greedy tokens the reference accepts."""
-    import attrs
-
-    fm = Gpt2Decoder.load(tiny_dir, dev)
-    default = Gpt2Decoder.load(tiny_dir, dev)
-    try:
-        fm.kernels = attrs.evolve(fm.kernels, fused_mlp=rows)
-        with fm.slot() as a:
-            names = [n.params["executable"].name for n in a.step_graph.nodes if n.kind == "dispatch"]
-        layers = tiny_config.n_layer
-        assert len(names) == 1 + 4 * layers + 2
-        assert sum(x == FK.MLP.name for x in names) == layers
-        assert sum(x.startswith(FK.LINEAR_RESIDUAL_INIT.name) for x in names) == layers
-        assert not any(x.startswith(FK.LINEAR_RESIDUAL.name + "_b") or x == FK.LINEAR_RESIDUAL.name for x in names)
-        prompt = [3, 1, 4, 1, 5]
-        ids = prompt + list(range(30, 45))
-        got, want = step_logits(fm, ids), step_logits(default, ids)
-        for t in range(len(ids)):
-            check_logits(got[t], want[t], f"position {t}: fused MLP vs default")
-        check_greedy(reference, prompt, fm.generate(prompt, 16).tokens, default.generate(prompt, 16).tokens)
-    finally:
-        fm.close()
-        default.close()

@@ -186,20 +186,6 @@ class StepKernels:
         attrs.validators.instance_of(int), attrs.validators.ge(0)))
     #: where a GEMV issues that prefetch: 0 at its start, 1 after its GEMV
     prefetch_at: int = attrs.field(default=1, validator=attrs.validators.in_((0, 1)))
-    #: the fused step's MLP as one kernel (fused_kernels.MLP: ln_2, fc, GELU and the
-    #: projection's share of ``fused_mlp`` hidden units a block, added to the residual
-    #: with atomic adds; 4 kernels a layer, not 5), one of fused_kernels.MLP_ROWS; 0: off
-    #: (the default). Not with ``prefetch_bytes``; models up to MLP_MAX_EMBD wide.
-    fused_mlp: int = attrs.field(default=0)
-    mlp: Any = FK.MLP
-    linear_residual_init: Any = FK.LINEAR_RESIDUAL_INIT
-
-    @fused_mlp.validator
-    def _check_fused_mlp(self, attribute: Any, value: Any) -> None:
-        if type(value) is not int or (value and value not in FK.MLP_ROWS):
-            raise ValueError(f"fused_mlp: expected 0 or one of {FK.MLP_ROWS}, got {value!r}")
-        if value and self.prefetch_bytes:
-            raise ValueError("fused_mlp and prefetch_bytes: choose one (the prefetch follows the unfused MLP's GEMVs)")
 
     def fused_gemv(self, base: Any, k: int, n: int, width: int | None = None) -> Any:
         """The kernel a fused GEMV of K = ``k`` and ``n`` rows dispatches: ``base``
@@ -331,8 +317,6 @@ def _fused_gemv_shapes(k: StepKernels, cfg: Gpt2Config) -> list[tuple[Any, int, 
     """(base kernel, K, N, width) of every fused GEMV of a step: what
     :func:`_record_fused_layers` dispatches."""
     d = cfg.n_embd
-    if k.fused_mlp:  # the MLP is one kernel of its own: QKV, the attention's projection, the logits
-        return [(k.ln_linear, d, 3 * d, d), (k.linear_residual_init, d, d, None), (k.ln_linear, d, cfg.vocab_size, d)]
     ln, lr = k.prefetched(k.ln_linear), k.prefetched(k.linear_residual)
     shapes = [(ln, d, 3 * d, d), (lr, d, d, None), (ln, d, 4 * d, d), (lr, 4 * d, d, None),
               (k.ln_linear, d, cfg.vocab_size, d)]  # (the logits: the step's last GEMV, nothing to prefetch)
@@ -361,12 +345,12 @@ def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[s
         return (k.prefetched(base), [view],
                 (np.uint64(min(int(view.length), k.prefetch_bytes)), np.uint32(k.prefetch_at)))
 
-    def ln_linear(ln: str, weight: str, bias: str, out: Any, n: int, gelu: int, x: Any = s["x"]) -> None:
+    def ln_linear(ln: str, weight: str, bias: str, out: Any, n: int, gelu: int) -> None:
         grid, block, ksplit = linear_launch(d, n)
         base, extra, more = prefetch(k.ln_linear, weight)
         # ``out`` is bound as both outputs (F32 y, BF16 act): the kernel writes the one ``gelu`` selects
         g.dispatch(k.fused_gemv(base, d, n, d), grid,
-                   [x, w(ln + ".weight"), w(ln + ".bias"), w(weight), w(bias), out, out, *extra],
+                   [s["x"], w(ln + ".weight"), w(ln + ".bias"), w(weight), w(bias), out, out, *extra],
                    block=block, scalars=(np.uint32(d), np.uint32(n), eps, np.uint32(ksplit), np.uint32(gelu), *more))
 
     def linear_residual(a: Any, weight: str, bias: str, kdim: int) -> None:
@@ -377,9 +361,6 @@ def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[s
 
     g.dispatch(k.embed, -(-d // FK.EMBED_THREADS), [w("wte.weight"), w("wpe.weight"), s["emb_idx"], s["x"]],
                block=FK.EMBED_THREADS, scalars=(np.uint32(d),))
-    if k.fused_mlp:
-        _record_fused_mlp_layers(g, k, cfg, w, s, attention, ln_linear, logits=logits)
-        return
     for i in range(cfg.n_layer):
         h = f"h.{i}."
         ln_linear(h + "ln_1", h + "attn.c_attn.weight", h + "attn.c_attn.bias", s["qkv"], 3 * d, 0)
@@ -389,36 +370,6 @@ def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[s
         linear_residual(s["act"], h + "mlp.c_proj.weight", h + "mlp.c_proj.bias", 4 * d)
     if logits:
         ln_linear("ln_f", "wte.weight", "ln_f.bias", s["logits"], cfg.vocab_size, 0)
-
-
-def _record_fused_mlp_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[str], Any], s: Mapping[str, Any],
-                             attention: Callable[[int], None], ln_linear: Callable[..., None], *, logits: bool) -> None:
-    """The layers of the fused step with ``k.fused_mlp`` set: per layer ln_1 + QKV,
-    attention, proj + residual (which also sets the other residual buffer to the
-    residual + the MLP's output bias), the MLP in one kernel (adding into that buffer);
-    ln_f + the tied logits. The residual stream alternates between the slot's ``x`` and
-    ``proj`` (which the fused step does not use otherwise)."""
-    d, hidden = cfg.n_embd, 4 * cfg.n_embd
-    eps = np.float32(cfg.layer_norm_epsilon)
-    try:
-        mgrid, mblock = FK.mlp_launch(d, hidden, k.fused_mlp)
-    except ValueError as exc:
-        raise Unsupported(f"StepKernels.fused_mlp: {exc}") from None
-    grid, block, ksplit = linear_launch(d, d)
-    stream = (s["x"], s["proj"])
-    for i in range(cfg.n_layer):
-        h = f"h.{i}."
-        x, y = stream[i % 2], stream[(i + 1) % 2]
-        ln_linear(h + "ln_1", h + "attn.c_attn.weight", h + "attn.c_attn.bias", s["qkv"], 3 * d, 0, x)
-        attention(i)
-        g.dispatch(k.fused_gemv(k.linear_residual_init, d, d), grid,
-                   [s["attn"], w(h + "attn.c_proj.weight"), w(h + "attn.c_proj.bias"), x, w(h + "mlp.c_proj.bias"), y],
-                   block=block, scalars=(np.uint32(d), np.uint32(d), np.uint32(ksplit)))
-        g.dispatch(k.mlp, mgrid, [x, w(h + "ln_2.weight"), w(h + "ln_2.bias"), w(h + "mlp.c_fc.weight"),
-                                  w(h + "mlp.c_fc.bias"), w(h + "mlp.c_proj.weight"), y],
-                   block=mblock, scalars=(np.uint32(d), np.uint32(hidden), eps, np.uint32(k.fused_mlp)))
-    if logits:
-        ln_linear("ln_f", "wte.weight", "ln_f.bias", s["logits"], cfg.vocab_size, 0, stream[cfg.n_layer % 2])
 
 
 def record_prefill_chunk(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, chunk: int,

@@ -155,26 +155,11 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
 }
 """
 
-#: The fused MLP's accumulator set up by the attention projection before it (the
-#: ``_init`` variant of ``linear_residual``, HRX_INIT_NEXT defined): two more buffers,
-#: the MLP's output bias (read) and the next residual buffer y (write), y[n] = x[n] + bias2[n]
-#: with x[n] the updated residual. The base kernel compiles the hooks to nothing.
-INIT_CUDA = r"""
-#ifdef HRX_INIT_NEXT
-#define HRX_INIT_BUFFERS , const unsigned short* __restrict__ hrx_init_bias, float* __restrict__ hrx_init_y
-#define HRX_INIT_STORE(n, v) hrx_init_y[n] = (v) + hrx_bf16_to_f32(hrx_init_bias[n])
-#else
-#define HRX_INIT_BUFFERS
-#define HRX_INIT_STORE(n, v)
-#endif
-"""
-
-LINEAR_RESIDUAL_CUDA = _PRELUDE + GEMV_CUDA + PREFETCH_CUDA + INIT_CUDA + r"""
+LINEAR_RESIDUAL_CUDA = _PRELUDE + GEMV_CUDA + PREFETCH_CUDA + r"""
 // grid and block as hrx_tensor.linear (linear_launch(K, N)): x[n] += a . w[n] + bias[n].
 extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_linear_residual(
         const uint4* __restrict__ a, const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias,
-        float* __restrict__ x HRX_NEXT_BUFFER HRX_INIT_BUFFERS, unsigned int K, unsigned int N, unsigned int ksplit
-        HRX_NEXT_SCALARS) {
+        float* __restrict__ x HRX_NEXT_BUFFER, unsigned int K, unsigned int N, unsigned int ksplit HRX_NEXT_SCALARS) {
     HRX_NEXT_AT(0u);
     hrx_grid_dependencies();
     __shared__ float partial[32];
@@ -185,11 +170,7 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_linear_residual(
         s = hrx_gemv_dot<false>(a, wr, K >> 3, r, hrx_gemv_first(wr, K >> 3, r));
     }
     s = hrx_gemv_combine(s, r, partial);
-    if (r.active && r.piece == 0u && r.lane == 0) {
-        const float v = x[r.out] + (s + hrx_bf16_to_f32(bias[r.out]));
-        x[r.out] = v;
-        HRX_INIT_STORE(r.out, v);
-    }
+    if (r.active && r.piece == 0u && r.lane == 0) x[r.out] = x[r.out] + (s + hrx_bf16_to_f32(bias[r.out]));
     HRX_NEXT_AT(1u);
 }
 """
@@ -284,158 +265,7 @@ def _prefetching(kernel: Kernel, src: str) -> Kernel:
 LN_LINEAR_PF = prefetching(LN_LINEAR)
 LINEAR_RESIDUAL_PF = prefetching(LINEAR_RESIDUAL)
 
-
-# -- the fused MLP (opt-in: StepKernels.fused_mlp) ------------------------------------
-
-
-def _linear_residual_init_host(a, w, bias, x, bias2, y, k, n, ksplit) -> None:
-    _linear_residual_host(a, w, bias, x, k, n, ksplit)
-    n = int(n)
-    y[: 4 * n].view(np.float32)[:] = x[: 4 * n].view(np.float32) + _bf(bias2[: 2 * n])
-
-
-LINEAR_RESIDUAL_INIT = Kernel(
-    "hrx_gpt2_linear_residual_init",
-    buffers=("read", "read", "read", "read_write", "read", "write"),
-    scalars=(np.uint32, np.uint32, np.uint32),
-    host=_linear_residual_init_host,
-    cuda="#define HRX_INIT_NEXT 1\n" + LINEAR_RESIDUAL_CUDA.replace(" hrx_gpt2_linear_residual(", " hrx_gpt2_linear_residual_init("),
-    programmatic=True,
-)
-
-#: Threads of a fused MLP block, the widest model it takes (8 values of the layer norm a
-#: thread) and the most hidden rows a block computes.
-MLP_THREADS = 256
-MLP_MAX_EMBD = 8 * MLP_THREADS
-MLP_MAX_ROWS = 64
-MLP_ROWS = (8, 16, 32, 64)
-
-MLP_CUDA = _PRELUDE + f"""
-#define HRX_MLP_MAX_EMBD {MLP_MAX_EMBD}u
-#define HRX_MLP_MAX_ROWS {MLP_MAX_ROWS}u
-""" + r"""
-// 8 BF16 weights (a 16-byte vector) times 8 floats
-__device__ __forceinline__ float hrx_dot8(const uint4 w, const float* v) {
-    const unsigned int u[4] = {w.x, w.y, w.z, w.w};
-    float s = 0.f;
-    #pragma unroll
-    for (int i = 0; i < 4; ++i)
-        s += __uint_as_float(u[i] << 16) * v[2 * i] + __uint_as_float(u[i] & 0xffff0000u) * v[2 * i + 1];
-    return s;
-}
-
-// The whole MLP of a layer with its residual, split over its hidden units: block b takes
-// the R hidden rows [b R, b R + R) -- xn = bf16(LN(x) g + b) (every block), their
-// act = bf16(gelu_new(xn . wfc[r] + bfc[r])) into shared memory, then adds its share of
-// the projection, act[rows] . wproj[n][rows], to y[n] with an atomic add, for every n < D.
-// y holds x + the projection's bias beforehand (hrx_gpt2_linear_residual_init), so that
-// after the grid y = x + act . wproj + bias. grid = H / R, block = 256.
-extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_mlp(
-        const float* __restrict__ x, const unsigned short* __restrict__ g, const unsigned short* __restrict__ b,
-        const unsigned short* __restrict__ wfc, const unsigned short* __restrict__ bfc,
-        const unsigned short* __restrict__ wproj, float* __restrict__ y,
-        unsigned int D, unsigned int H, float eps, unsigned int R) {
-    hrx_grid_dependencies();
-    __shared__ uint4 xs[HRX_MLP_MAX_EMBD / 8u];  // xn, BF16
-    unsigned short* xn = reinterpret_cast<unsigned short*>(xs);
-    __shared__ float act[HRX_MLP_MAX_ROWS];
-    __shared__ float red[32];
-    // the host checks these: the whole grid returns alike
-    if (blockDim.x != 256u || D == 0u || D > HRX_MLP_MAX_EMBD || (D & 7u) || R == 0u || R > HRX_MLP_MAX_ROWS
-        || (R & 7u) || (H % R) != 0u) return;
-    const unsigned int r0 = blockIdx.x * R;
-    if (r0 >= H) return;
-    float v[HRX_LN_ITEMS];
-    float sum = 0.f;
-    #pragma unroll
-    for (int j = 0; j < HRX_LN_ITEMS; ++j) {
-        const unsigned int i = threadIdx.x + j * 256u;
-        v[j] = 0.f;
-        if (i < D) { v[j] = x[i]; sum += v[j]; }
-    }
-    hrx_layer_norm(v, sum, g, b, xn, D, eps, red);
-    __syncthreads();
-    const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    const unsigned int q8 = D >> 3;  // 16-byte vectors a row
-    const uint4* x16 = xs;
-    // the block's hidden rows, a warp each at a time: every lane's loads issued first
-    for (unsigned int r = warp; r < R; r += 8u) {
-        const uint4* wr = reinterpret_cast<const uint4*>(wfc + (size_t)(r0 + r) * D);
-        uint4 wv[HRX_MLP_MAX_EMBD / 256u];
-        #pragma unroll
-        for (unsigned int j = 0; j < HRX_MLP_MAX_EMBD / 256u; ++j)
-            if (lane + 32u * j < q8) wv[j] = wr[lane + 32u * j];
-        float s = 0.f;
-        #pragma unroll
-        for (unsigned int j = 0; j < HRX_MLP_MAX_EMBD / 256u; ++j) {
-            if (lane + 32u * j < q8) {
-                const uint4 xv = x16[lane + 32u * j];
-                float f[8];
-                const unsigned int u[4] = {xv.x, xv.y, xv.z, xv.w};
-                #pragma unroll
-                for (int i = 0; i < 4; ++i) { f[2 * i] = __uint_as_float(u[i] << 16); f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u); }
-                s += hrx_dot8(wv[j], f);
-            }
-        }
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0u) act[r] = hrx_bf16_to_f32(hrx_f32_to_bf16_rn(hrx_gelu_new(s + hrx_bf16_to_f32(bfc[r0 + r]))));
-    }
-    __syncthreads();
-    // the projection's share: L = R / 8 lanes a row (16 bytes each), 32 / L rows a warp,
-    // four passes' loads issued before their sums
-    const unsigned int L = R >> 3, part = lane % L, pass = 8u * (32u / L);
-    const unsigned int mine = warp * (32u / L) + lane / L;  // this lane's row in a pass
-    float a8[8];
-    #pragma unroll
-    for (int i = 0; i < 8; ++i) a8[i] = act[8u * part + i];
-    for (unsigned int n0 = 0; n0 < D; n0 += 4u * pass) {
-        uint4 wv[4];
-        #pragma unroll
-        for (unsigned int u = 0; u < 4u; ++u) {
-            const unsigned int n = n0 + u * pass + mine;
-            if (n < D) wv[u] = *reinterpret_cast<const uint4*>(wproj + (size_t)n * H + r0 + 8u * part);
-        }
-        #pragma unroll
-        for (unsigned int u = 0; u < 4u; ++u) {
-            const unsigned int n = n0 + u * pass + mine;
-            float s = n < D ? hrx_dot8(wv[u], a8) : 0.f;
-            for (unsigned int o = L >> 1; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (part == 0u && n < D) atomicAdd(y + n, s);
-        }
-    }
-}
-"""
-
-
-def _mlp_host(x, g, b, wfc, bfc, wproj, y, d, h, eps, rows) -> None:
-    d, h = int(d), int(h)
-    act = np.empty(2 * h, dtype=np.uint8)
-    _ln_linear_host(x, g, b, wfc, bfc, None, act, d, h, eps, 1, 1)
-    y[: 4 * d].view(np.float32)[:] += _gemv_f32(act, wproj, h, d)
-
-
-MLP = Kernel(
-    "hrx_gpt2_mlp",
-    buffers=("read", "read", "read", "read", "read", "read", "read_write"),
-    scalars=(np.uint32, np.uint32, np.float32, np.uint32),
-    host=_mlp_host, cuda=MLP_CUDA, programmatic=True,
-)
-
-
-def mlp_launch(n_embd: int, hidden: int, rows: int) -> tuple[int, int]:
-    """(grid, block) of the fused MLP with ``rows`` hidden units a block; ValueError
-    where it does not take the shape."""
-    if rows not in MLP_ROWS:
-        raise ValueError(f"fused MLP rows {rows}: expected one of {MLP_ROWS}")
-    if not 0 < n_embd <= MLP_MAX_EMBD or n_embd % 8:
-        raise ValueError(f"fused MLP: n_embd {n_embd} is not a multiple of 8 in 8..{MLP_MAX_EMBD}")
-    if hidden <= 0 or hidden % rows:
-        raise ValueError(f"fused MLP: {hidden} hidden units are not a multiple of {rows} rows")
-    return hidden // rows, MLP_THREADS
-
-
-FUSED = (EMBED, LN_LINEAR, LINEAR_RESIDUAL, LN_LINEAR_PF, LINEAR_RESIDUAL_PF, LINEAR_RESIDUAL_INIT, MLP)
+FUSED = (EMBED, LN_LINEAR, LINEAR_RESIDUAL, LN_LINEAR_PF, LINEAR_RESIDUAL_PF)
 
 
 # -- register budgets of the fused GEMVs (CUDA) ---------------------------------------
