@@ -115,19 +115,3 @@ def test_replay_probe_times_each_layer_on_the_host(monkeypatch, capsys):
     assert "host: 3-node graph; compiled replay:" in out
     for layer in ("launch", "python"):
         assert f"  {layer} " in out and "back to back" in out
-
-
-def test_prefetch_ab_runs_every_variant_on_the_host(monkeypatch, capsys):
-    """bench/tools/prefetch_ab.py on the host engine with the tiny shape: a line for the
-    default and each prefetching variant, every one's greedy tokens the default's."""
-    monkeypatch.syspath_prepend(str(TOOLS))
-    monkeypatch.syspath_prepend(str(TOOLS.parent))
-    import prefetch_ab
-
-    monkeypatch.setattr(sys, "argv", ["prefetch_ab.py", "--engine", "host", "--shapes", "tiny", "--tokens", "3",
-                                      "--rounds", "1", "--prompt", "2", "--caps", "1,4", "--at", "start,end"])
-    prefetch_ab.main()
-    out = capsys.readouterr().out
-    for label in ("default", "pf start   1 MiB", "pf start   4 MiB", "pf end     1 MiB", "pf end     4 MiB"):
-        assert f"tiny {label}: median" in out, label
-    assert out.count("tokens agree 3/3") == 5

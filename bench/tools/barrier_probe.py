@@ -18,8 +18,15 @@ Needs CuPy (NVRTC). A diagnostic: it writes no results file.
 
 On the H200 (2026-12-01): the graph chain won every configuration -- 1 MiB phases 1.5-1.9
 us a phase against 2.4-3.2 us persistent; 4 MiB 2.6-4.7 against 3.4-5.4; 14 MiB 5.7-13
-against 6.8-13.8 -- so the decode step keeps one kernel per stage. Variants (d)-(g)
-(2026-12-06) have not run yet.
+against 6.8-13.8 -- so the decode step keeps one kernel per stage. Variants (d)-(g) on
+an H100 (2026-12-07, 60 phases, us a phase; graph / next-at-start / next-at-end /
+side-prefetch / persistent / persistent+prefetch / persistent+prefetch-all): 1 MiB,
+1 block/SM 1.88 / 1.80 / 1.72 / 1.66 / 2.92 / 2.52 / 2.54; 1 MiB, 2 blocks 1.61 / 1.59 /
+1.54 / 1.61 / 2.85 / 2.71 / 2.74; 4 MiB, 1 block 4.75 / 3.81 / 3.78 / 3.91 / 5.62 / 5.03
+/ 4.12; 4 MiB, 2 blocks 3.40 / 3.19 / 3.07 / 3.38 / 4.37 / 3.84 / 3.88. The prefetch
+shortens these synthetic phases (up to 20% at 4 MiB, 1 block an SM), but the same
+prefetch in GPT-2's fused GEMVs made decode 9-12% slower on that H100 (the option was
+removed; docs/performance.md, twenty-sixth session).
 """
 
 from __future__ import annotations

@@ -188,84 +188,13 @@ def test_streamed_attention_decoder_equals_default(dev, tiny_dir, reference):
         streamed.close()
 
 
-# -- the next GEMV's weights handed to L2 (fused_kernels.prefetching) -------------------
-
-
-@pytest.mark.parametrize("at", [0, 1], ids=["at-start", "at-end"])
-@pytest.mark.parametrize("blocks", [None, 6], ids=["generic", "b6"])
-def test_prefetching_kernels_equal_the_base_kernels(dev, at, blocks):
-    """The ``_pf`` variants compute exactly what their base kernels do (the prefetch
-    writes nothing), whether they prefetch at their start or end, and whatever they
-    prefetch (all of the next weights, a part, nothing)."""
-    rng = np.random.default_rng(7)
-    k, n, eps = 768, 2304, np.float32(1e-5)
-    x = (rng.standard_normal(k) * 2).astype(np.float32)
-    g, b = bf16(rng, k, 0.3) + bfloat16(1), bf16(rng, k, 0.3)
-    w, bias, nxt = bf16(rng, (n, k), 0.05), bf16(rng, n, 0.5), bf16(rng, (3 * k, k), 0.05)
-    r = Run(dev)
-    ins = [r.buf(x), r.buf(g), r.buf(b), r.buf(w), r.buf(bias)]
-    next_w = r.buf(nxt)
-    grid, block, ks = linear_launch(k, n)
-    for gelu in (0, 1):
-        outs = []
-        for kernel, extra, more in ((FK.LN_LINEAR, [], ()),
-                                    *((FK.LN_LINEAR_PF, [next_w], (np.uint64(nb), np.uint32(at)))
-                                      for nb in (next_w.nbytes, 4096, 0))):
-            y, act = r.buf(np.zeros(n, np.float32)), r.buf(np.zeros(n, bfloat16))
-            r.s.dispatch(budget_kernel(dev, kernel, blocks, k), grid, [*ins, y, act, *extra], block=block,
-                         scalars=(k, n, eps, ks, gelu, *more))
-            outs.append((r.get(y, np.float32).copy(), r.get(act, bfloat16).copy()))
-        for got in outs[1:]:
-            np.testing.assert_array_equal(got[0], outs[0][0])
-            np.testing.assert_array_equal(got[1].view(np.uint16), outs[0][1].view(np.uint16))
-    a = r.buf(bf16(rng, 4 * k))
-    x0 = rng.standard_normal(k).astype(np.float32)
-    grid, block, ks = linear_launch(4 * k, k)
-    res = []
-    for kernel, extra, more in ((FK.LINEAR_RESIDUAL, [], ()),
-                                (FK.LINEAR_RESIDUAL_PF, [next_w], (np.uint64(next_w.nbytes), np.uint32(at)))):
-        xb = r.buf(x0)
-        r.s.dispatch(budget_kernel(dev, kernel, blocks), grid, [a, ins[3], ins[4], xb, *extra], block=block,
-                     scalars=(4 * k, k, ks, *more))
-        res.append(r.get(xb, np.float32).copy())
-    np.testing.assert_array_equal(res[1], res[0])
-
-
-def test_prefetching_variants():
-    ln = FK.prefetching(FK.LN_LINEAR)
-    assert ln is FK.LN_LINEAR_PF and FK.prefetching(FK.LN_LINEAR) is ln  # cached
-    assert ln.name == "hrx_gpt2_ln_linear_pf"
-    assert ln.buffer_access == (*FK.LN_LINEAR.buffer_access, FK.LN_LINEAR.buffer_access[0])  # + the next weights, read
-    assert ln.scalar_types == (*FK.LN_LINEAR.scalar_types, np.dtype(np.uint64), np.dtype(np.uint32))
-    src = ln.sources["cuda"]
-    assert src.startswith("#define HRX_PREFETCH_NEXT 1\n") and " hrx_gpt2_ln_linear_pf(" in src
-    assert " hrx_gpt2_ln_linear(" not in src
-    assert "HRX_NEXT_AT(0u)" in FK.LN_LINEAR.sources["cuda"]  # the base kernels carry the hooks, compiled to nothing
-    spec = FK.specialize(FK.LINEAR_RESIDUAL_PF, blocks=8)
-    assert spec.name == "hrx_gpt2_linear_residual_pf_b8" and spec.buffer_access == FK.LINEAR_RESIDUAL_PF.buffer_access
-    with pytest.raises(ValueError, match="prefetch hook"):
-        FK.prefetching(FK.EMBED)
-
-
-def test_step_kernels_prefetch_is_validated():
-    import attrs
-    from hrx_models.gpt2.decoder import StepKernels
-
-    kernels = StepKernels.for_engine("host")
-    for bad in ({"prefetch_bytes": -1}, {"prefetch_bytes": 1.5}, {"prefetch_at": 2}):
-        with pytest.raises((TypeError, ValueError)):
-            attrs.evolve(kernels, **bad)
-
-
-@pytest.mark.parametrize("prefetch", [0, 1 << 20], ids=["default", "prefetching"])
-def test_session_loads_every_gemv_kernel_the_steps_record(tiny_config, prefetch):
+def test_session_loads_every_gemv_kernel_the_steps_record(tiny_config):
     """StepKernels.fused_gemv_kernels (what a model session loads) names every fused GEMV
-    kernel the decode step and the prefill step record, prefetching or not (the step's
-    last GEMV has nothing to prefetch: the base kernel)."""
+    kernel the decode step and the prefill step record."""
     import attrs
     from hrx_models.gpt2.decoder import StepKernels, record_step
 
-    kernels = attrs.evolve(StepKernels.for_engine("host"), gemv_sms=2, prefetch_bytes=prefetch)
+    kernels = attrs.evolve(StepKernels.for_engine("host"), gemv_sms=2)
 
     class View:
         length = 4096
@@ -284,70 +213,7 @@ def test_session_loads_every_gemv_kernel_the_steps_record(tiny_config, prefetch)
     for logits in (True, False):
         record_step(rec, kernels, tiny_config, 16, lambda name: View(), Slot(), logits=logits, fused=True)
     gemvs = {x for x in rec.names if "ln_linear" in x or "linear_residual" in x}
-    assert gemvs == {x.name for x in kernels.fused_gemv_kernels(tiny_config)}
-    assert any("_pf" in x for x in gemvs) == bool(prefetch)
-
-
-@pytest.mark.parametrize("logits", [True, False], ids=["decode-step", "prefill-step"])
-def test_each_gemv_prefetches_the_next_gemvs_weights(tiny_config, logits):
-    """Every fused GEMV of a step but the last binds the weights of the GEMV dispatched
-    after it (across the attention kernel) and prefetches min(their size, the cap) bytes
-    of them, where prefetch_at says."""
-    import attrs
-    from hrx_models.gpt2.decoder import StepKernels, record_step
-
-    kernels = attrs.evolve(StepKernels.for_engine("host"), prefetch_bytes=3000, prefetch_at=0)
-
-    class View:
-        def __init__(self, name):
-            self.name, self.length = name, 1000 + 7 * len(name) if "wte" not in name else 10**6
-
-    class Slot(dict):
-        def __missing__(self, key):
-            return View(key)
-
-    gemvs = []
-
-    class Recorder:
-        def dispatch(self, kernel, grid, bindings, block=None, scalars=()):
-            if "ln_linear" in kernel.name:
-                gemvs.append((kernel.name, bindings[3].name, bindings[7:], scalars[5:]))
-            elif "linear_residual" in kernel.name:
-                gemvs.append((kernel.name, bindings[1].name, bindings[4:], scalars[3:]))
-
-    record_step(Recorder(), kernels, tiny_config, 16, View, Slot(), logits=logits, fused=True)
-    assert len(gemvs) == 4 * tiny_config.n_layer + logits
-    for (name, _weight, extra, more), (_, following, _, _) in zip(gemvs, gemvs[1:]):
-        assert name.endswith("_pf") and [v.name for v in extra] == [following]
-        assert [int(x) for x in more] == [min(extra[0].length, 3000), 0]
-    name, _weight, extra, more = gemvs[-1]
-    assert not name.endswith("_pf") and not extra and not more
-
-
-@pytest.mark.parametrize("at", [0, 1], ids=["at-start", "at-end"])
-def test_prefetching_decoder_equals_default(dev, tiny_dir, tiny_config, at):
-    """A decoder whose fused GEMVs hand the next GEMV's weights to L2 records the ``_pf``
-    kernels (each GEMV but the step's last, which has no next) and decodes exactly as
-    the default one: the same logits, bit for bit, and the same tokens."""
-    import attrs
-
-    pf = Gpt2Decoder.load(tiny_dir, dev)
-    default = Gpt2Decoder.load(tiny_dir, dev)
-    try:
-        pf.kernels = attrs.evolve(pf.kernels, prefetch_bytes=1 << 20, prefetch_at=at)
-        with pf.slot() as a:
-            names = [n.params["executable"].name for n in a.step_graph.nodes if n.kind == "dispatch"]
-        prefetching = [x for x in names if "_pf" in x]
-        assert len(prefetching) == 4 * tiny_config.n_layer  # all but the logits' GEMV
-        gemvs = [x for x in names if "ln_linear" in x or "linear_residual" in x]
-        assert "_pf" not in gemvs[-1] and all("_pf" in x for x in gemvs[:-1])  # the logits' GEMV has no next
-        prompt = [3, 1, 4, 1, 5]
-        ids = prompt + list(range(30, 45))
-        np.testing.assert_array_equal(step_logits(pf, ids), step_logits(default, ids))
-        assert pf.generate(prompt, 16).tokens == default.generate(prompt, 16).tokens
-    finally:
-        pf.close()
-        default.close()
+    assert gemvs and gemvs == {x.name for x in kernels.fused_gemv_kernels(tiny_config)}
 
 
 # -- register budgets of the fused GEMVs (the plan: fused_gemv_blocks, specialize) ------

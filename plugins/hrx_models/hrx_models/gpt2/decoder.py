@@ -180,12 +180,6 @@ class StepKernels:
     gemv_sms: int = 0
     #: specialized kernels already loaded (a model session's), by name
     gemv_loaded: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
-    #: the fused step's GEMVs hand up to this many bytes of the next GEMV's weights to L2
-    #: (the ``_pf`` kernels of fused_kernels.prefetching); 0: off (the default)
-    prefetch_bytes: int = attrs.field(default=0, validator=attrs.validators.and_(
-        attrs.validators.instance_of(int), attrs.validators.ge(0)))
-    #: where a GEMV issues that prefetch: 0 at its start, 1 after its GEMV
-    prefetch_at: int = attrs.field(default=1, validator=attrs.validators.in_((0, 1)))
 
     def fused_gemv(self, base: Any, k: int, n: int, width: int | None = None) -> Any:
         """The kernel a fused GEMV of K = ``k`` and ``n`` rows dispatches: ``base``
@@ -208,11 +202,6 @@ class StepKernels:
             spec = self.fused_gemv(base, k, n, width)
             found.setdefault(spec.name, spec)
         return list(found.values())
-
-    def prefetched(self, base: Any) -> Any:
-        """``base`` (``ln_linear`` or ``linear_residual``) or, with ``prefetch_bytes``
-        set, its next-weights prefetching variant."""
-        return FK.prefetching(base) if self.prefetch_bytes else base
 
     @classmethod
     def for_device(cls, info: Any) -> StepKernels:
@@ -317,12 +306,8 @@ def _fused_gemv_shapes(k: StepKernels, cfg: Gpt2Config) -> list[tuple[Any, int, 
     """(base kernel, K, N, width) of every fused GEMV of a step: what
     :func:`_record_fused_layers` dispatches."""
     d = cfg.n_embd
-    ln, lr = k.prefetched(k.ln_linear), k.prefetched(k.linear_residual)
-    shapes = [(ln, d, 3 * d, d), (lr, d, d, None), (ln, d, 4 * d, d), (lr, 4 * d, d, None),
-              (k.ln_linear, d, cfg.vocab_size, d)]  # (the logits: the step's last GEMV, nothing to prefetch)
-    if lr is not k.linear_residual:  # the last layer's proj ends the prefill step: nothing to prefetch
-        shapes.append((k.linear_residual, 4 * d, d, None))
-    return shapes
+    return [(k.ln_linear, d, 3 * d, d), (k.linear_residual, d, d, None), (k.ln_linear, d, 4 * d, d),
+            (k.linear_residual, 4 * d, d, None), (k.ln_linear, d, cfg.vocab_size, d)]
 
 
 def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[str], Any], s: Mapping[str, Any],
@@ -331,33 +316,18 @@ def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[s
     proj + residual, ln_2 + fc + GELU, proj + residual; ln_f + the tied logits."""
     d = cfg.n_embd
     eps = np.float32(cfg.layer_norm_epsilon)
-    # the GEMVs' weights in the order the step reads them: with prefetch_bytes set, each
-    # GEMV hands (up to that many bytes of) the next one's to L2
-    order = [f"h.{i}.{name}.weight" for i in range(cfg.n_layer)
-             for name in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")] + (["wte.weight"] if logits else [])
-    following = dict(zip(order, order[1:])) if k.prefetch_bytes else {}
-
-    def prefetch(base: Any, weight: str) -> tuple[Any, list[Any], tuple[Any, ...]]:
-        nxt = following.get(weight)
-        if nxt is None:
-            return base, [], ()
-        view = w(nxt)
-        return (k.prefetched(base), [view],
-                (np.uint64(min(int(view.length), k.prefetch_bytes)), np.uint32(k.prefetch_at)))
 
     def ln_linear(ln: str, weight: str, bias: str, out: Any, n: int, gelu: int) -> None:
         grid, block, ksplit = linear_launch(d, n)
-        base, extra, more = prefetch(k.ln_linear, weight)
         # ``out`` is bound as both outputs (F32 y, BF16 act): the kernel writes the one ``gelu`` selects
-        g.dispatch(k.fused_gemv(base, d, n, d), grid,
-                   [s["x"], w(ln + ".weight"), w(ln + ".bias"), w(weight), w(bias), out, out, *extra],
-                   block=block, scalars=(np.uint32(d), np.uint32(n), eps, np.uint32(ksplit), np.uint32(gelu), *more))
+        g.dispatch(k.fused_gemv(k.ln_linear, d, n, d), grid,
+                   [s["x"], w(ln + ".weight"), w(ln + ".bias"), w(weight), w(bias), out, out],
+                   block=block, scalars=(np.uint32(d), np.uint32(n), eps, np.uint32(ksplit), np.uint32(gelu)))
 
     def linear_residual(a: Any, weight: str, bias: str, kdim: int) -> None:
         grid, block, ksplit = linear_launch(kdim, d)
-        base, extra, more = prefetch(k.linear_residual, weight)
-        g.dispatch(k.fused_gemv(base, kdim, d), grid, [a, w(weight), w(bias), s["x"], *extra], block=block,
-                   scalars=(np.uint32(kdim), np.uint32(d), np.uint32(ksplit), *more))
+        g.dispatch(k.fused_gemv(k.linear_residual, kdim, d), grid, [a, w(weight), w(bias), s["x"]], block=block,
+                   scalars=(np.uint32(kdim), np.uint32(d), np.uint32(ksplit)))
 
     g.dispatch(k.embed, -(-d // FK.EMBED_THREADS), [w("wte.weight"), w("wpe.weight"), s["emb_idx"], s["x"]],
                block=FK.EMBED_THREADS, scalars=(np.uint32(d),))

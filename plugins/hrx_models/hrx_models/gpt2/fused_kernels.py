@@ -16,10 +16,6 @@ embeddings instead of three: 63 kernels a token for GPT-2 small instead of 101.
 * ``hrx_gpt2_linear_residual``: the GEMV of a BF16 input (attention output, GELU
   output); the epilogue adds to the residual stream: ``x[n] += acc + bias[n]``.
 
-``LN_LINEAR_PF`` and ``LINEAR_RESIDUAL_PF`` (:func:`prefetching`) are the two GEMVs with
-one more buffer, the next GEMV's weights, handed to L2 at their start or end (opt-in:
-``StepKernels.prefetch_bytes``).
-
 The numerics are the unfused step's: the same BF16 rounding points, F32 accumulation;
 only the order of the layer norm's sums differs (a block of 256 threads here).
 """
@@ -52,34 +48,7 @@ extern "C" __global__ void hrx_gpt2_embed(
 }
 """
 
-#: The L2 prefetch of the next GEMV's weights, compiled into the ``_pf`` variants of the
-#: fused GEMVs (``HRX_PREFETCH_NEXT`` defined; see :func:`prefetching`): one extra buffer
-#: (the next weights) and two scalars (bytes to hand to L2, and whether at the kernel's
-#: start (0) or end (1)); every thread of the grid prefetches 128-byte lines of it. The
-#: base kernels compile the hooks to nothing.
-PREFETCH_CUDA = r"""
-#ifdef HRX_PREFETCH_NEXT
-#define HRX_NEXT_BUFFER , const unsigned char* __restrict__ hrx_next
-#define HRX_NEXT_SCALARS , unsigned long long hrx_next_bytes, unsigned int hrx_next_at_end
-#define HRX_NEXT_AT(when) if (hrx_next_at_end == (when)) hrx_prefetch_l2(hrx_next, hrx_next_bytes)
-__device__ __forceinline__ void hrx_prefetch_l2(const unsigned char* p, unsigned long long bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__AMDGCN__)
-    const unsigned long long threads = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long off = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) * 128ull; off < bytes;
-         off += threads * 128ull)
-        asm volatile("prefetch.global.L2 [%0];" :: "l"(p + off));
-#else
-    (void)p; (void)bytes;
-#endif
-}
-#else
-#define HRX_NEXT_BUFFER
-#define HRX_NEXT_SCALARS
-#define HRX_NEXT_AT(when)
-#endif
-"""
-
-LN_LINEAR_CUDA = _PRELUDE + GEMV_CUDA + PREFETCH_CUDA + f"""
+LN_LINEAR_CUDA = _PRELUDE + GEMV_CUDA + f"""
 #define HRX_MAX_EMBD {MAX_EMBD}u
 """ + r"""
 // grid and block as hrx_tensor.linear (linear_launch(K, N)): xn = bf16(LN(x) g + b) into
@@ -88,9 +57,8 @@ LN_LINEAR_CUDA = _PRELUDE + GEMV_CUDA + PREFETCH_CUDA + f"""
 extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
         const float* __restrict__ x, const unsigned short* __restrict__ g, const unsigned short* __restrict__ b,
         const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias,
-        float* __restrict__ y, unsigned short* __restrict__ act HRX_NEXT_BUFFER,
-        unsigned int K, unsigned int N, float eps, unsigned int ksplit, unsigned int gelu HRX_NEXT_SCALARS) {
-    HRX_NEXT_AT(0u);
+        float* __restrict__ y, unsigned short* __restrict__ act,
+        unsigned int K, unsigned int N, float eps, unsigned int ksplit, unsigned int gelu) {
     hrx_grid_dependencies();
     __shared__ uint4 xs[HRX_MAX_EMBD / 8u];  // xn, BF16: 16 KiB at K = 8192
     __shared__ float red[32];
@@ -151,16 +119,14 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
         if (gelu) act[r.out] = hrx_f32_to_bf16_rn(hrx_gelu_new(s + hrx_bf16_to_f32(bias[r.out])));
         else y[r.out] = s;
     }
-    HRX_NEXT_AT(1u);
 }
 """
 
-LINEAR_RESIDUAL_CUDA = _PRELUDE + GEMV_CUDA + PREFETCH_CUDA + r"""
+LINEAR_RESIDUAL_CUDA = _PRELUDE + GEMV_CUDA + r"""
 // grid and block as hrx_tensor.linear (linear_launch(K, N)): x[n] += a . w[n] + bias[n].
 extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_linear_residual(
         const uint4* __restrict__ a, const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias,
-        float* __restrict__ x HRX_NEXT_BUFFER, unsigned int K, unsigned int N, unsigned int ksplit HRX_NEXT_SCALARS) {
-    HRX_NEXT_AT(0u);
+        float* __restrict__ x, unsigned int K, unsigned int N, unsigned int ksplit) {
     hrx_grid_dependencies();
     __shared__ float partial[32];
     const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
@@ -171,7 +137,6 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_linear_residual(
     }
     s = hrx_gemv_combine(s, r, partial);
     if (r.active && r.piece == 0u && r.lane == 0) x[r.out] = x[r.out] + (s + hrx_bf16_to_f32(bias[r.out]));
-    HRX_NEXT_AT(1u);
 }
 """
 
@@ -228,44 +193,7 @@ LINEAR_RESIDUAL = Kernel(
     host=_linear_residual_host, cuda=LINEAR_RESIDUAL_CUDA, programmatic=True,
 )
 
-
-def prefetching(kernel: Kernel) -> Kernel:
-    """The ``_pf`` variant of a fused GEMV (``LN_LINEAR``, ``LINEAR_RESIDUAL``): the same
-    kernel with one more buffer, the next GEMV's weights (read), and two more scalars,
-    bytes of them to hand to L2 (uint64) and whether at the kernel's start (0) or after
-    its GEMV (1) (uint32). Its results are the base kernel's; on the host (and on
-    engines without an L2 prefetch instruction) the prefetch does nothing. Cached: equal
-    requests get the same Kernel."""
-    src = kernel.sources.get("cuda")
-    if kernel.entry != kernel.name or not isinstance(src, str) or "HRX_NEXT_BUFFER" not in src:
-        raise ValueError(f"kernel {kernel.name!r} has no next-weights prefetch hook")
-    key = (kernel.name, src)
-    found = _PREFETCHING.get(key)
-    if found is None:
-        found = _PREFETCHING[key] = _prefetching(kernel, src)
-    return found
-
-
-_PREFETCHING: dict[tuple[str, str], Kernel] = {}
-
-
-def _prefetching(kernel: Kernel, src: str) -> Kernel:
-    base_host = kernel.sources["host"]
-    nbuf = len(kernel.buffer_access)
-
-    def host(*args: Any) -> None:  # the base mirror, the prefetch's arguments dropped
-        base_host(*args[:nbuf], *args[nbuf + 1 : -2])
-
-    name = kernel.name + "_pf"
-    body = "#define HRX_PREFETCH_NEXT 1\n" + src.replace(f" {kernel.name}(", f" {name}(")
-    return Kernel(name, buffers=(*kernel.buffer_access, "read"), scalars=(*kernel.scalar_types, np.uint64, np.uint32),
-                  host=host, cuda=body, options=kernel.options, programmatic=kernel.programmatic)
-
-
-LN_LINEAR_PF = prefetching(LN_LINEAR)
-LINEAR_RESIDUAL_PF = prefetching(LINEAR_RESIDUAL)
-
-FUSED = (EMBED, LN_LINEAR, LINEAR_RESIDUAL, LN_LINEAR_PF, LINEAR_RESIDUAL_PF)
+FUSED = (EMBED, LN_LINEAR, LINEAR_RESIDUAL)
 
 
 # -- register budgets of the fused GEMVs (CUDA) ---------------------------------------
