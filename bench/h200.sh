@@ -7,7 +7,8 @@
 #   bash bench/h200.sh [tests] [hot] [launch] [graph] [runtime] [tensor] [tensor-sweep] [image] [model] [npu] [artifacts] [amdgpu] [gpu-rest] [attention] [pdl] [occupancy] [budget] [plan] [eager] [compiled] [none]
 #
 # (none: install only, for a diagnostic run after it; compiled: the compiled-path and
-# cuda timeline tests and the shipped conformance suite on cuda, a short check where
+# cuda timeline tests (on host and cuda: the image has no clang for amdgpu's code objects,
+# which CI's machine tests) and the shipped conformance suite on cuda, a short check where
 # device time is scarce; attention: the GPT-2 kernel tests
 # and bench/tools/attention_ab.py; pdl: bench/tools/pdl_ab.py's variants; occupancy:
 # bench/tools/occupancy_ab.py; budget: bench/tools/budget_ab.py and the GEMV's splits at
@@ -72,7 +73,7 @@ for step in $steps; do
     plan) run plan-ab 240 python3 bench/tools/plan_ab.py --variants plan,six,warp,warp6,bulk \
             --shapes 4096x16384,8192x8192,8192x16384,12288x16384,16384x4096,16384x8192,16384x16384 ;;  # the GEMV plan against its variants
     eager) run eager-probe 120 python3 bench/tools/eager_probe.py --engine cuda ;;  # where host-bound eager GEMV time goes
-    compiled) run compiled-path-tests 240 python3 -m pytest -q -p no:cacheprovider --timeout 120 \
+    compiled) run compiled-path-tests 240 python3 -m pytest -q -p no:cacheprovider --timeout 120 --hrx-engine host --hrx-engine cuda \
         tests/test_fastpath.py tests/test_submit_fastpath.py tests/test_runtime_fastpath.py tests/test_dispatch_fastpath.py \
         plugins/hrx_gpu/tests/test_cuda_hot.py plugins/hrx_gpu/tests/test_cuda_gpu.py \
         && run conformance 120 python3 -m pytest -q -p no:cacheprovider --pyargs hrx_core.conformance --hrx-engine cuda ;;  # the compiled paths and the timelines on cuda, in a few minutes
