@@ -28,3 +28,22 @@ def test_every_scenario_runs_and_reports_a_time() -> None:
 def test_an_unknown_scenario_is_refused() -> None:
     done = subprocess.run([sys.executable, str(TOOL), "--what", "nothing"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "unknown" in done.stderr
+
+
+def test_cold_needs_valgrind() -> None:
+    """--cold counts the cache lines a call misses under callgrind's cache simulation:
+    timed (--no-valgrind) there is nothing to count, and it says so."""
+    done = subprocess.run([sys.executable, str(TOOL), "--what", "replay", "--no-valgrind", "--cold", "--calls", "5"],
+                          capture_output=True, text=True, timeout=300)
+    if not fastpath.module().compiled:
+        pytest.skip(f"the core's compiled replay is not built here: {fastpath.module().reason}")
+    assert done.returncode == 2 and "needs valgrind" in done.stderr
+
+
+@pytest.mark.parametrize("what", ["replay", "resubmit"])
+def test_the_cold_child_runs(what) -> None:
+    """What callgrind runs under --cold: the scenario's calls, each after the sweep."""
+    if not fastpath.module().compiled:
+        pytest.skip(f"the core's compiled replay is not built here: {fastpath.module().reason}")
+    subprocess.run([sys.executable, str(TOOL), "--child", what, "--calls", "3", "--cold"], capture_output=True, text=True,
+                   timeout=300, check=True)

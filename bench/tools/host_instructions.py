@@ -15,6 +15,14 @@ inside ``FastEntry_vectorcall`` (the compiled ``Graph.launch`` / ``Runtime.submi
 The host engine's queue adds its Python ``submit()`` to each replay (about 1,000
 instructions on CPython 3.11; the cuda queue needs none): the tool reports it apart.
 
+With ``--cold`` each call follows a sweep over 8 MiB of other memory (outside the
+counted code; the simulated last-level cache is 4 MiB), as a call after a device
+synchronization may find its caches (the benchmarks time each launch with the device
+idle before it), and the tool reports the cache lines the call misses under
+callgrind's cache simulation beside its instructions: instruction and data lines
+missing from the first level and from the last level (the ones that go to memory,
+about 100 ns each). The counts are of the simulated caches, not of a measured CPU.
+
 Without valgrind (or with ``--no-valgrind``) it prints nanoseconds a call instead. A
 diagnostic for issue 15: it writes no results file.
 """
@@ -135,29 +143,42 @@ def scenario(what: str) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
     return rebind, None
 
 
-def _child(what: str, calls: int) -> None:
+#: The simulated last-level cache of --cold (bytes, ways, line) and what each call's
+#: sweep touches before it: twice its size.
+COLD_LL = (4 << 20, 16, 64)
+COLD_SWEEP = 8 << 20
+
+
+def _child(what: str, calls: int, cold: bool = False) -> None:
     import gc
 
     fn, idle = scenario(what)
+    sweep = np.zeros(COLD_SWEEP // 8, np.int64) if cold else None
     gc.disable()
     for _ in range(calls):
         if idle is not None:
             idle()
+        if sweep is not None:
+            sweep += 1  # every line of it read and written: the caches hold other data
         fn()
 
 
-def _valgrind_count(what: str, calls: int) -> int:
-    """Instructions inside FastEntry_vectorcall over ``calls`` calls of ``what``."""
+def _valgrind_count(what: str, calls: int, cold: bool = False) -> dict[str, int]:
+    """Callgrind's events inside FastEntry_vectorcall over ``calls`` calls of ``what``
+    (``Ir``: instructions; with ``cold``, the cache simulation's misses too)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "callgrind.out")
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--toggle-collect=FastEntry_vectorcall",
-               sys.executable, os.path.abspath(__file__), "--child", what, "--calls", str(calls)]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=1800)
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--toggle-collect=FastEntry_vectorcall"]
+        if cold:
+            cmd += ["--cache-sim=yes", "--LL={},{},{}".format(*COLD_LL)]
+        cmd += [sys.executable, os.path.abspath(__file__), "--child", what, "--calls", str(calls)] + (["--cold"] if cold else [])
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=3600)
         text = open(out).read()
-    m = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)
-    if m is None:
+    events = re.search(r"^events:\s+(.+)$", text, re.M)
+    m = re.search(r"^(?:summary|totals):\s+([\d ]+)$", text, re.M)
+    if events is None or m is None:
         raise SystemExit("callgrind wrote no totals")
-    return int(m.group(1))
+    return dict(zip(events.group(1).split(), (int(x) for x in m.group(1).split())))
 
 
 def _time(what: str, calls: int) -> float:
@@ -180,10 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--what", default=",".join(WHATS), help="comma-separated: replay, rebind, resubmit")
     ap.add_argument("--calls", type=int, default=3200)
     ap.add_argument("--no-valgrind", action="store_true", help="time the calls instead of counting instructions")
+    ap.add_argument("--cold", action="store_true", help="evict the caches before each call and count the lines it misses")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        _child(args.child, args.calls)
+        _child(args.child, args.calls, args.cold)
         return 0
     whats = [w for w in args.what.split(",") if w]
     unknown = set(whats) - set(WHATS)
@@ -198,9 +220,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Python {sys.version.split()[0]}; direct locks: {bool(mod.lib.direct_locks)}")
     for what in whats:
         if count:
-            base = _valgrind_count(what, 0)  # setup only: what the child does before the calls
-            total = _valgrind_count(what, args.calls)
-            print(f"{what:9s} {(total - base) / args.calls:8.0f} instructions a call (FastEntry_vectorcall, {args.calls} calls)")
+            base = _valgrind_count(what, 0, args.cold)  # setup only: what the child does before the calls
+            total = _valgrind_count(what, args.calls, args.cold)
+            per = {k: (total[k] - base.get(k, 0)) / args.calls for k in total}
+            line = f"{what:9s} {per['Ir']:8.0f} instructions a call (FastEntry_vectorcall, {args.calls} calls)"
+            if args.cold:
+                first = per.get("I1mr", 0) + per.get("D1mr", 0) + per.get("D1mw", 0)
+                last_i, last_d = per.get("ILmr", 0), per.get("DLmr", 0) + per.get("DLmw", 0)
+                line += (f"; lines missed a call, caches swept before it: {first:.0f} first-level, {last_i:.0f} instruction"
+                         f" + {last_d:.0f} data last-level")
+            print(line)
+        elif args.cold:
+            ap.error("--cold counts cache misses: it needs valgrind")
         else:
             print(f"{what:9s} {_time(what, args.calls):8.0f} ns a call (best of 5 rounds of {args.calls})")
     return 0
