@@ -41,9 +41,14 @@ def test_cold_needs_valgrind() -> None:
 
 
 @pytest.mark.parametrize("what", ["replay", "resubmit"])
-def test_the_cold_child_runs(what) -> None:
-    """What callgrind runs under --cold: the scenario's calls, each after the sweep."""
+def test_the_cold_child_sweeps_before_every_call(what, monkeypatch) -> None:
+    """What callgrind runs under --cold: the scenario's calls, each after a sweep over
+    all of COLD_SWEEP's bytes (none without --cold)."""
     if not fastpath.module().compiled:
         pytest.skip(f"the core's compiled replay is not built here: {fastpath.module().reason}")
-    subprocess.run([sys.executable, str(TOOL), "--child", what, "--calls", "3", "--cold"], capture_output=True, text=True,
-                   timeout=300, check=True)
+    monkeypatch.syspath_prepend(str(TOOL.parent))
+    import host_instructions
+
+    sweep = host_instructions._child(what, 3, cold=True)
+    assert sweep is not None and sweep.nbytes == host_instructions.COLD_SWEEP and (sweep == 3).all()
+    assert host_instructions._child(what, 2) is None

@@ -149,18 +149,24 @@ COLD_LL = (4 << 20, 16, 64)
 COLD_SWEEP = 8 << 20
 
 
-def _child(what: str, calls: int, cold: bool = False) -> None:
+def _child(what: str, calls: int, cold: bool = False) -> np.ndarray | None:
+    """``calls`` calls of ``what`` (what callgrind counts); with ``cold`` each after the
+    sweep, whose memory it returns (every word: the number of sweeps)."""
     import gc
 
     fn, idle = scenario(what)
     sweep = np.zeros(COLD_SWEEP // 8, np.int64) if cold else None
     gc.disable()
-    for _ in range(calls):
-        if idle is not None:
-            idle()
-        if sweep is not None:
-            sweep += 1  # every line of it read and written: the caches hold other data
-        fn()
+    try:
+        for _ in range(calls):
+            if idle is not None:
+                idle()
+            if sweep is not None:
+                sweep += 1  # every line of it read and written: the caches hold other data
+            fn()
+    finally:
+        gc.enable()
+    return sweep
 
 
 def _valgrind_count(what: str, calls: int, cold: bool = False) -> dict[str, int]:
