@@ -41,14 +41,16 @@ def test_cold_needs_valgrind() -> None:
 
 
 @pytest.mark.parametrize("what", ["replay", "resubmit"])
-def test_the_cold_child_sweeps_before_every_call(what, monkeypatch) -> None:
+def test_the_cold_child_sweeps_before_every_call(what) -> None:
     """What callgrind runs under --cold: the scenario's calls, each after a sweep over
-    all of COLD_SWEEP's bytes (none without --cold)."""
+    all of COLD_SWEEP's bytes (none without --cold). In a process of its own: the
+    scenario's buffers live on the shared host device."""
     if not fastpath.module().compiled:
         pytest.skip(f"the core's compiled replay is not built here: {fastpath.module().reason}")
-    monkeypatch.syspath_prepend(str(TOOL.parent))
-    import host_instructions
 
-    sweep = host_instructions._child(what, 3, cold=True)
-    assert sweep is not None and sweep.nbytes == host_instructions.COLD_SWEEP and (sweep == 3).all()
-    assert host_instructions._child(what, 2) is None
+    def child(*extra: str) -> str:
+        return subprocess.run([sys.executable, str(TOOL), "--child", what, "--calls", "3", *extra], capture_output=True,
+                              text=True, timeout=300, check=True).stdout
+
+    assert f"swept {8 << 20} bytes before each of 3..3 calls" in child("--cold")
+    assert "swept" not in child()
