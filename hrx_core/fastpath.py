@@ -59,7 +59,7 @@ typedef int (*hrx_fast_fn)(void *arg, long long *info);
    nothing done, the core calls the native graph's apply_patches. */
 typedef int (*hrx_stage_fn)(void *arg, const void *prepared, size_t nbytes);
 
-static PyObject *s_bound, *s_items, *s_apply_patches, *s_rebound_attr, *s_rebind_memo, *s_refs, *s_holds;
+static PyObject *s_bound, *s_items, *s_apply_patches, *s_rebound_attr, *s_rebind_memo, *s_refs, *s_holds, *s_restore;
 static PyObject *s_plan, *s_rebound, *s_closed, *s_epoch, *s_value,
     *s_unative, *s_needs_submit, *s_submit, *s_pending_value, *s_unsignaled_ops,
     *s_flush_locked, *s_last_launch, *s_values, *s_ulast, *s_done, *s_last,
@@ -702,6 +702,7 @@ static int record_current(Replayer *self)
 static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind);
 static PyObject *replay(Replayer *self, PyObject *graph);
 static PyObject *replay_rebound(Replayer *self, PyObject *graph, PyObject *inputs);
+static PyObject *replay_restored(Replayer *self, PyObject *graph);
 
 /* replayer(graph) -> Completion, or None: nothing was done, run the Python path */
 static PyObject *Replayer_call(Replayer *self, PyObject *args, PyObject *kwargs)
@@ -724,13 +725,39 @@ static PyObject *replay(Replayer *self, PyObject *graph)
        graph comes with a new plan) */
     if ((r = attr_is(graph, s_plan, self->plan)) != 1)
         return r < 0 ? NULL : miss(self);
-    if ((r = attr_is(graph, s_rebound, Py_False)) != 1)
-        return r < 0 ? NULL : miss(self);
+    if ((r = attr_is(graph, s_rebound, Py_False)) < 0)
+        return NULL;
+    if (r == 0)  /* a rebinding replay left other memory bound: bind the defaults again */
+        return replay_restored(self, graph);
     if ((r = record_current(self)) != 1)
         return r < 0 ? NULL : miss(self);
     /* (an unloaded kernel moved the epoch, and the graph's record check refuses it:
        a current record means every kernel is loaded) */
     return launch_locked(self, graph, NULL);
+}
+
+/* A plain replay of a rebound graph: its restore record (Graph._remember_restore, made
+   by the Python path's first such replay) applied as a rebind record is, where it is
+   current (EPOCH stands), then the launch; else None (the Python path). */
+static PyObject *replay_restored(Replayer *self, PyObject *graph)
+{
+    PyObject *restore = get_attr(graph, s_restore);
+    if (restore == NULL)
+        return NULL;
+    if (restore == Py_None) {
+        Py_DECREF(restore);
+        return miss(self);
+    }
+    PyObject *mine = get_attr(restore, s_epoch);
+    PyObject *now = mine == NULL ? NULL : get_attr(self->epoch, s_value);
+    int r = now == NULL ? -1 : PyObject_RichCompareBool(mine, now, Py_EQ);
+    Py_XDECREF(mine);
+    Py_XDECREF(now);
+    if (r == 1)
+        r = record_current(self);
+    PyObject *result = r == 1 ? launch_locked(self, graph, restore) : (r < 0 ? NULL : miss(self));
+    Py_DECREF(restore);
+    return result;
 }
 
 /* Apply a rebind record's inputs (under the queue's lock), as Graph._apply_record
@@ -3085,6 +3112,7 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_apply_patches, "apply_patches");
     INTERN(s_rebound_attr, "rebound");
     INTERN(s_rebind_memo, "_rebind_memo");
+    INTERN(s_restore, "_restore");
     INTERN(s_refs, "refs");
     INTERN(s_holds, "holds");
     INTERN(s_rebound, "_rebound");

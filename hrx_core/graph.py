@@ -145,7 +145,7 @@ class Graph:
     #: How many times the graph was launched (compiled replays count in _launch_tallies).
     launches = TalliedCount("_launches", "_launch_tallies", "How many times the graph was launched.")
 
-    __slots__ = ("stream", "device", "owned", "_plan", "_record", "_rebound", "_bound", "_rebind_memo",
+    __slots__ = ("stream", "device", "owned", "_plan", "_record", "_rebound", "_bound", "_rebind_memo", "_restore",
                  "_last_launch", "_launches", "_launch_tallies", "_fast", "_fast_for", "_closed", "_native", "__dict__",
                  "__weakref__")
 
@@ -198,6 +198,9 @@ class Graph:
         self._patch_memo: dict[tuple[str, tuple[int, int]], tuple[int, list[tuple[int, int, BufferArg]]]] = {}
         # and per inputs mapping (its names, then id() of its values) a rebind record
         self._rebind_memo: dict[tuple[Any, ...], _RebindRecord] = {}
+        # the record that binds the defaults again after a rebinding replay (what a
+        # plain launch() of a rebound graph applies), made by the first such launch
+        self._restore: _RebindRecord | None = None
         # owned graphs: each node's native commands, prepared when it was recorded
         self._prepared: list[list[tuple[str, dict[str, Any]]]] = []
         self._closed = False
@@ -554,6 +557,8 @@ class Graph:
                 extra = self._apply_inputs(chosen or {})
                 if key and chosen:
                     self._remember_rebind(key, inputs, chosen, extra, epoch)  # type: ignore[arg-type]
+                elif not inputs and not self._rebound and stream is self.stream:
+                    self._remember_restore(record.epoch)
             held: list[Any] = []
             try:
                 for a, *_ in extra:  # memory bound for this replay only
@@ -837,6 +842,33 @@ class Graph:
         for alloc, *_ in chosen.values():
             if alloc.host_maps or alloc.host_dirty:
                 return
+        items = self._rebind_items(native, chosen)
+        memo = self._rebind_memo
+        old = memo.pop(key, None)
+        if old is None and len(memo) >= _REBIND_MEMO:
+            old = memo.pop(next(iter(memo)))
+        if old is not None:
+            old.close()
+        memo[key] = _RebindRecord(epoch, tuple(refs), items, extra, self._rebound, chosen)
+
+    def _remember_restore(self, epoch: int) -> None:
+        """Keep the record that binds every input's default again (the default bindings
+        validated at ``epoch``, the launch record's, which holds their memory), for the
+        compiled replay of a plain launch() after rebinding replays; as
+        :meth:`_remember_rebind`, only where every input rebinds through argument cells."""
+        native = self._native
+        restore = self._restore
+        if native is None or any(self._slow.values()) or (restore is not None and restore.epoch == epoch):
+            return
+        items = self._rebind_items(native, {})
+        if restore is not None:
+            restore.close()
+        self._restore = _RebindRecord(epoch, (), items, [], False, {})
+
+    def _rebind_items(self, native: NativeGraph, chosen: Mapping[str, tuple[Allocation, int, int, bool]]) -> tuple[Any, ...]:
+        """A rebind record's items: per declared input (its default where ``chosen``
+        names none), (name, (id(allocation), start), its argument-cell patches, what
+        the native graph's prepare_patches made of them or None)."""
         items = []
         for name, declared in self._inputs.items():
             c = chosen.get(name)
@@ -844,13 +876,7 @@ class Graph:
             patches = [(native_index, arg, BufferArg(alloc.native, start + off, n, acc))
                        for native_index, arg, off, n, acc in self._cells.get(name, ())]
             items.append((name, (id(alloc), start), patches, native.prepare_patches(patches) if patches else None))
-        memo = self._rebind_memo
-        old = memo.pop(key, None)
-        if old is None and len(memo) >= _REBIND_MEMO:
-            old = memo.pop(next(iter(memo)))
-        if old is not None:
-            old.close()
-        memo[key] = _RebindRecord(epoch, tuple(refs), tuple(items), extra, self._rebound, chosen)
+        return tuple(items)
 
     def _apply_record(self, rebind: _RebindRecord) -> None:
         """:meth:`_apply_inputs` from a rebind record: patch the inputs whose bound
@@ -918,6 +944,9 @@ class Graph:
         rebinds, self._rebind_memo = self._rebind_memo, {}
         for rebind in rebinds.values():
             rebind.close()
+        restore, self._restore = self._restore, None
+        if restore is not None:
+            restore.close()
         record, self._record = self._record, None
         if record is not None:
             record.close()

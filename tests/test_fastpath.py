@@ -2,8 +2,9 @@
 
 Every engine present: the compiled replay makes the same launches, values, completions
 and counts as the Python path, and leaves to the Python path (doing nothing) every
-case that path handles with more than a read: a stale launch record, rebound inputs,
-a closed graph or queue, another thread holding the queue's lock, a changed plan.
+case that path handles with more than a read: a stale launch record, a mapping of
+inputs or a rebound graph's defaults without a current record, a closed graph or
+queue, another thread holding the queue's lock, a changed plan.
 """
 
 from __future__ import annotations
@@ -148,11 +149,68 @@ def test_rebound_inputs_and_defaults_again(dev: hrx.Device, compiled: None) -> N
     g.launch()
     assert g._fast.hits + g._fast.misses == 1
     g.launch(inputs={"x": b})
-    g.launch()  # the defaults again: bound back by the Python path
+    g.launch()  # the defaults again: bound back by the Python path (the first time)
     g.launch()
     s.synchronize()
     assert _value(s, a) == 4 and _value(s, b) == 1
     assert g.launches == 5
+
+
+def _rebinds_in_c(g: hrx.Graph) -> bool:
+    """Whether the engine prepares its patches (else a rebind runs patch_args: Python)."""
+    from hrx_core.engine import NativeGraph
+
+    return type(g._native).prepare_patches is not NativeGraph.prepare_patches
+
+
+def test_defaults_again_after_rebinding_replays_are_compiled(dev: hrx.Device, compiled: None) -> None:
+    """A plain launch() of a rebound graph binds the defaults again: the Python path
+    the first time (it keeps the graph's restore record), the compiled replay after."""
+    s, a, b, g = _input_graph(dev)
+    g.launch()
+    d = {"x": b}
+    g.launch(inputs=d)
+    g.launch()  # the Python path binds the defaults back and keeps the restore record
+    assert g._restore is not None and not g._rebound
+    fast = g._fast
+    assert fast is not None
+    misses = fast.misses
+    for _ in range(10):
+        g.launch(inputs=d)
+        assert g._rebound
+        g.launch()
+        assert not g._rebound
+    s.synchronize()
+    assert _value(s, a) == 12 and _value(s, b) == 11
+    assert g.launches == 23
+    if _rebinds_in_c(g):
+        assert fast.misses == misses  # every one compiled, rebinding and restoring
+
+
+def test_a_stale_restore_record_is_not_replayed(dev: hrx.Device, compiled: None) -> None:
+    """The restore record is current while EPOCH stands: a free elsewhere sends the next
+    plain launch of a rebound graph to the Python path (which makes the record again),
+    and a closed default is refused there, nothing launched."""
+    s, a, b, g = _input_graph(dev)
+    g.launch()
+    d = {"x": b}
+    g.launch(inputs=d)
+    g.launch()
+    first = g._restore
+    g.launch(inputs=d)
+    other = dev.allocate(256)
+    other.close()  # moves the epoch: every record is stale
+    g.launch()
+    assert g._restore is not first and g._restore is not None and g._restore.epoch == hrx.buffer.EPOCH.value
+    g.launch(inputs=d)
+    s.synchronize()
+    assert _value(s, a) == 3 and _value(s, b) == 3
+    a.close()  # (a borrowed default: the graph refuses it)
+    with pytest.raises(hrx.InvalidArgument, match="closed"):
+        g.launch()
+    assert g.launches == 6
+    s.synchronize()
+    assert _value(s, b) == 3
 
 
 def test_closed_graph_raises(dev: hrx.Device, compiled: None) -> None:
