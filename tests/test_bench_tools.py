@@ -115,3 +115,23 @@ def test_replay_probe_times_each_layer_on_the_host(monkeypatch, capsys):
     assert "host: 3-node graph; compiled replay:" in out
     for layer in ("launch", "python"):
         assert f"  {layer} " in out and "back to back" in out
+
+
+def test_spike_probe_splits_the_mean_on_the_host(monkeypatch, capsys):
+    """bench/tools/spike_probe.py: its split of per-call times (the calls above four
+    times the median, and their share of the time), and a run on the host engine."""
+    monkeypatch.syspath_prepend(str(TOOLS))
+    monkeypatch.syspath_prepend(str(TOOLS.parent))
+    import spike_probe
+
+    d = spike_probe.split([1.0] * 99 + [101.0])
+    assert d["median"] == 1.0 and d["mean"] == pytest.approx(2.0) and d["p90"] == 1.0
+    assert d["spikes"] == pytest.approx(0.01) and d["spike_share"] == pytest.approx(101 / 200)
+    assert spike_probe.split([2.0, 3.0, 7.0])["spikes"] == 0  # 7 is not above 4 x 3
+    monkeypatch.setattr(sys, "argv", ["spike_probe.py", "--engine", "host", "--nodes", "3", "--calls", "4", "--rounds", "1"])
+    assert spike_probe.main() == 0
+    out = capsys.readouterr().out
+    assert "host: 3-node graphs, 1 rounds of 4 idle calls (us)" in out
+    for name in ("launch", "launch3", "submit"):
+        assert f"  {name} " in out and "% of the time" in out
+    assert "  raw " not in out  # (cuda only)
