@@ -1655,14 +1655,21 @@ unlock:
                 break;
             entries = PyTuple_GET_ITEM(place, 0);
             index = PyTuple_GET_ITEM(place, 1);
-            PyObject *old = PyObject_GetItem(entries, index);
-            PyObject *entry = NULL;
-            if (old != NULL && PyTuple_Check(old) && PyTuple_GET_SIZE(old) == 4)
-                entry = PyTuple_Pack(4, PyTuple_GET_ITEM(old, 0), PyTuple_GET_ITEM(old, 1), PyTuple_GET_ITEM(old, 2), event);
-            else if (old != NULL)
-                PyErr_SetString(PyExc_TypeError, "_Inflight entry: expected (start, end, writes, event)");
-            bad = entry == NULL || PyObject_SetItem(entries, index, entry) < 0;
-            Py_XDECREF(old);
+            PyObject *entry;
+            Py_ssize_t at = PyList_CheckExact(entries) && PyLong_CheckExact(index) ? PyLong_AsSsize_t(index) : -1;
+            if (at >= 0 && at < PyList_GET_SIZE(entries))
+                entry = Py_NewRef(PyList_GET_ITEM(entries, at));
+            else {
+                PyErr_Clear();
+                entry = PyObject_GetItem(entries, index);
+            }
+            if (entry != NULL && PyList_CheckExact(entry) && PyList_GET_SIZE(entry) == 4)
+                PyList_SetItem(entry, 3, Py_NewRef(event));  /* (in place: the old event's reference goes) */
+            else if (entry != NULL) {
+                PyErr_SetString(PyExc_TypeError, "_Inflight entry: expected [start, end, writes, event]");
+                bad = 1;
+            }
+            bad = bad || entry == NULL;
             Py_XDECREF(entry);
         }
         Py_DECREF(seq);

@@ -220,7 +220,9 @@ class _Inflight:
     __slots__ = ("generation", "__dict__")
 
     def __init__(self) -> None:
-        self._entries: dict[int, list[tuple[int, int, bool, Event]]] = {}
+        # per allocation, its entries: [start, end, writes, event] (lists: a resubmission
+        # names its new event in place, see replace)
+        self._entries: dict[int, list[list[Any]]] = {}
         #: bumped by every change of the entries but :meth:`replace` (see :class:`_Resubmit`)
         self.generation = 0
 
@@ -291,7 +293,7 @@ class _Inflight:
                 # (keeps the list bounded when many submissions read one input)
                 entries[:] = [x for x in entries
                               if x[2] or x[0] != start or x[1] != end or x[3].completion.slot is not slot]
-            entry = (start, end, writes, event)
+            entry = [start, end, writes, event]
             entries.append(entry)
             if places:
                 added.append((entries, entry, id(alloc)))
@@ -313,8 +315,7 @@ class _Inflight:
         """A resubmitted region's entries name ``event`` in place of its previous one's
         (hrx_core.fastpath's Submitter does the same in C: change both)."""
         for entries, i in places:
-            s, e, w, _ = entries[i]
-            entries[i] = (s, e, w, event)
+            entries[i][3] = event
 
     def relocate(self, marks: Sequence[tuple[int, int, int, bool]], event: Event) -> list[tuple[list[Any], int]] | None:
         """Where the entries :meth:`record` entered for ``event`` (``marks``) stand now,
