@@ -293,21 +293,21 @@ class _Inflight:
                 # (keeps the list bounded when many submissions read one input)
                 entries[:] = [x for x in entries
                               if x[2] or x[0] != start or x[1] != end or x[3].completion.slot is not slot]
-            entry = [start, end, writes, event]
+            entry: list[Any] = [start, end, writes, event]
             entries.append(entry)
             if places:
-                added.append((entries, entry, id(alloc)))
+                added.append((entries, entry, id(alloc), start, end, writes))
         if not places:
             return None
         # a later access of the region may have moved an earlier one's entry, or removed
         # it (a write covering a read of the same region)
-        out = []
+        out: list[tuple[list[Any], int]] = []
         marks = []
-        for entries, entry, key in added:
+        for entries, entry, key, start, end, writes in added:
             for i, x in enumerate(entries):
                 if x is entry:
                     out.append((entries, i))
-                    marks.append((key, entry[0], entry[1], entry[2]))
+                    marks.append((key, start, end, writes))
                     break
         return out, marks
 
