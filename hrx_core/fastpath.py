@@ -139,8 +139,9 @@ typedef struct {
     Py_ssize_t offset;   /* -1: not a plain slot */
 } slot_entry;
 
-#define SLOT_CACHE 512
-static slot_entry slot_cache[SLOT_CACHE];
+#define SLOT_WAYS 4
+#define SLOT_BUCKETS 512  /* (a power of two) */
+static slot_entry slot_cache[SLOT_BUCKETS * SLOT_WAYS];
 
 static Py_ssize_t slot_fill(PyTypeObject *type, PyObject *name, slot_entry *e);
 
@@ -151,22 +152,27 @@ static inline Py_ssize_t slot_offset(PyTypeObject *type, PyObject *name)
     (void)name;
     return -1;  /* (the cache is not thread-safe without the GIL) */
 #else
-    /* two entries a bucket: keys that share a bucket do not evict each other */
-    slot_entry *e = &slot_cache[2 * ((((uintptr_t)type >> 4) * 31 + ((uintptr_t)name >> 4)) % (SLOT_CACHE / 2))];
+    /* SLOT_WAYS entries a bucket, the bucket from both addresses mixed by multiplication
+       (heap objects share their low bits: summing shifted addresses put a hot path's
+       keys into few buckets, and three of them evicted each other on every call) */
+    uint64_t h = (uint64_t)(uintptr_t)type * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)name * 0xC2B2AE3D27D4EB4Full;
+    slot_entry *e = &slot_cache[SLOT_WAYS * (size_t)((h >> 32) & (SLOT_BUCKETS - 1))];
     /* (a modified class's tag is 0 until looked up again, then new; stored tags are not 0) */
-    if (e[0].type == type && e[0].name == name && e[0].version == type->tp_version_tag)
-        return e[0].offset;
-    if (e[1].type == type && e[1].name == name && e[1].version == type->tp_version_tag)
-        return e[1].offset;
+    for (int k = 0; k < SLOT_WAYS; k++)
+        if (e[k].type == type && e[k].name == name && e[k].version == type->tp_version_tag)
+            return e[k].offset;
     return slot_fill(type, name, e);
 #endif
 }
 
 /* slot_offset's miss: look the name up, remember the answer where the class has a tag
-   (in e[0], the bucket's first entry moving to e[1]) */
+   (in e[0], the bucket's other entries moving down one, its last one going) */
+static Py_ssize_t slot_fills;  /* (lookups slot_offset missed: the module's slot_fills()) */
+
 static Py_ssize_t slot_fill(PyTypeObject *type, PyObject *name, slot_entry *e)
 {
     Py_ssize_t offset = -1;
+    slot_fills++;
     if (type->tp_getattro == PyObject_GenericGetAttr && type->tp_setattro == PyObject_GenericSetAttr) {
         PyObject *d = _PyType_Lookup(type, name);  /* borrowed; gives the class a version tag */
         if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
@@ -177,7 +183,7 @@ static Py_ssize_t slot_fill(PyTypeObject *type, PyObject *name, slot_entry *e)
     }
     if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) || type->tp_version_tag == 0)
         return offset;  /* (no tag to check later: not remembered) */
-    e[1] = e[0];  /* (the bucket's older entry goes) */
+    memmove(e + 1, e, (SLOT_WAYS - 1) * sizeof *e);  /* (the bucket's oldest entry goes) */
     e->type = type;
     e->name = name;
     e->version = type->tp_version_tag;
@@ -2909,7 +2915,20 @@ static PyTypeObject DispatcherType = {
     .tp_getset = Dispatcher_getset,
 };
 
-static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, NULL, "HRX's compiled replay path.", -1, NULL};
+/* slot_fills() -> int: how many attribute lookups missed the slot-offset cache so far */
+static PyObject *module_slot_fills(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromSsize_t(slot_fills);
+}
+
+static PyMethodDef module_methods[] = {
+    {"slot_fills", module_slot_fills, METH_NOARGS, "Attribute lookups that missed the slot-offset cache so far."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, NULL, "HRX's compiled replay path.", -1, module_methods};
 
 /* ---- Compiled entries: Graph.launch and Runtime.submit without a Python frame ------- */
 

@@ -213,6 +213,43 @@ def test_a_stale_restore_record_is_not_replayed(dev: hrx.Device, compiled: None)
     assert _value(s, b) == 3
 
 
+def test_warm_compiled_paths_find_every_slot_offset_cached(dev: hrx.Device, compiled: None) -> None:
+    """The compiled paths read and write attributes at slot offsets remembered per
+    (class, name): once warm, replays, rebinding replays, restores of the defaults and
+    runtime resubmissions look nothing up again. (With the earlier cache, three keys
+    of a resubmission shared a bucket of two and evicted each other on every call: a
+    type lookup per attribute each time.)"""
+    from hrx_core.execution import Runtime, RuntimeOptions
+
+    lib = fastpath.module().lib
+    s, a, b, g = _input_graph(dev)
+    d = {"x": b}
+    rt = Runtime(dev, RuntimeOptions(observe=False, signals="lazy"))
+    x = rt.allocate(256)
+    tg = rt.graph("count")
+    tg.compute("add", lambda r: r.dispatch(ADD_U32, 1, [x], block=64, scalars=(1, 64)))
+    try:
+        def calls() -> None:
+            for _ in range(8):
+                g.launch()
+                g.launch(inputs=d)
+                g.launch()
+                rt.submit(tg)
+            s.synchronize()
+            rt.synchronize()
+
+        for _ in range(3):
+            calls()
+        hits = (g._fast.hits, tg._fast_submit.hits)
+        before = lib.slot_fills()
+        calls()
+        assert lib.slot_fills() == before
+        assert g._fast.hits - hits[0] == (24 if _rebinds_in_c(g) else 16) and tg._fast_submit.hits - hits[1] == 8
+    finally:
+        tg.close()
+        rt.close()
+
+
 def test_closed_graph_raises(dev: hrx.Device, compiled: None) -> None:
     s, buf, g = _replayed(dev)
     fast = g._fast
