@@ -33,6 +33,24 @@ from runtime import TOUCH  # noqa: E402 - bench/runtime.py
 import hrx_core as hrx  # noqa: E402
 
 
+def replay_graph(dev, s, nodes: int, ninputs: int):
+    """bench/gpu.py's replay graph on stream ``s``: a chain of ``nodes`` dispatches, the
+    first ``ninputs`` bound to declared inputs (a, b, ...), replayed twice (the second
+    replay goes through the compiled replay where it is built)."""
+    scratch = dev.allocate(256)
+    inputs = [dev.allocate(256) for _ in range(ninputs)]
+    g = s.graph()
+    for name, buf in zip("abcdefgh", inputs):
+        g.input(name, buf)
+    prev: list = []
+    for i in range(nodes):
+        buf = inputs[i] if i < ninputs else scratch
+        prev = [g.dispatch(TOUCH, 1, [buf], block=32, scalars=(i,), deps=prev)]
+    g.launch().wait()
+    g.launch().wait()
+    return g
+
+
 def back_to_back(fn, calls: int) -> float:
     t = time.perf_counter()
     for i in range(calls):
@@ -50,17 +68,7 @@ def main() -> int:
     args = ap.parse_args()
     dev = hrx.device(args.engine)
     s = dev.stream()
-    scratch = dev.allocate(256)
-    inputs = [dev.allocate(256) for _ in range(args.inputs)]
-    g = s.graph()
-    for i, buf in enumerate(inputs):  # as bench/gpu.py's graph: the first nodes bind declared inputs
-        g.input("abcdefgh"[i], buf)
-    prev: list = []
-    for i in range(args.nodes):
-        buf = inputs[i] if i < len(inputs) else scratch
-        prev = [g.dispatch(TOUCH, 1, [buf], block=32, scalars=(i,), deps=prev)]
-    g.launch().wait()
-    g.launch().wait()
+    g = replay_graph(dev, s, args.nodes, args.inputs)
     fast = g._fast
     print(f"{dev.info.engine}: {args.nodes}-node graph; compiled replay: {fast is not None}"
           f"{'' if fast is None else f', C entry: {fast.compiled_entry}'}")

@@ -25,26 +25,10 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime import TOUCH, _replay_setup  # noqa: E402 - bench/runtime.py
+from replay_probe import replay_graph  # noqa: E402 - bench/tools/replay_probe.py
+from runtime import _replay_setup  # noqa: E402 - bench/runtime.py
 
 import hrx_core as hrx  # noqa: E402
-
-
-def replay_graph(dev: Any, s: Any, nodes: int, ninputs: int) -> Any:
-    """bench/gpu.py's replay graph: a chain of ``nodes`` dispatches, the first
-    ``ninputs`` bound to declared inputs."""
-    scratch = dev.allocate(256)
-    inputs = [dev.allocate(256) for _ in range(ninputs)]
-    g = s.graph()
-    for name, buf in zip("abcdefgh", inputs):
-        g.input(name, buf)
-    prev: list[Any] = []
-    for i in range(nodes):
-        buf = inputs[i] if i < ninputs else scratch
-        prev = [g.dispatch(TOUCH, 1, [buf], block=32, scalars=(i,), deps=prev)]
-    g.launch().wait()
-    g.launch().wait()
-    return g
 
 
 def split(times: list[float]) -> dict[str, float]:
