@@ -1366,6 +1366,8 @@ static PyObject *s_submit_plan, *s_gclosed, *s_fast_resubmit, *s_resubmit, *s_ge
     *s_settled, *s_c_completed, *s_c_failed, *s_retire, *s_retained, *s_quarantine_failed, *s_space_waiters,
     *s_retired, *s_settle_finished;
 
+#define SPARES 64  /* (RuntimeOptions.max_submissions' default: one settled batch) */
+
 typedef struct {
     PyObject_HEAD
     /* object fields, `runtime` to `lane_release` (see visit_fields) */
@@ -1386,6 +1388,11 @@ typedef struct {
     long max_submissions;
     Py_ssize_t fold_after;  /* runtime._FOLD_AFTER */
     Py_ssize_t hits, misses;
+    /* settled submissions nothing else referenced, kept for reuse with their events
+       list and Event (keep_spare, take_spare); their fields other than those hold None */
+    PyObject *spares[SPARES];
+    int nspares;
+    Py_ssize_t recycled;  /* submissions made from a spare */
 } Submitter;
 
 static PyObject *sub_miss(Submitter *self)
@@ -1572,8 +1579,75 @@ static PyObject *resubmit_field(Submitter *self, PyObject *again, Py_ssize_t ind
     return get_attr(again, name);
 }
 
-/* Encode one region as Runtime._encode's resubmission branch does: the event, or NULL */
-static PyObject *encode_region(Submitter *self, PyObject *again)
+/* ---- spare submissions: a settled submission that nothing but the settling holds is
+   kept, with its events list and Event, instead of being freed, and the next
+   resubmission fills it in instead of allocating three objects (and freeing them when it
+   settles). Reference counts decide: a submission, list or Event anything else holds
+   (the caller, a trace, gc.get_objects) is never reused. */
+
+/* the object in a slot attribute of obj, borrowed (NULL: not a slot, or empty) */
+static inline PyObject *slot_peek(PyObject *obj, PyObject *name)
+{
+    Py_ssize_t off = slot_offset(Py_TYPE(obj), name);
+    return off > 0 ? *(PyObject **)((char *)obj + off) : NULL;
+}
+
+/* the Event of a would-be spare's one-item events list, borrowed, where the submission,
+   its list and the Event hold `refs`, 1 and 1 references and no weak reference points at
+   the submission; else NULL */
+static PyObject *spare_event(Submitter *self, PyObject *sub, Py_ssize_t refs)
+{
+    PyTypeObject *t = Py_TYPE(sub);
+    if ((PyObject *)t != self->submission_type || Py_REFCNT(sub) != refs)
+        return NULL;
+    if (t->tp_weaklistoffset != 0 && *(PyObject **)((char *)sub + t->tp_weaklistoffset) != NULL)
+        return NULL;
+    PyObject *events = slot_peek(sub, s_events);
+    if (events == NULL || !PyList_CheckExact(events) || Py_REFCNT(events) != 1 || PyList_GET_SIZE(events) != 1)
+        return NULL;
+    PyObject *event = PyList_GET_ITEM(events, 0);
+    if ((PyObject *)Py_TYPE(event) != self->event_type || Py_REFCNT(event) != 1)
+        return NULL;
+    return event;
+}
+
+/* keep a settled submission that its settling holds `refs` references to (0 kept, 1 not:
+   not spare, or no room; -1 error) */
+static int keep_spare(Submitter *self, PyObject *sub, Py_ssize_t refs)
+{
+    if (self->nspares >= SPARES)
+        return 1;
+    PyObject *event = spare_event(self, sub, refs);
+    if (event == NULL)
+        return 1;
+    /* (what it referred to goes now, as when it was freed: a spare keeps nothing alive) */
+    if (set_attr(sub, s_runtime_attr, Py_None) < 0 || set_attr(sub, s_graph_attr, Py_None) < 0
+        || set_attr(sub, s_owners, Py_None) < 0 || set_attr(sub, s_submitted, Py_None) < 0
+        || set_attr(sub, s_sequence, Py_None) < 0 || set_attr(event, s_completion, Py_None) < 0
+        || set_attr(event, s_upstream, self->empty) < 0 || set_attr(event, s_resolved, Py_None) < 0
+        || set_attr(event, s_timestamp, Py_None) < 0)
+        return -1;
+    self->spares[self->nspares++] = Py_NewRef(sub);
+    return 0;
+}
+
+/* a spare submission (a new reference), its Event (borrowed) in *event; NULL: none.
+   One that something reached meanwhile (gc.get_objects) is dropped, not reused. */
+static PyObject *take_spare(Submitter *self, PyObject **event)
+{
+    while (self->nspares > 0) {
+        PyObject *sub = self->spares[--self->nspares];
+        self->spares[self->nspares] = NULL;
+        if ((*event = spare_event(self, sub, 1)) != NULL)
+            return sub;
+        Py_DECREF(sub);
+    }
+    return NULL;
+}
+
+/* Encode one region as Runtime._encode's resubmission branch does: the event, or NULL.
+   `reuse`: a spare Event to fill in (borrowed), or NULL for a new one. */
+static PyObject *encode_region(Submitter *self, PyObject *again, PyObject *reuse)
 {
     PyObject *previous = get_attr(self->region, s_last);
     if (previous == NULL)
@@ -1608,7 +1682,7 @@ static PyObject *encode_region(Submitter *self, PyObject *again)
             goto unlock;
     }
     /* Event(completion), its fields as Event.__init__ sets them */
-    event = ((PyTypeObject *)self->event_type)->tp_alloc((PyTypeObject *)self->event_type, 0);
+    event = reuse != NULL ? Py_NewRef(reuse) : ((PyTypeObject *)self->event_type)->tp_alloc((PyTypeObject *)self->event_type, 0);
     if (event == NULL)
         goto unlock;
     if (set_attr(event, s_completion, completion) < 0 || set_attr(event, s_upstream, self->empty) < 0
@@ -1883,6 +1957,11 @@ static int settle_prefix(Submitter *self)
                 goto out;
             Py_DECREF(x);
         }
+        /* the ones it took off the queue that nothing else holds (batch and fresh hold
+           two references) are kept for the next resubmissions */
+        for (Py_ssize_t k = 0; k < i; k++)
+            if (keep_spare(self, PyList_GET_ITEM(fresh, k), 2) < 0)
+                goto out;
     }
     rc = 1;
 out:
@@ -1971,20 +2050,29 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
     {
         /* (a failure here left nothing accepted: Runtime._encode_failed has nothing to
            quarantine; the room is given back below, as in the Python path) */
-        PyObject *event = encode_region(self, again);
+        PyObject *reuse = NULL;
+        submission = take_spare(self, &reuse);
+        PyObject *event = encode_region(self, again, reuse);
         if (event == NULL)
             goto error;
-        events = PyList_New(1);
-        if (events == NULL) {
+        if (submission != NULL) {  /* its events list holds the Event it filled in */
             Py_DECREF(event);
-            goto error;
+            events = Py_NewRef(slot_peek(submission, s_events));
+            self->recycled++;
+        } else {
+            events = PyList_New(1);
+            if (events == NULL) {
+                Py_DECREF(event);
+                goto error;
+            }
+            PyList_SET_ITEM(events, 0, event);
         }
-        PyList_SET_ITEM(events, 0, event);
     }
     {
         /* Submission(runtime, graph, events, owners, submitted), its fields as
            Submission.__init__ sets them, numbered */
-        submission = ((PyTypeObject *)self->submission_type)->tp_alloc((PyTypeObject *)self->submission_type, 0);
+        if (submission == NULL)
+            submission = ((PyTypeObject *)self->submission_type)->tp_alloc((PyTypeObject *)self->submission_type, 0);
         if (submission == NULL)
             goto error;
         PyObject *seq = get_attr(self->runtime, s_usequence);
@@ -2014,13 +2102,36 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
             goto error;
     }
     {
-        /* the graph's counters, added when the statistics are read */
-        PyObject *x = PyObject_CallOneArg(self->uncounted_append, self->counters);
-        if (x == NULL)
+        /* the graph's counters, added when the statistics are read: a run of them at
+           the queue's tail, (counters, Tally), counts one more (the GIL makes the look
+           and the increment one step: a run a reader took off the queue is never
+           counted into again); else a new run of one */
+        Py_ssize_t n = PyObject_Length(self->uncounted);
+        PyObject *tail = n > 0 ? PySequence_GetItem(self->uncounted, n - 1) : NULL;
+        if (n < 0 || (n > 0 && tail == NULL))
             goto error;
-        Py_DECREF(x);
-        if (PyObject_Length(self->uncounted) > self->fold_after && call_method0(self->runtime, s_add_uncounted) < 0)
-            goto error;
+        if (tail != NULL && PyTuple_CheckExact(tail) && PyTuple_GET_SIZE(tail) == 2
+            && PyTuple_GET_ITEM(tail, 0) == self->counters && Py_IS_TYPE(PyTuple_GET_ITEM(tail, 1), &TallyType)) {
+            ((Tally *)PyTuple_GET_ITEM(tail, 1))->value++;
+            Py_DECREF(tail);
+        } else {
+            Py_XDECREF(tail);
+            PyObject *tally = PyType_GenericAlloc(&TallyType, 0), *run = NULL, *x = NULL;
+            if (tally != NULL) {
+                ((Tally *)tally)->value = 1;
+                run = PyTuple_Pack(2, self->counters, tally);
+                Py_DECREF(tally);
+            }
+            if (run != NULL) {
+                x = PyObject_CallOneArg(self->uncounted_append, run);
+                Py_DECREF(run);
+            }
+            if (x == NULL)
+                goto error;
+            Py_DECREF(x);
+            if (n + 1 > self->fold_after && call_method0(self->runtime, s_add_uncounted) < 0)
+                goto error;
+        }
     }
     locked = 0;
     if (release_keeping(self->submit_release) < 0)
@@ -2073,11 +2184,17 @@ miss:
 
 static int Submitter_traverse(Submitter *self, visitproc visit, void *arg)
 {
+    for (int i = 0; i < self->nspares; i++)
+        Py_VISIT(self->spares[i]);
     return visit_fields(&self->runtime, &self->lane_release, visit, arg);
 }
 
 static int Submitter_clear(Submitter *self)
 {
+    while (self->nspares > 0) {
+        self->nspares--;
+        Py_CLEAR(self->spares[self->nspares]);
+    }
     clear_fields(&self->runtime, &self->lane_release);
     return 0;
 }
@@ -2189,7 +2306,7 @@ static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
         if (same)
             self->resubmit_type = Py_NewRef(resubmit_type);
     }
-    self->hits = self->misses = 0;
+    self->hits = self->misses = self->recycled = 0;
     return 0;
 fail:
     Submitter_clear(self);
@@ -2199,6 +2316,8 @@ fail:
 static PyMemberDef Submitter_members[] = {
     {"hits", T_PYSSIZET, offsetof(Submitter, hits), READONLY, "submissions this submitter made"},
     {"misses", T_PYSSIZET, offsetof(Submitter, misses), READONLY, "calls it left to the Python path"},
+    {"recycled", T_PYSSIZET, offsetof(Submitter, recycled), READONLY, "submissions it made from a spare (a settled one nothing held)"},
+    {"spares", T_INT, offsetof(Submitter, nspares), READONLY, "settled submissions it keeps for reuse"},
     {"plan", T_OBJECT, offsetof(Submitter, plan), READONLY, "the submit plan it was made for"},
     {NULL}
 };

@@ -10,6 +10,7 @@ or runtime, ``block=False`` or a timeout, the fast resubmission switched off.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from typing import Any
@@ -344,7 +345,9 @@ def test_c_made_objects_have_the_python_made_fields(dev: hrx.Device, mode: str) 
         again = rt.submit(h)  # compiled in compiled mode
         if mode == "compiled":
             assert h._fast_submit.hits == 1
-        assert type(again) is type(first) and vars(again).keys() == vars(first).keys()
+        assert type(again) is type(first) and not hasattr(again, "__dict__")  # (slots only: a new field is a new slot)
+        fields = [k for k in type(first).__slots__ if k != "__weakref__"]
+        assert [hasattr(again, k) for k in fields] == [hasattr(first, k) for k in fields] == [True] * len(fields)
         assert again.sequence == first.sequence + 1 and again._settled is False and again.graph is h
         assert again.owners is first.owners and again.runtime is rt
         (e1,), (e2,) = first.events, again.events
@@ -654,5 +657,143 @@ def test_threads_settling_while_others_resubmit_settle_each_submission_once(dev:
         rt.synchronize(60)
         assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 122
         assert rt.quarantined == []
+    finally:
+        rt.close()
+
+
+def _compiled_only() -> None:
+    if not fastpath.module().compiled:
+        pytest.skip(f"compiled resubmission not built here: {fastpath.module().reason}")
+
+
+def _warm_submitter(rt: Runtime) -> tuple[Any, Any]:
+    """_pipeline's one-region graph submitted twice (its submitter made): it and the submitter."""
+    _, _, _, h = _pipeline(rt)
+    rt.submit(h).wait(60)
+    rt.submit(h).wait(60)
+    return h, h._fast_submit
+
+
+def _spares(fast: Any) -> list[Any]:
+    """The settled submissions a submitter keeps for reuse (it visits them for the GC)."""
+    from hrx_core.execution import Submission
+
+    return [x for x in gc.get_referents(fast) if type(x) is Submission]
+
+
+def test_settled_submissions_nothing_holds_are_reused_with_fresh_fields(dev: hrx.Device) -> None:
+    """A settled submission that nothing but the settling holds is kept (with its events
+    list and Event, every other field None) and filled in by a later resubmission: the
+    results, counts and each returned submission's fields are those of a new one."""
+    _compiled_only()
+    rt = Runtime(dev, RuntimeOptions(observe=False, max_submissions=4))
+    try:
+        h, fast = _warm_submitter(rt)
+        hits, before = fast.hits, rt._sequence
+        seen = []
+        for i in range(40):
+            s = rt.submit(h)
+            assert s.runtime is rt and s.graph is h and s.owners is h._submit_plan.owners and not s._settled
+            assert s.sequence == before + i and type(s.submitted) is float
+            (e,) = s.events
+            assert e.completion is not None and e.upstream == () and e.resolved is None and e.timestamp is None
+            assert h.regions[0].last is e
+            seen.append((s.sequence, e.completion.value))
+            del s, e
+            rt.lane("compute").stream.synchronize(60)
+        assert fast.hits == hits + 40 and fast.recycled > 20  # (settled 4 at a time, kept, filled in again)
+        assert [q for q, _ in seen] == sorted(q for q, _ in seen) and len({v for _, v in seen}) == 40
+        for spare in _spares(fast):  # a spare keeps nothing alive
+            assert (spare.runtime, spare.graph, spare.owners, spare.submitted, spare.sequence) == (None,) * 5
+            (e,) = spare.events
+            assert (e.completion, e.upstream, e.resolved, e.timestamp) == (None, (), None, None)
+        rt.synchronize(60)
+        assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 42
+        assert rt.stats.snapshot()["submissions"] == 43  # init, 2, 40
+        assert rt.quarantined == []
+    finally:
+        rt.close()
+
+
+def test_a_submission_something_holds_is_never_reused(dev: hrx.Device) -> None:
+    """Submissions the caller keeps, reaches through a weak reference, or whose event
+    another reference holds are not kept: each stays what it was when made."""
+    import weakref
+
+    _compiled_only()
+    rt = Runtime(dev, RuntimeOptions(observe=False, max_submissions=4))
+    try:
+        h, fast = _warm_submitter(rt)
+        kept = _finished_in_flight(rt, h, 20)
+        assert fast.recycled == 0 and len({id(s) for s in kept}) == 20
+        assert [s.sequence for s in kept] == list(range(kept[0].sequence, kept[0].sequence + 20))
+        assert all(s.runtime is rt and s.graph is h for s in kept)
+        refs, events = [], []
+        for i in range(20):
+            s = rt.submit(h)
+            if i % 2:
+                refs.append((weakref.ref(s), s.sequence))
+            else:
+                events.append((s.events[0], s.events[0].completion))
+            del s
+            rt.lane("compute").stream.synchronize(60)
+            for ref, seq in refs:  # freed, or still its own: a weak reference never sees a reused one
+                assert ref() is None or ref().sequence == seq
+        rt.synchronize(60)
+        assert all(ref() is None for ref, _ in refs)
+        for e, c in events:
+            assert e.completion is c and c.is_complete  # its own, untouched
+        assert all(s.runtime is rt and s.graph is h and s._settled for s in kept)
+    finally:
+        rt.close()
+
+
+def test_a_spare_something_reached_meanwhile_is_dropped_not_reused(dev: hrx.Device) -> None:
+    """A spare someone took hold of (gc.get_referents, gc.get_objects) after it was kept
+    is dropped when the submitter next looks for one: never filled in under them."""
+    _compiled_only()
+    rt = Runtime(dev, RuntimeOptions(observe=False, max_submissions=4))
+    try:
+        h, fast = _warm_submitter(rt)
+        for _ in range(6):
+            rt.submit(h)
+            rt.lane("compute").stream.synchronize(60)
+        held = _spares(fast)
+        assert held and fast.spares == len(held)
+        for _ in range(12):
+            rt.submit(h)
+            rt.lane("compute").stream.synchronize(60)
+        assert all(s.runtime is None and s.sequence is None for s in held)  # dropped, untouched
+        assert not any(s in held for s in _spares(fast))
+        rt.synchronize(60)
+        assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 20
+    finally:
+        rt.close()
+
+
+def test_counted_runs_of_resubmissions_add_up_with_the_python_paths_counts(dev: hrx.Device, mode: str) -> None:
+    """The compiled resubmission counts a run of one graph's submissions in one entry of
+    the uncounted queue; interleaved with another graph's and the Python path's, read
+    between and after: the statistics count every submission and region once."""
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    try:
+        g, up, _, h = _pipeline(rt)
+        total, regions = 1, 1  # init
+        for rnd in range(5):
+            for _ in range(7):
+                rt.submit(h)
+            total, regions = total + 7, regions + 7
+            rt.submit(g)  # three regions, the Python path's counters between the runs
+            total, regions = total + 1, regions + 3
+            if rnd % 2:
+                snap = rt.stats.snapshot()
+                assert (snap["submissions"], snap["regions"]) == (total, regions)
+        if mode == "compiled":
+            assert any(type(x) is tuple for x in rt._uncounted)
+        rt.synchronize(60)
+        snap = rt.stats.snapshot()
+        assert (snap["submissions"], snap["regions"]) == (total, regions)
+        assert len(rt._uncounted) == 0
+        assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 35
     finally:
         rt.close()

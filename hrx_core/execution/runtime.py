@@ -115,7 +115,7 @@ class Submission:
 
     # the attributes hrx_core.fastpath reads and writes on every resubmission, as slots:
     # it reaches them at their offsets; the rest live in __dict__
-    __slots__ = ("runtime", "graph", "events", "owners", "submitted", "sequence", "_settled", "__dict__", "__weakref__")
+    __slots__ = ("runtime", "graph", "events", "owners", "submitted", "sequence", "_settled", "__weakref__")
 
     def __init__(self, runtime: Runtime, graph: TrackedGraph, events: list[Event], owners: Sequence[Allocation], submitted: float) -> None:
         # (hrx_core.fastpath's Submitter sets these fields without calling __init__:
@@ -473,7 +473,8 @@ class Runtime:
         self._folding = False
         # submissions' counters (a graph's counters dict each), added when the
         # statistics are read rather than under their lock on every submission
-        self._uncounted: collections.deque[dict[str, int]] = collections.deque()
+        # each submission's counters, or (compiled resubmissions) a run of them: (counters, Tally)
+        self._uncounted: collections.deque[dict[str, int] | tuple[dict[str, int], Any]] = collections.deque()
         self.stats._before_read = self._before_stats_read
         if options.observe:
             self.profile._before_read = self._fold_observed
@@ -651,15 +652,19 @@ class Runtime:
         times = 0
         while uncounted:
             try:
-                counters = uncounted.popleft()
+                item = uncounted.popleft()
             except IndexError:  # another caller took the last one
                 break
+            if isinstance(item, tuple):  # a run the compiled resubmission counted: (counters, Tally)
+                counters, n = item[0], item[1].value
+            else:
+                counters, n = item, 1
             if counters is last:  # a graph resubmitted: its (shared) counters once, times n
-                times += 1
+                times += n
                 continue
             if last is not None:
                 stats._add_counted(last, times)
-            last, times = counters, 1
+            last, times = counters, n
         if last is not None:
             stats._add_counted(last, times)
 
