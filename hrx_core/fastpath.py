@@ -191,10 +191,55 @@ static Py_ssize_t slot_fill(PyTypeObject *type, PyObject *name, slot_entry *e)
     return offset;
 }
 
-/* PyObject_GetAttr(obj, name) (a new reference) */
-static inline PyObject *get_attr(PyObject *obj, PyObject *name)
+/* A call site's own entry in front of slot_cache: the (class, name, version tag, offset)
+   of the last lookup made there, checked in a few loads where slot_offset hashes. Every
+   use of get_attr, set_attr and the helpers built on them is a macro giving its site a
+   static slot_site (a GCC/clang statement expression; other compilers: no site). A site
+   checks the name as well as the class, so a helper called with several names is only
+   slower, never wrong. */
+typedef struct {
+    PyTypeObject *type;  /* (not a reference, as in slot_cache) */
+    PyObject *name;
+    unsigned int version;
+    Py_ssize_t offset;
+} slot_site;
+
+#if defined(__GNUC__) && !defined(Py_GIL_DISABLED)
+#define SITE() ({ static slot_site site_; &site_; })
+#else
+#define SITE() ((slot_site *)NULL)
+#endif
+
+#if defined(__GNUC__)
+#define NOINLINE __attribute__((noinline))
+#else
+#define NOINLINE
+#endif
+
+/* slot_offset_at's miss (out of line: the hit is what callers inline) */
+static NOINLINE Py_ssize_t slot_site_fill(PyTypeObject *type, PyObject *name, slot_site *site)
 {
-    Py_ssize_t offset = slot_offset(Py_TYPE(obj), name);
+    Py_ssize_t offset = slot_offset(type, name);
+    if (site != NULL && type->tp_version_tag != 0 && PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)) {
+        site->type = type;
+        site->name = name;
+        site->version = type->tp_version_tag;
+        site->offset = offset;
+    }
+    return offset;
+}
+
+static inline Py_ssize_t slot_offset_at(PyTypeObject *type, PyObject *name, slot_site *site)
+{
+    if (site != NULL && site->type == type && site->name == name && site->version == type->tp_version_tag)
+        return site->offset;
+    return slot_site_fill(type, name, site);
+}
+
+/* PyObject_GetAttr(obj, name) (a new reference) */
+static inline PyObject *get_attr_at(PyObject *obj, PyObject *name, slot_site *site)
+{
+    Py_ssize_t offset = slot_offset_at(Py_TYPE(obj), name, site);
     if (offset >= 0) {
         PyObject *v = *(PyObject **)((char *)obj + offset);
         if (v != NULL)
@@ -203,10 +248,12 @@ static inline PyObject *get_attr(PyObject *obj, PyObject *name)
     return PyObject_GetAttr(obj, name);
 }
 
+#define get_attr(obj, name) get_attr_at((obj), (name), SITE())
+
 /* PyObject_SetAttr(obj, name, value) */
-static inline int set_attr(PyObject *obj, PyObject *name, PyObject *value)
+static inline int set_attr_at(PyObject *obj, PyObject *name, PyObject *value, slot_site *site)
 {
-    Py_ssize_t offset = value == NULL ? -1 : slot_offset(Py_TYPE(obj), name);
+    Py_ssize_t offset = value == NULL ? -1 : slot_offset_at(Py_TYPE(obj), name, site);
     if (offset >= 0) {
         PyObject **field = (PyObject **)((char *)obj + offset);
         PyObject *old = *field;
@@ -217,9 +264,11 @@ static inline int set_attr(PyObject *obj, PyObject *name, PyObject *value)
     return PyObject_SetAttr(obj, name, value);
 }
 
-static int attr_is(PyObject *obj, PyObject *name, PyObject *expected)
+#define set_attr(obj, name, value) set_attr_at((obj), (name), (value), SITE())
+
+static int attr_is_at(PyObject *obj, PyObject *name, PyObject *expected, slot_site *site)
 {
-    PyObject *v = get_attr(obj, name);
+    PyObject *v = get_attr_at(obj, name, site);
     if (v == NULL)
         return -1;
     int same = v == expected;
@@ -227,15 +276,18 @@ static int attr_is(PyObject *obj, PyObject *name, PyObject *expected)
     return same;
 }
 
-static int attr_true(PyObject *obj, PyObject *name)
+#define attr_is(obj, name, expected) attr_is_at((obj), (name), (expected), SITE())
+
+static int attr_true_at(PyObject *obj, PyObject *name, slot_site *site)
 {
-    PyObject *v = get_attr(obj, name);
+    PyObject *v = get_attr_at(obj, name, site);
     if (v == NULL)
         return -1;
     int t = v == Py_True ? 1 : (v == Py_False || v == Py_None ? 0 : PyObject_IsTrue(v));
     Py_DECREF(v);
     return t;
 }
+#define attr_true(obj, name) attr_true_at((obj), (name), SITE())
 
 /* A struct's object fields from `first` to `last` (declared one after another, all
    PyObject *): traversed and cleared as one block. */
@@ -591,9 +643,9 @@ static int set_item(PyObject *mapping, PyObject *key, PyObject *value)
 
 /* attribute += delta on a Python int attribute (*out: its value before): one slot
    lookup for the read and the write where it is a slot */
-static int add_to(PyObject *obj, PyObject *name, long delta, long *out)
+static int add_to_at(PyObject *obj, PyObject *name, long delta, long *out, slot_site *site)
 {
-    Py_ssize_t offset = slot_offset(Py_TYPE(obj), name);
+    Py_ssize_t offset = slot_offset_at(Py_TYPE(obj), name, site);
     PyObject **field = offset >= 0 ? (PyObject **)((char *)obj + offset) : NULL;
     PyObject *v = field != NULL && *field != NULL ? Py_NewRef(*field) : PyObject_GetAttr(obj, name);
     if (v == NULL)
@@ -617,6 +669,7 @@ static int add_to(PyObject *obj, PyObject *name, long delta, long *out)
     Py_DECREF(w);
     return rc;
 }
+#define add_to(obj, name, delta, out) add_to_at((obj), (name), (delta), (out), SITE())
 
 /* hrx_core.completion.Completion, imported on first use */
 static PyObject *completion_type = NULL;
@@ -1403,15 +1456,16 @@ static PyObject *sub_miss(Submitter *self)
 
 /* A timeline's published word (Timeline.c_completed / c_failed): its address in *p,
    NULL where the engine publishes none. 0, or -1 with an exception */
-static int c_word(PyObject *tl, PyObject *name, void **p)
+static int c_word_at(PyObject *tl, PyObject *name, void **p, slot_site *site)
 {
-    PyObject *a = get_attr(tl, name);
+    PyObject *a = get_attr_at(tl, name, site);
     if (a == NULL)
         return -1;
     *p = PyLong_CheckExact(a) ? PyLong_AsVoidPtr(a) : NULL;
     Py_DECREF(a);
     return *p == NULL && PyErr_Occurred() ? -1 : 0;
 }
+#define c_word(tl, name, p) c_word_at((tl), (name), (p), SITE())
 
 /* The value timeline `tl` reached: where its engine publishes the counter to C
    (Timeline.c_completed, the address of a uint64 that is completed()) one load, else
@@ -1450,9 +1504,9 @@ static int tl_failed(PyObject *tl)
 }
 
 /* a Python int attribute as a long long: 1, 0 (not an int), -1 error */
-static int ll_attr(PyObject *obj, PyObject *name, long long *out)
+static int ll_attr_at(PyObject *obj, PyObject *name, long long *out, slot_site *site)
 {
-    PyObject *v = get_attr(obj, name);
+    PyObject *v = get_attr_at(obj, name, site);
     if (v == NULL)
         return -1;
     int r = PyLong_CheckExact(v);
@@ -1464,6 +1518,7 @@ static int ll_attr(PyObject *obj, PyObject *name, long long *out)
     Py_DECREF(v);
     return r;
 }
+#define ll_attr(obj, name, out) ll_attr_at((obj), (name), (out), SITE())
 
 /* Runtime._inherits_previous(previous), its common outcomes without Python frames:
    the previous submission not finished (1: it inherits), or finished with nothing
@@ -1572,12 +1627,13 @@ static int forget_failures(PyObject *stream)
 
 /* a field of the region's resubmit note (a new reference): by its index in the named
    tuple where the Submitter checked _Resubmit's fields, else by name */
-static PyObject *resubmit_field(Submitter *self, PyObject *again, Py_ssize_t index, PyObject *name)
+static PyObject *resubmit_field_at(Submitter *self, PyObject *again, Py_ssize_t index, PyObject *name, slot_site *site)
 {
     if (self->resubmit_type != NULL && (PyObject *)Py_TYPE(again) == self->resubmit_type)
         return Py_NewRef(PyTuple_GET_ITEM(again, index));
-    return get_attr(again, name);
+    return get_attr_at(again, name, site);
 }
+#define resubmit_field(self, again, index, name) resubmit_field_at((self), (again), (index), (name), SITE())
 
 /* ---- spare submissions: a settled submission that nothing but the settling holds is
    kept, with its events list and Event, instead of being freed, and the next
@@ -1586,11 +1642,12 @@ static PyObject *resubmit_field(Submitter *self, PyObject *again, Py_ssize_t ind
    (the caller, a trace, gc.get_objects) is never reused. */
 
 /* the object in a slot attribute of obj, borrowed (NULL: not a slot, or empty) */
-static inline PyObject *slot_peek(PyObject *obj, PyObject *name)
+static inline PyObject *slot_peek_at(PyObject *obj, PyObject *name, slot_site *site)
 {
-    Py_ssize_t off = slot_offset(Py_TYPE(obj), name);
+    Py_ssize_t off = slot_offset_at(Py_TYPE(obj), name, site);
     return off > 0 ? *(PyObject **)((char *)obj + off) : NULL;
 }
+#define slot_peek(obj, name) slot_peek_at((obj), (name), SITE())
 
 /* the Event of a would-be spare's one-item events list, borrowed, where the submission,
    its list and the Event hold `refs`, 1 and 1 references and no weak reference points at
@@ -2409,9 +2466,9 @@ static int plain_dims(PyObject *value, const long *limit, unsigned int *out)
 }
 
 /* a Python int attribute as a C long: 1, 0 (not an exact int), -1 error */
-static int long_attr(PyObject *obj, PyObject *name, long long *out)
+static int long_attr_at(PyObject *obj, PyObject *name, long long *out, slot_site *site)
 {
-    PyObject *v = get_attr(obj, name);
+    PyObject *v = get_attr_at(obj, name, site);
     if (v == NULL)
         return -1;
     int r = 0;
@@ -2422,6 +2479,7 @@ static int long_attr(PyObject *obj, PyObject *name, long long *out)
     Py_DECREF(v);
     return r;
 }
+#define long_attr(obj, name, out) long_attr_at((obj), (name), (out), SITE())
 
 /* One scalar into an argument cell as Kernel.check_scalars would convert it, where the
    kernel's plan (Kernel._scalar_plan: code, numpy scalar type) lets C do it exactly: a

@@ -250,6 +250,45 @@ def test_warm_compiled_paths_find_every_slot_offset_cached(dev: hrx.Device, comp
         rt.close()
 
 
+def test_a_class_changed_after_its_offsets_were_remembered_is_looked_up_again(dev: hrx.Device, compiled: None) -> None:
+    """The remembered slot offsets (each call site's own entry, and the shared cache
+    behind them) carry the class's version tag: a class changed afterwards -- here a
+    graph's `_closed` slot shadowed by a property -- is read through the new attribute,
+    never at the old offset, and its offsets are remembered again once restored."""
+    from hrx_core.execution import Runtime, RuntimeOptions
+    from hrx_core.execution.graph import TrackedGraph
+
+    rt = Runtime(dev, RuntimeOptions(observe=False, signals="lazy"))
+    x = rt.allocate(256)
+    init = rt.graph("init")
+    init.upload(x, np.zeros(64, np.uint32))
+    rt.submit(init).wait(60)
+    tg = rt.graph("count")
+    tg.compute("add", lambda r: r.dispatch(ADD_U32, 1, [x], block=64, scalars=(1, 64)))
+    slot = TrackedGraph.__dict__["_closed"]
+    try:
+        for _ in range(4):
+            rt.submit(tg)
+        fast = tg._fast_submit
+        hits, misses = fast.hits, fast.misses
+        TrackedGraph._closed = property(lambda self: True)  # type: ignore[assignment]
+        try:
+            with pytest.raises(hrx.InvalidArgument, match="closed"):
+                rt.submit(tg)  # the compiled path sees the property, leaves it to Python's check
+            assert (fast.hits, fast.misses) == (hits, misses + 1)
+        finally:
+            TrackedGraph._closed = slot  # type: ignore[assignment]
+        before = fastpath.module().lib.slot_fills()
+        for _ in range(3):
+            rt.submit(tg)
+        assert fast.hits == hits + 3 and fastpath.module().lib.slot_fills() > before  # looked up again
+        rt.synchronize()
+        assert rt.lane("compute").stream.download(x).view(np.uint32)[0] == 7
+    finally:
+        tg.close()
+        rt.close()
+
+
 def test_closed_graph_raises(dev: hrx.Device, compiled: None) -> None:
     s, buf, g = _replayed(dev)
     fast = g._fast
