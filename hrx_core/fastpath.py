@@ -631,6 +631,13 @@ static int release_keeping(PyObject *release)
 static int set_item(PyObject *mapping, PyObject *key, PyObject *value)
 {
     if (PyDict_CheckExact(mapping)) {
+        if (PyDict_GET_SIZE(mapping) == 1) {
+            /* (the common one-queue case: its one entry read without hashing) */
+            Py_ssize_t pos = 0;
+            PyObject *k, *v;
+            if (PyDict_Next(mapping, &pos, &k, &v) && k == key && v == value)
+                return 0;
+        }
         PyObject *now = PyDict_GetItemWithError(mapping, key);  /* borrowed */
         if (now == value)
             return 0;
