@@ -635,8 +635,8 @@ static int set_item(PyObject *mapping, PyObject *key, PyObject *value)
             /* (the common one-queue case: its one entry read without hashing) */
             Py_ssize_t pos = 0;
             PyObject *k, *v;
-            if (PyDict_Next(mapping, &pos, &k, &v) && k == key && v == value)
-                return 0;
+            if (PyDict_Next(mapping, &pos, &k, &v) && k == key)
+                return v == value ? 0 : PyDict_SetItem(mapping, key, value);
         }
         PyObject *now = PyDict_GetItemWithError(mapping, key);  /* borrowed */
         if (now == value)
