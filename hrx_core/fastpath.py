@@ -46,6 +46,7 @@ SOURCE = r"""
 #include <limits.h>
 #include <string.h>
 #include <pythread.h>
+#include <time.h>
 #if defined(__linux__)
 #include <errno.h>
 #include <semaphore.h>
@@ -1445,6 +1446,7 @@ typedef struct {
     int lazy, reads_own_writes;
     int direct;   /* the region replays its device graph (_RecordedRegion.encode_signaled): call its replayer */
     int observe;  /* RuntimeOptions.observe: Runtime._observe keeps the submission */
+    int c_clock;  /* perf_counter is time.perf_counter on clock_gettime(CLOCK_MONOTONIC): read here */
     long max_submissions;
     Py_ssize_t fold_after;  /* runtime._FOLD_AFTER */
     Py_ssize_t hits, misses;
@@ -2040,6 +2042,50 @@ out:
 
 static PyObject *resubmit(Submitter *self, PyObject *graph);
 
+/* time.perf_counter() where it is clock_gettime(CLOCK_MONOTONIC) (checked when the
+   Submitter is made): the same float, seconds made from nanoseconds as CPython's
+   _PyTime_AsSecondsDouble makes them. New reference or NULL. */
+static PyObject *perf_counter_now(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    volatile double d;  /* (as CPython: no rounding changed by optimization) */
+    if (ns % 1000000000LL == 0)
+        d = (double)(ns / 1000000000LL);
+    else {
+        d = (double)ns;
+        d /= 1e9;
+    }
+    return PyFloat_FromDouble(d);
+}
+
+/* whether `fn` is time.perf_counter and that reads clock_gettime(CLOCK_MONOTONIC):
+   1, 0, or -1 with an exception */
+static int perf_counter_is_monotonic(PyObject *fn)
+{
+#if defined(__linux__)
+    PyObject *time = PyImport_ImportModule("time");
+    if (time == NULL)
+        return -1;
+    /* (the time module's builtin itself, whatever time.perf_counter is now) */
+    int builtin = PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) == time
+                  && strcmp(((PyCFunctionObject *)fn)->m_ml->ml_name, "perf_counter") == 0;
+    PyObject *info = builtin ? PyObject_CallMethod(time, "get_clock_info", "s", "perf_counter") : NULL;
+    PyObject *impl = info == NULL ? NULL : PyObject_GetAttrString(info, "implementation");
+    int same = impl != NULL && PyUnicode_Check(impl) && PyUnicode_CompareWithASCIIString(impl, "clock_gettime(CLOCK_MONOTONIC)") == 0;
+    Py_DECREF(time);
+    Py_XDECREF(info);
+    Py_XDECREF(impl);
+    PyErr_Clear();
+    return same;
+#else
+    (void)fn;
+    return 0;
+#endif
+}
+
 /* submitter(graph) -> Submission, or None: nothing was done, run the Python path */
 static PyObject *Submitter_call(Submitter *self, PyObject *args, PyObject *kwargs)
 {
@@ -2108,7 +2154,7 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
         if (settled == 0)
             goto miss;  /* the oldest submission runs: the Python path waits for it */
     }
-    submitted = PyObject_CallNoArgs(self->perf_counter);
+    submitted = self->c_clock ? perf_counter_now() : PyObject_CallNoArgs(self->perf_counter);
     if (submitted == NULL)
         goto error;
     {
@@ -2328,6 +2374,9 @@ static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
     KEEP(perf_counter, perf_counter);
 #undef KEEP
     self->observe = observe;
+    self->c_clock = perf_counter_is_monotonic(perf_counter);
+    if (self->c_clock < 0)
+        goto fail;
     self->max_submissions = max_submissions;
     self->fold_after = fold_after;
     if ((self->inflight = PyObject_GetAttrString(runtime, "_inflight")) == NULL
@@ -2382,6 +2431,7 @@ static PyMemberDef Submitter_members[] = {
     {"misses", T_PYSSIZET, offsetof(Submitter, misses), READONLY, "calls it left to the Python path"},
     {"recycled", T_PYSSIZET, offsetof(Submitter, recycled), READONLY, "submissions it made from a spare (a settled one nothing held)"},
     {"spares", T_INT, offsetof(Submitter, nspares), READONLY, "settled submissions it keeps for reuse"},
+    {"c_clock", T_INT, offsetof(Submitter, c_clock), READONLY, "1: it reads time.perf_counter's clock (CLOCK_MONOTONIC) itself"},
     {"plan", T_OBJECT, offsetof(Submitter, plan), READONLY, "the submit plan it was made for"},
     {NULL}
 };

@@ -797,3 +797,30 @@ def test_counted_runs_of_resubmissions_add_up_with_the_python_paths_counts(dev: 
         assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 35
     finally:
         rt.close()
+
+
+def test_the_submission_time_is_time_perf_counter(dev: hrx.Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compiled resubmission stamps `submitted` with time.perf_counter's clock, read in
+    C where that is CLOCK_MONOTONIC (Linux), else by calling the function it was given."""
+    import sys
+
+    _compiled_only()
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    try:
+        h, fast = _warm_submitter(rt)
+        assert fast.c_clock == (1 if sys.platform.startswith("linux") else 0)
+        for _ in range(20):
+            before = time.perf_counter()
+            s = rt.submit(h)
+            after = time.perf_counter()
+            assert type(s.submitted) is float and before <= s.submitted <= after
+    finally:
+        rt.close()
+    monkeypatch.setattr(time, "perf_counter", lambda: 1234.5)  # another clock: called
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    try:
+        h, fast = _warm_submitter(rt)
+        hits = fast.hits
+        assert fast.c_clock == 0 and rt.submit(h).submitted == 1234.5 and fast.hits == hits + 1
+    finally:
+        rt.close()
