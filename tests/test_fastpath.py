@@ -258,13 +258,10 @@ def test_a_class_changed_after_its_offsets_were_remembered_is_looked_up_again(de
     from hrx_core.execution import Runtime, RuntimeOptions
     from hrx_core.execution.graph import TrackedGraph
 
+    from hrx_core.conformance import adder_graph
+
     rt = Runtime(dev, RuntimeOptions(observe=False, signals="lazy"))
-    x = rt.allocate(256)
-    init = rt.graph("init")
-    init.upload(x, np.zeros(64, np.uint32))
-    rt.submit(init).wait(60)
-    tg = rt.graph("count")
-    tg.compute("add", lambda r: r.dispatch(ADD_U32, 1, [x], block=64, scalars=(1, 64)))
+    x, tg = adder_graph(rt)
     slot = TrackedGraph.__dict__["_closed"]
     try:
         for _ in range(4):
