@@ -232,3 +232,71 @@ def test_batch_settling_quarantines_the_failed_and_releases_the_rest():
     rt.submit(d).wait(60)
     assert (down.read().view(np.uint32)[:64] == 3).all()
     rt.close()
+
+
+def _count_calls(monkeypatch, owner, name: str) -> list[int]:
+    """Count the calls of ``owner.name`` (the original still runs)."""
+    calls = [0]
+    original = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def test_synchronize_settles_its_submissions_in_one_batch_and_raises_the_first_failure(monkeypatch):
+    """Runtime.synchronize waits once a queue and settles the finished submissions
+    together (no per-submission wait), and still raises the first failure, quarantines
+    the failed one's owners, delivers each failure and proves them idle after."""
+    from hrx_core.execution.runtime import Submission
+
+    rt, x, y, bad, ok = _bad_and_ok(RuntimeOptions(signals="each"))
+    reasons: list[str] = []
+    quarantine = rt._quarantine
+    monkeypatch.setattr(rt, "_quarantine", lambda owners, reason: (reasons.append(reason), quarantine(owners, reason))[1])
+    waits = _count_calls(monkeypatch, Submission, "wait")
+    subs = [rt.submit(g) for g in (ok, bad, ok, ok)]
+    with pytest.raises(hrx.DeviceError, match="injected"):
+        rt.synchronize(60)
+    assert waits[0] == 0, "settled one by one"
+    assert all(s._settled for s in subs) and not rt._pending
+    assert [r for r in reasons if r.startswith("failed")], "the failed submission's owners were not quarantined"
+    assert rt.quarantined == []  # proven idle before synchronize returned
+    assert subs[1].events[0].resolved is not None and subs[0].events[0].resolved is not None
+    with pytest.raises(hrx.DeviceError, match="injected"):
+        subs[1].wait(60)
+    for s in (subs[0], subs[2], subs[3]):
+        s.wait(60)
+    d = rt.graph("read")
+    down = d.download(y)
+    rt.submit(d).wait(60)
+    assert (down.read().view(np.uint32)[:64] == 3).all()
+    rt.close()
+
+
+def test_synchronize_past_its_timeout_settles_what_finished_and_quarantines_the_rest():
+    """A synchronize whose timeout passes with work still running raises Timeout, after
+    settling the submissions that finished; the running one's owners wait in quarantine
+    until it finishes, and the runtime stays usable."""
+    rt, x, y, bad, ok = _bad_and_ok(RuntimeOptions(signals="each"))
+    gate = threading.Event()
+    held = rt.graph("held")
+    z = rt.allocate(64)
+    held.compute("gated", lambda r: r.dispatch(_gated(gate), 1, [z]))
+    first, second = rt.submit(ok), rt.submit(ok)
+    late = rt.submit(held)
+    first.events[0].completion.wait_quiet(60)
+    second.events[0].completion.wait_quiet(60)
+    try:
+        with pytest.raises(hrx.Timeout):
+            rt.synchronize(0.05)
+        assert first._settled and second._settled and not late._settled
+        assert z.allocation.quarantined == 1
+    finally:
+        gate.set()
+    rt.synchronize(60)
+    assert rt.quarantined == [] and z.allocation.quarantined == 0
+    rt.close()

@@ -1,6 +1,6 @@
 """Where ``Runtime.submit``'s host time goes beside the replay it makes (any engine).
 
-    python bench/tools/submit_probe.py [--engine cuda] [--nodes 100] [--calls 300] [--rounds 7] [--only] [--gc] [--others] [--warm]
+    python bench/tools/submit_probe.py [--engine cuda] [--nodes 100] [--calls 300] [--rounds 7] [--only] [--gc] [--others] [--warm] [--loop N]
 
 bench/runtime.py's replay graph (one compute region of ``--nodes`` dispatches, lazy
 signals) timed per call with its lane idle before each: ``Runtime.submit`` of it, the
@@ -32,6 +32,9 @@ def main() -> int:
                     help="also time each callable back to back (bursts of 32, the lane settled between bursts): "
                          "what an idle call pays for cold caches after the wait shows as the difference")
     ap.add_argument("--observe", choices=["false", "true"], default="false")
+    ap.add_argument("--loop", type=int, default=0,
+                    help="only make this many submissions, the lane idle before each, and print nothing else "
+                         "(a workload for a native profiler: perf record -g python bench/tools/submit_probe.py --loop 20000)")
     ap.add_argument("--others", action="store_true",
                     help="keep bench/runtime.py's three other runtimes (observe=True, observe='exact', signals='each') "
                          "alive, each having submitted 200 times, as that benchmark's process does")
@@ -52,8 +55,16 @@ def main() -> int:
             ort.synchronize()
             others.append((ort, og))
     dg = region.device_graph
+    if args.loop:
+        for _ in range(args.loop):
+            s.synchronize()
+            rt.submit(g)
+        rt.synchronize()
+        print(f"{args.loop} submissions; compiled: {g._fast_submit.hits if g._fast_submit else 0}")
+        return 0
 
     each: dict[str, list[float]] = {}
+    tails: dict[str, list[float]] = {}
 
     def per(fn, name=None):
         total = 0.0
@@ -68,8 +79,11 @@ def main() -> int:
         s.synchronize()
         t = time.perf_counter()
         rt.synchronize()
+        t1 = time.perf_counter()
         rt.stats.snapshot()
-        total += time.perf_counter() - t
+        t2 = time.perf_counter()
+        total += t2 - t
+        tails.setdefault(name, []).append(((t1 - t) * 1e6, (t2 - t1) * 1e6))
         return total / args.calls * 1e6
 
     fns = {"submit": lambda: rt.submit(g)}
@@ -101,7 +115,10 @@ def main() -> int:
         calls = sorted(each[k])
         print(f"  {k:9s} {statistics.median(v):8.2f} us a call with the round's settling; one call: median "
               f"{calls[len(calls) // 2]:.2f}, p90 {calls[len(calls) * 9 // 10]:.2f}, p99 {calls[len(calls) * 99 // 100]:.2f}, "
-              f"max {calls[-1]:.1f} us")
+              f"max {calls[-1]:.1f} us; mean {statistics.fmean(calls):.2f}")
+        syncs, snaps = zip(*tails[k])
+        print(f"  {'':9s} the round's end: Runtime.synchronize() {statistics.median(syncs):.1f} us, "
+              f"stats.snapshot() {statistics.median(snaps):.1f} us (medians; {args.calls} calls a round)")
     if args.warm:
         print("  back to back (bursts of 32, medians of 100 bursts):")
         for k, fn in fns.items():

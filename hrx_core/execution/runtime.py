@@ -1190,10 +1190,16 @@ class Runtime:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._space:
             pending = list(self._pending)
+        if len(pending) > 1:
+            self._settle_all(pending, deadline)
         first: BaseException | None = None
         for s in pending:
             try:
-                s.wait(remaining(deadline))
+                if s._settled:  # (what s.wait does to a settled submission: its failures)
+                    for e, region in zip(s.events, s.graph.regions):
+                        raise_event_failure(e, f"{s.graph.name}/{region.name}")
+                else:
+                    s.wait(remaining(deadline))
             except Timeout:
                 raise
             except HRXError as exc:
@@ -1206,6 +1212,29 @@ class Runtime:
         self.device._settle(remaining(deadline))
         if first is not None:
             raise first
+
+    def _settle_all(self, pending: Sequence[Submission], deadline: float | None) -> None:
+        """:meth:`synchronize`'s wait for several submissions at once: one wait a queue
+        (for the newest of their values on it: a queue's timeline reaches its values in
+        order), then one batch settle of the finished prefix (:meth:`_settle_finished`).
+        A timeout here settles nothing: the caller's per-submission waits then settle
+        what finished and raise Timeout at the first that did not, as they always did."""
+        newest: dict[int, Any] = {}
+        for s in pending:
+            for e in s.events:
+                c = e.completion
+                top = newest.get(id(c.slot))
+                if top is None or c.value > top.value:
+                    newest[id(c.slot)] = c
+        try:
+            for c in newest.values():
+                c.wait_quiet(remaining(deadline))
+        except Timeout:
+            return
+        with self._space_lock:
+            head = self._pending[0] if self._pending else None
+        if head is not None and head.is_complete:
+            self._settle_finished()
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Drain and release the lanes. Work that cannot be drained in ``timeout``
