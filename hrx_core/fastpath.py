@@ -628,6 +628,30 @@ static int release_keeping(PyObject *release)
     return rc;
 }
 
+/* Enter a critical section guarded by the _thread.lock whose bound `acquire` this is,
+   for a section that cannot release the GIL (it runs no Python code, makes no object
+   the cyclic collector tracks, frees nothing whose finalizer could run code): where
+   the lock is free, holding the GIL excludes the other threads as taking the lock
+   would -- none is inside (the lock is free: a thread that took the lock's semaphore
+   without the GIL sets `locked` only after it gets the GIL, when this section is
+   over) and none can enter before the section ends. 1: entered without the lock
+   (leave_section releases nothing), 0: the lock was taken, -1 error. */
+static inline int enter_section(PyObject *acquire)
+{
+#ifdef HRX_DIRECT_LOCKS
+    PyObject *lock = direct_lock(acquire, 0);
+    if (lock != NULL && Py_TYPE(lock) == lock_type && !((lock_layout *)lock)->locked)
+        return 1;
+#endif
+    return acquire_blocking(acquire) < 0 ? -1 : 0;
+}
+
+/* leave what enter_section answered `entered` for (keeping a set exception) */
+static inline int leave_section(int entered, PyObject *release)
+{
+    return entered == 1 ? 0 : release_keeping(release);
+}
+
 /* mapping[key] = value, skipped where a dict holds that very value already */
 static int set_item(PyObject *mapping, PyObject *key, PyObject *value)
 {
@@ -1447,6 +1471,11 @@ typedef struct {
     int direct;   /* the region replays its device graph (_RecordedRegion.encode_signaled): call its replayer */
     int observe;  /* RuntimeOptions.observe: Runtime._observe keeps the submission */
     int c_clock;  /* perf_counter is time.perf_counter on clock_gettime(CLOCK_MONOTONIC): read here */
+    /* the runtime's room and settled flags are plain: _pending a collections.deque (its
+       bound append and popleft builtins), Submission's _settled and the runtime's
+       _room_taken slots -- so the sections over them cannot release the GIL and run
+       without their locks where those are free (enter_section) */
+    int plain;
     long max_submissions;
     Py_ssize_t fold_after;  /* runtime._FOLD_AFTER */
     Py_ssize_t hits, misses;
@@ -1965,7 +1994,8 @@ static int settle_prefix(Submitter *self)
         goto out;
     if ((fresh = PyList_New(0)) == NULL)
         goto out;
-    if (acquire_blocking(self->settle_acquire) < 0)
+    int entered = self->plain ? enter_section(self->settle_acquire) : acquire_blocking(self->settle_acquire);
+    if (entered < 0)
         goto out;
     bad = 0;
     for (Py_ssize_t i = 0; !bad && i < PyList_GET_SIZE(batch); i++) {
@@ -1973,7 +2003,7 @@ static int settle_prefix(Submitter *self)
         int settled = attr_true(sub, s_settled);
         bad = settled < 0 || (!settled && (set_attr(sub, s_settled, Py_True) < 0 || PyList_Append(fresh, sub) < 0));
     }
-    if (release_keeping(self->settle_release) < 0 || bad)
+    if (leave_section(entered, self->settle_release) < 0 || bad)
         goto out;
     if (PyList_GET_SIZE(fresh) == 0) {
         rc = 1;
@@ -2129,7 +2159,9 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
     /* room (max_submissions), as Runtime.submit takes it; none: settle what finished
        (Runtime._make_room's first step) and look again */
     for (int tries = 0; !room_taken; tries++) {
-        if (acquire_blocking(self->space_acquire) < 0)
+        /* (a section that cannot release the GIL: slots holding ints, the deque) */
+        int entered = self->plain ? enter_section(self->space_acquire) : acquire_blocking(self->space_acquire);
+        if (entered < 0)
             goto error;
         PyObject *taken = get_attr(self->runtime, s_room_taken);
         long t = taken == NULL ? -1 : PyLong_AsLong(taken);
@@ -2142,7 +2174,7 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
             else
                 room_taken = 1;
         }
-        if (release_keeping(self->space_release) < 0 || n < 0 || PyErr_Occurred())
+        if (leave_section(entered, self->space_release) < 0 || n < 0 || PyErr_Occurred())
             goto error;
         if (room)
             break;
@@ -2198,9 +2230,10 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
         if (add_to(self->runtime, s_usequence, 1, NULL) < 0)
             goto error;
     }
-    if (acquire_blocking(self->space_acquire) < 0)
-        goto error;
     {
+        int entered = self->plain ? enter_section(self->space_acquire) : acquire_blocking(self->space_acquire);
+        if (entered < 0)
+            goto error;
         int bad = add_to(self->runtime, s_room_taken, -1, NULL) < 0;
         if (!bad) {
             room_taken = 0;
@@ -2208,7 +2241,7 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
             bad = x == NULL;
             Py_XDECREF(x);
         }
-        if (release_keeping(self->space_release) < 0 || bad)
+        if (leave_section(entered, self->space_release) < 0 || bad)
             goto error;
     }
     {
@@ -2419,6 +2452,14 @@ static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
         if (same)
             self->resubmit_type = Py_NewRef(resubmit_type);
     }
+    {
+        /* (see `plain`) */
+        PyTypeObject *rt = Py_TYPE(runtime);
+        self->plain = PyCFunction_Check(self->pending_append) && PyCFunction_Check(self->pending_popleft)
+                      && strcmp(Py_TYPE(self->pending)->tp_name, "collections.deque") == 0
+                      && slot_offset(rt, s_room_taken) >= 0 && slot_offset((PyTypeObject *)submission_type, s_settled) >= 0;
+        PyErr_Clear();
+    }
     self->hits = self->misses = self->recycled = 0;
     return 0;
 fail:
@@ -2430,6 +2471,8 @@ static PyMemberDef Submitter_members[] = {
     {"hits", T_PYSSIZET, offsetof(Submitter, hits), READONLY, "submissions this submitter made"},
     {"misses", T_PYSSIZET, offsetof(Submitter, misses), READONLY, "calls it left to the Python path"},
     {"recycled", T_PYSSIZET, offsetof(Submitter, recycled), READONLY, "submissions it made from a spare (a settled one nothing held)"},
+    {"plain", T_INT, offsetof(Submitter, plain), READONLY,
+     "1 where its room and settling sections run without their locks while those are free (enter_section)"},
     {"spares", T_INT, offsetof(Submitter, nspares), READONLY, "settled submissions it keeps for reuse"},
     {"c_clock", T_INT, offsetof(Submitter, c_clock), READONLY, "1: it reads time.perf_counter's clock (CLOCK_MONOTONIC) itself"},
     {"plan", T_OBJECT, offsetof(Submitter, plan), READONLY, "the submit plan it was made for"},

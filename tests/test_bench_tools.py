@@ -135,3 +135,32 @@ def test_spike_probe_splits_the_mean_on_the_host(monkeypatch, capsys):
     for name in ("launch", "launch3", "submit"):
         assert f"  {name} " in out and "% of the time" in out
     assert "  raw " not in out  # (cuda only)
+
+
+def test_submit_probe_reports_the_round_end_and_loops_on_the_host(monkeypatch, capsys):
+    """bench/tools/submit_probe.py on the host engine: each callable's figures with the
+    round end's synchronize and snapshot times; --loop only submits."""
+    monkeypatch.syspath_prepend(str(TOOLS))
+    monkeypatch.syspath_prepend(str(TOOLS.parent))
+    import submit_probe
+
+    monkeypatch.setattr(sys, "argv", ["submit_probe.py", "--engine", "host", "--nodes", "3", "--calls", "5", "--rounds", "1"])
+    assert submit_probe.main() == 0
+    out = capsys.readouterr().out
+    assert "  submit " in out and "  replayer " in out and "; mean " in out
+    assert out.count("the round's end: Runtime.synchronize() ") == 2 and "stats.snapshot() " in out
+    monkeypatch.setattr(sys, "argv", ["submit_probe.py", "--engine", "host", "--nodes", "3", "--loop", "7"])
+    assert submit_probe.main() == 0
+    assert capsys.readouterr().out.startswith("7 submissions; compiled: ")
+
+
+def test_sync_ab_times_both_ways_of_settling_on_the_host(monkeypatch, capsys):
+    """bench/tools/sync_ab.py on the host engine: the batch settle and a wait each."""
+    monkeypatch.syspath_prepend(str(TOOLS))
+    monkeypatch.syspath_prepend(str(TOOLS.parent))
+    import sync_ab
+
+    monkeypatch.setattr(sys, "argv", ["sync_ab.py", "--engine", "host", "--rounds", "2", "--calls", "70"])
+    assert sync_ab.main() == 0
+    out = capsys.readouterr().out
+    assert out.startswith("host: Runtime.synchronize() after 70 submissions (6 pending at most)") and "a wait each " in out

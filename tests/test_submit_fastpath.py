@@ -824,3 +824,63 @@ def test_the_submission_time_is_time_perf_counter(dev: hrx.Device, monkeypatch: 
         assert fast.c_clock == 0 and rt.submit(h).submitted == 1234.5 and fast.hits == hits + 1
     finally:
         rt.close()
+
+
+def test_a_resubmission_waits_for_a_thread_inside_the_room_section(dev: hrx.Device) -> None:
+    """The compiled resubmission runs its room sections without taking the runtime's
+    space lock only while that lock is free: a thread holding it (inside _make_room, a
+    settle, a reader of the pending queue) is waited for, and the room and the pending
+    queue stay consistent."""
+    _compiled_only()
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    try:
+        h, fast = _warm_submitter(rt)
+        assert fast.plain == 1
+        hits = fast.hits
+        inside, hold = threading.Event(), 0.3
+
+        def holder() -> None:
+            with rt._space_lock:
+                inside.set()
+                time.sleep(hold)
+
+        t = threading.Thread(target=holder)
+        t.start()
+        assert inside.wait(30)
+        start = time.perf_counter()
+        s = rt.submit(h)
+        waited = time.perf_counter() - start
+        t.join(30)
+        assert fast.hits == hits + 1 and waited >= hold * 0.8, f"did not wait for the lock ({waited:.3f} s)"
+        assert rt._room_taken == 0 and list(rt._pending)[-1] is s
+        s.wait(60)
+        rt.synchronize(60)
+        assert rt._room_taken == 0 and len(rt._pending) == 0
+    finally:
+        rt.close()
+
+
+def test_a_pending_queue_that_is_not_a_deque_keeps_the_locks_taken(dev: hrx.Device) -> None:
+    """The lock-free room sections need the runtime's own pending deque: a replaced one
+    (a subclass, whose methods could run Python code) makes a submitter that takes the
+    locks every time, with the same results."""
+    import collections
+
+    _compiled_only()
+
+    class Pending(collections.deque):  # type: ignore[type-arg]
+        pass
+
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    rt._pending = Pending()
+    try:
+        h, fast = _warm_submitter(rt)
+        assert fast is not None and fast.plain == 0
+        hits = fast.hits
+        for _ in range(10):
+            rt.submit(h)
+        rt.synchronize(60)
+        assert fast.hits == hits + 10 and rt._room_taken == 0 and len(rt._pending) == 0
+        assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 12
+    finally:
+        rt.close()
