@@ -2479,6 +2479,25 @@ static PyMemberDef Submitter_members[] = {
     {NULL}
 };
 
+/* submitter.settle() -> bool: Runtime._settle_finished in C (settle_prefix) over the
+   runtime's whole pending queue, for Runtime.synchronize once its waits are done: True
+   where something was settled, False where the oldest submission has not finished */
+static PyObject *Submitter_settle(Submitter *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->runtime == NULL || self->pending == NULL) {
+        PyErr_SetString(PyExc_ValueError, "Submitter: not initialized");
+        return NULL;
+    }
+    int r = settle_prefix(self);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static PyMethodDef Submitter_methods[] = {
+    {"settle", (PyCFunction)Submitter_settle, METH_NOARGS,
+     "Settle the finished prefix of the runtime's pending submissions (Runtime._settle_finished in C)."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyTypeObject SubmitterType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "hrx_core.fastpath.Submitter",
@@ -2492,6 +2511,7 @@ static PyTypeObject SubmitterType = {
     .tp_clear = (inquiry)Submitter_clear,
     .tp_call = (ternaryfunc)Submitter_call,
     .tp_members = Submitter_members,
+    .tp_methods = Submitter_methods,
 };
 
 /* ---- Eager dispatch (hrx_core.stream.Stream.dispatch) ------------------------------- */

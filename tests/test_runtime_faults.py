@@ -247,21 +247,34 @@ def _count_calls(monkeypatch, owner, name: str) -> list[int]:
     return calls
 
 
-def test_synchronize_settles_its_submissions_in_one_batch_and_raises_the_first_failure(monkeypatch):
+@pytest.mark.parametrize("settle", ["compiled", "python"])
+def test_synchronize_settles_its_submissions_in_one_batch_and_raises_the_first_failure(monkeypatch, settle):
     """Runtime.synchronize waits once a queue and settles the finished submissions
-    together (no per-submission wait), and still raises the first failure, quarantines
-    the failed one's owners, delivers each failure and proves them idle after."""
+    together (no per-submission wait) -- in C where the newest one's graph has a compiled
+    resubmission, else through Runtime._settle_finished -- and still raises the first
+    failure, quarantines the failed one's owners, delivers each failure and proves them
+    idle after."""
+    from hrx_core import fastpath
     from hrx_core.execution.runtime import Submission
 
+    if settle == "compiled" and not fastpath.module().compiled:
+        pytest.skip(f"no compiled resubmission here: {fastpath.module().reason}")
+    if settle == "python":
+        monkeypatch.setattr(Runtime, "_make_fast_submit", lambda self, graph, plan: setattr(graph, "_fast_submit", False))
     rt, x, y, bad, ok = _bad_and_ok(RuntimeOptions(signals="each"))
+    rt.submit(ok).wait(60)  # (a first submission: the compiled resubmission is made after it)
+    rt.submit(ok).wait(60)
+    assert bool(ok._fast_submit) is (settle == "compiled")
     reasons: list[str] = []
     quarantine = rt._quarantine
     monkeypatch.setattr(rt, "_quarantine", lambda owners, reason: (reasons.append(reason), quarantine(owners, reason))[1])
     waits = _count_calls(monkeypatch, Submission, "wait")
+    settles = _count_calls(monkeypatch, Runtime, "_settle_finished")
     subs = [rt.submit(g) for g in (ok, bad, ok, ok)]
     with pytest.raises(hrx.DeviceError, match="injected"):
         rt.synchronize(60)
     assert waits[0] == 0, "settled one by one"
+    assert settles[0] == (0 if settle == "compiled" else 1)
     assert all(s._settled for s in subs) and not rt._pending
     assert [r for r in reasons if r.startswith("failed")], "the failed submission's owners were not quarantined"
     assert rt.quarantined == []  # proven idle before synchronize returned
@@ -273,7 +286,7 @@ def test_synchronize_settles_its_submissions_in_one_batch_and_raises_the_first_f
     d = rt.graph("read")
     down = d.download(y)
     rt.submit(d).wait(60)
-    assert (down.read().view(np.uint32)[:64] == 3).all()
+    assert (down.read().view(np.uint32)[:64] == 5).all()  # (two before, three here)
     rt.close()
 
 

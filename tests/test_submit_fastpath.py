@@ -884,3 +884,27 @@ def test_a_pending_queue_that_is_not_a_deque_keeps_the_locks_taken(dev: hrx.Devi
         assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 12
     finally:
         rt.close()
+
+
+def test_settle_settles_the_finished_prefix_of_every_graph(dev: hrx.Device) -> None:
+    """Submitter.settle() (what Runtime.synchronize uses once its waits are done)
+    settles the finished prefix of the runtime's whole pending queue, other graphs'
+    submissions too; an uninitialized submitter refuses."""
+    _compiled_only()
+    Submitter = fastpath.module().lib.Submitter
+    with pytest.raises(ValueError, match="not initialized"):
+        Submitter.__new__(Submitter).settle()
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    try:
+        g, up, down, h = _pipeline(rt)
+        h, fast = _warm_submitter(rt)
+        subs = [rt.submit(h), rt.submit(g), rt.submit(h)]
+        for s in subs:
+            for e in s.events:
+                e.completion.wait_quiet(60)
+        assert fast.settle() is True
+        assert all(s._settled for s in subs) and len(rt._pending) == 0 and rt._room_taken == 0
+        assert fast.settle() is False  # nothing left
+        rt.synchronize(60)
+    finally:
+        rt.close()

@@ -1216,7 +1216,8 @@ class Runtime:
     def _settle_all(self, pending: Sequence[Submission], deadline: float | None) -> None:
         """:meth:`synchronize`'s wait for several submissions at once: one wait a queue
         (for the newest of their values on it: a queue's timeline reaches its values in
-        order), then one batch settle of the finished prefix (:meth:`_settle_finished`).
+        order), then one batch settle of the finished prefix (:meth:`_settle_finished`,
+        or its C twin where the newest submission's graph has a compiled resubmission).
         A timeout here settles nothing: the caller's per-submission waits then settle
         what finished and raise Timeout at the first that did not, as they always did."""
         newest: dict[int, Any] = {}
@@ -1230,6 +1231,10 @@ class Runtime:
             for c in newest.values():
                 c.wait_quiet(remaining(deadline))
         except Timeout:
+            return
+        fast = pending[-1].graph._fast_submit
+        if fast:  # (a compiled resubmission's settling in C: the whole queue, not only its graph's)
+            fast.settle()
             return
         with self._space_lock:
             head = self._pending[0] if self._pending else None
