@@ -172,7 +172,8 @@ class Submission:
             raise
         self._settle()
         for e, region in zip(self.events, self.graph.regions):
-            raise_event_failure(e, f"{self.graph.name}/{region.name}")
+            if event_failure(e) is not None:  # (cached on the event: the name is made only for a failure)
+                raise_event_failure(e, f"{self.graph.name}/{region.name}")
 
     def __await__(self) -> Generator[Any, None, None]:
         return self._wait_async().__await__()
@@ -1197,7 +1198,8 @@ class Runtime:
             try:
                 if s._settled:  # (what s.wait does to a settled submission: its failures)
                     for e, region in zip(s.events, s.graph.regions):
-                        raise_event_failure(e, f"{s.graph.name}/{region.name}")
+                        if event_failure(e) is not None:
+                            raise_event_failure(e, f"{s.graph.name}/{region.name}")
                 else:
                     s.wait(remaining(deadline))
             except Timeout:
