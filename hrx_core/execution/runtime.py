@@ -171,6 +171,10 @@ class Submission:
             self.runtime._quarantine(self.owners, "timeout")
             raise
         self._settle()
+        self._raise_failures()
+
+    def _raise_failures(self) -> None:
+        """Once complete: raise (and deliver) the first failure of its regions, named."""
         for e, region in zip(self.events, self.graph.regions):
             if event_failure(e) is not None:  # (cached on the event: the name is made only for a failure)
                 raise_event_failure(e, f"{self.graph.name}/{region.name}")
@@ -1197,9 +1201,7 @@ class Runtime:
         for s in pending:
             try:
                 if s._settled:  # (what s.wait does to a settled submission: its failures)
-                    for e, region in zip(s.events, s.graph.regions):
-                        if event_failure(e) is not None:
-                            raise_event_failure(e, f"{s.graph.name}/{region.name}")
+                    s._raise_failures()
                 else:
                     s.wait(remaining(deadline))
             except Timeout:
