@@ -1884,6 +1884,16 @@ static int resubmittable(Submitter *self, PyObject **again)
 }
 
 #define SETTLE_QUEUES 4
+#define SETTLE_STACK 64  /* submissions a settling keeps on the stack (more: the heap) */
+
+/* a new list of the n objects at items */
+static PyObject *list_of(PyObject **items, Py_ssize_t n)
+{
+    PyObject *list = PyList_New(n);
+    for (Py_ssize_t i = 0; list != NULL && i < n; i++)
+        PyList_SET_ITEM(list, i, Py_NewRef(items[i]));
+    return list;
+}
 
 /* Runtime._settle_finished without Python frames, for a submitter out of room: the
    finished prefix of the pending submissions (each region's value signalled and reached
@@ -1898,15 +1908,23 @@ static int settle_prefix(Submitter *self)
     PyObject *slots[SETTLE_QUEUES], *tls[SETTLE_QUEUES];
     unsigned long long tops[SETTLE_QUEUES];
     int nq = 0, python = 0, rc = -1;
-    PyObject *batch = PyList_New(0), *fresh = NULL;
-    if (batch == NULL)
+    /* the finished prefix (references held) and the ones this settling marked settled
+       (borrowed from it): C arrays; lists are made only for the Python methods */
+    PyObject *stack[2 * SETTLE_STACK], **batch = stack, **fresh;
+    Py_ssize_t nb = 0, nf = 0;
+    if (acquire_blocking(self->space_acquire) < 0)
         return -1;
-    if (acquire_blocking(self->space_acquire) < 0) {
-        Py_DECREF(batch);
-        return -1;
-    }
     Py_ssize_t n = PyObject_Length(self->pending);
     int bad = n < 0;
+    if (!bad && n > SETTLE_STACK) {
+        batch = PyMem_Malloc(2 * (size_t)n * sizeof(PyObject *));
+        if (batch == NULL) {
+            PyErr_NoMemory();
+            bad = 1;
+            batch = stack;
+        }
+    }
+    fresh = batch + (n > SETTLE_STACK ? n : SETTLE_STACK);
     for (Py_ssize_t i = 0; !bad && !python && i < n; i++) {
         PyObject *sub = PySequence_GetItem(self->pending, i), *events = NULL;
         int done = 1;
@@ -1964,8 +1982,9 @@ static int settle_prefix(Submitter *self)
         }
         Py_DECREF(events);
         if (done && !bad && !python)
-            bad = PyList_Append(batch, sub) < 0;
-        Py_DECREF(sub);
+            batch[nb++] = sub;  /* (its reference moves here) */
+        else
+            Py_DECREF(sub);
         if (!done)
             break;
     }
@@ -1980,7 +1999,7 @@ static int settle_prefix(Submitter *self)
         rc = 1;
         goto out;
     }
-    if (PyList_GET_SIZE(batch) == 0) {
+    if (nb == 0) {
         rc = 0;
         goto out;
     }
@@ -1992,20 +2011,19 @@ static int settle_prefix(Submitter *self)
     }
     if (PyObject_Length(self->unstamped) > 0 && call_method0(self->runtime, s_notice) < 0)
         goto out;
-    if ((fresh = PyList_New(0)) == NULL)
-        goto out;
     int entered = self->plain ? enter_section(self->settle_acquire) : acquire_blocking(self->settle_acquire);
     if (entered < 0)
         goto out;
     bad = 0;
-    for (Py_ssize_t i = 0; !bad && i < PyList_GET_SIZE(batch); i++) {
-        PyObject *sub = PyList_GET_ITEM(batch, i);
-        int settled = attr_true(sub, s_settled);
-        bad = settled < 0 || (!settled && (set_attr(sub, s_settled, Py_True) < 0 || PyList_Append(fresh, sub) < 0));
+    for (Py_ssize_t i = 0; !bad && i < nb; i++) {
+        int settled = attr_true(batch[i], s_settled);
+        bad = settled < 0 || (!settled && set_attr(batch[i], s_settled, Py_True) < 0);
+        if (!bad && !settled)
+            fresh[nf++] = batch[i];
     }
     if (leave_section(entered, self->settle_release) < 0 || bad)
         goto out;
-    if (PyList_GET_SIZE(fresh) == 0) {
+    if (nf == 0) {
         rc = 1;
         goto out;
     }
@@ -2014,7 +2032,9 @@ static int settle_prefix(Submitter *self)
         if (failed < 0)
             goto out;
         if (failed) {
-            PyObject *x = PyObject_CallMethodOneArg(self->runtime, s_quarantine_failed, fresh);
+            PyObject *list = list_of(fresh, nf);
+            PyObject *x = list == NULL ? NULL : PyObject_CallMethodOneArg(self->runtime, s_quarantine_failed, list);
+            Py_XDECREF(list);
             if (x == NULL)
                 goto out;
             Py_DECREF(x);
@@ -2027,14 +2047,14 @@ static int settle_prefix(Submitter *self)
         if (acquire_blocking(self->space_acquire) < 0)
             goto out;
         Py_ssize_t i = 0;
-        for (bad = 0; !bad && i < PyList_GET_SIZE(fresh); i++) {
+        for (bad = 0; !bad && i < nf; i++) {
             PyObject *head = PyObject_Length(self->pending) > 0 ? PySequence_GetItem(self->pending, 0) : NULL;
             if (head == NULL) {
                 bad = PyErr_Occurred() != NULL;
                 break;
             }
             Py_DECREF(head);  /* (only compared: the deque holds it) */
-            if (head != PyList_GET_ITEM(fresh, i))
+            if (head != fresh[i])
                 break;
             x = PyObject_CallNoArgs(self->pending_popleft);
             bad = x == NULL;
@@ -2043,20 +2063,20 @@ static int settle_prefix(Submitter *self)
         int waiters = bad ? 0 : attr_true(self->runtime, s_space_waiters);
         if (release_keeping(self->space_release) < 0 || bad || waiters < 0)
             goto out;
-        if (i < PyList_GET_SIZE(fresh) || waiters) {
+        if (i < nf || waiters) {
             /* one settled out of order, or threads wait for room: the Python method
                removes the rest and notifies them */
-            PyObject *rest = PyList_GetSlice(fresh, i, PyList_GET_SIZE(fresh));
+            PyObject *rest = list_of(fresh + i, nf - i);
             x = rest == NULL ? NULL : PyObject_CallMethodOneArg(self->runtime, s_retired, rest);
             Py_XDECREF(rest);
             if (x == NULL)
                 goto out;
             Py_DECREF(x);
         }
-        /* the ones it took off the queue that nothing else holds (batch and fresh hold
-           two references) are kept for the next resubmissions */
+        /* the ones it took off the queue that nothing else holds (the settling holds
+           one reference) are kept for the next resubmissions */
         for (Py_ssize_t k = 0; k < i; k++)
-            if (keep_spare(self, PyList_GET_ITEM(fresh, k), 2) < 0)
+            if (keep_spare(self, fresh[k], 1) < 0)
                 goto out;
     }
     rc = 1;
@@ -2065,8 +2085,10 @@ out:
         Py_DECREF(slots[q]);
         Py_DECREF(tls[q]);
     }
-    Py_DECREF(batch);
-    Py_XDECREF(fresh);
+    for (Py_ssize_t k = 0; k < nb; k++)
+        Py_DECREF(batch[k]);
+    if (batch != stack)
+        PyMem_Free(batch);
     return rc;
 }
 

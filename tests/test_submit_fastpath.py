@@ -908,3 +908,26 @@ def test_settle_settles_the_finished_prefix_of_every_graph(dev: hrx.Device) -> N
         rt.synchronize(60)
     finally:
         rt.close()
+
+
+def test_a_settling_of_more_than_64_submissions_settles_them_all(dev: hrx.Device, mode: str) -> None:
+    """max_submissions above the compiled settling's stack (64): out of room with 100
+    finished submissions, one settling takes all of them off the queue (oldest first,
+    each once), and the results and counts are the Python path's."""
+    rt = Runtime(dev, RuntimeOptions(observe=False, max_submissions=100))
+    try:
+        _, _, _, h = _pipeline(rt)
+        rt.submit(h).wait(60)
+        rt.submit(h).wait(60)
+        subs = _finished_in_flight(rt, h, 100)
+        assert len(rt._pending) == 100 and not any(s._settled for s in subs)
+        hits = h._fast_submit.hits if mode == "compiled" else 0
+        more = rt.submit(h)  # no room: the hundred are settled
+        if mode == "compiled":
+            assert h._fast_submit.hits == hits + 1
+        assert all(s._settled for s in subs) and list(rt._pending) == [more] and rt._room_taken == 0
+        rt.synchronize(60)
+        assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 103
+        assert rt.stats.snapshot()["submissions"] == 104  # init, 2, 100, 1
+    finally:
+        rt.close()

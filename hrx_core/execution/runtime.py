@@ -387,7 +387,7 @@ class Runtime:
     # the attributes hrx_core.fastpath reads and writes on every resubmission, as slots:
     # it reaches them at their offsets; the rest live in __dict__
     __slots__ = ("closed", "_room_taken", "_sequence", "_quarantined", "_releasing", "_reservations", "_pending",
-                 "_unstamped", "fast_resubmit", "__dict__", "__weakref__")
+                 "_unstamped", "fast_resubmit", "_space_waiters", "__dict__", "__weakref__")
 
     #: Let a region resubmitted with nothing else submitted in between skip the hazard
     #: scan (see :class:`_Resubmit`); tests switch it off to compare with the full path.
