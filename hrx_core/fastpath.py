@@ -213,8 +213,10 @@ typedef struct {
 
 #if defined(__GNUC__)
 #define NOINLINE __attribute__((noinline))
+#define INLINE inline __attribute__((always_inline))
 #else
 #define NOINLINE
+#define INLINE inline
 #endif
 
 /* slot_offset_at's miss (out of line: the hit is what callers inline) */
@@ -238,7 +240,7 @@ static inline Py_ssize_t slot_offset_at(PyTypeObject *type, PyObject *name, slot
 }
 
 /* PyObject_GetAttr(obj, name) (a new reference) */
-static inline PyObject *get_attr_at(PyObject *obj, PyObject *name, slot_site *site)
+static INLINE PyObject *get_attr_at(PyObject *obj, PyObject *name, slot_site *site)
 {
     Py_ssize_t offset = slot_offset_at(Py_TYPE(obj), name, site);
     if (offset >= 0) {
@@ -252,7 +254,7 @@ static inline PyObject *get_attr_at(PyObject *obj, PyObject *name, slot_site *si
 #define get_attr(obj, name) get_attr_at((obj), (name), SITE())
 
 /* PyObject_SetAttr(obj, name, value) */
-static inline int set_attr_at(PyObject *obj, PyObject *name, PyObject *value, slot_site *site)
+static INLINE int set_attr_at(PyObject *obj, PyObject *name, PyObject *value, slot_site *site)
 {
     Py_ssize_t offset = value == NULL ? -1 : slot_offset_at(Py_TYPE(obj), name, site);
     if (offset >= 0) {
@@ -267,7 +269,7 @@ static inline int set_attr_at(PyObject *obj, PyObject *name, PyObject *value, sl
 
 #define set_attr(obj, name, value) set_attr_at((obj), (name), (value), SITE())
 
-static int attr_is_at(PyObject *obj, PyObject *name, PyObject *expected, slot_site *site)
+static INLINE int attr_is_at(PyObject *obj, PyObject *name, PyObject *expected, slot_site *site)
 {
     PyObject *v = get_attr_at(obj, name, site);
     if (v == NULL)
@@ -279,7 +281,7 @@ static int attr_is_at(PyObject *obj, PyObject *name, PyObject *expected, slot_si
 
 #define attr_is(obj, name, expected) attr_is_at((obj), (name), (expected), SITE())
 
-static int attr_true_at(PyObject *obj, PyObject *name, slot_site *site)
+static INLINE int attr_true_at(PyObject *obj, PyObject *name, slot_site *site)
 {
     PyObject *v = get_attr_at(obj, name, site);
     if (v == NULL)
@@ -319,6 +321,29 @@ static int call_method0(PyObject *obj, PyObject *name)
         return -1;
     Py_DECREF(r);
     return 0;
+}
+
+/* bound(arg) / bound() for a bound builtin method (a deque's append, popleft): its C
+   function called directly where its flags are plain METH_O / METH_NOARGS (what the
+   call would do), else the call */
+static inline PyObject *call_o(PyObject *bound, PyObject *arg)
+{
+    if (PyCFunction_Check(bound)) {
+        PyMethodDef *def = ((PyCFunctionObject *)bound)->m_ml;
+        if (def->ml_flags == METH_O)
+            return def->ml_meth(PyCFunction_GET_SELF(bound), arg);
+    }
+    return PyObject_CallOneArg(bound, arg);
+}
+
+static inline PyObject *call_0(PyObject *bound)
+{
+    if (PyCFunction_Check(bound)) {
+        PyMethodDef *def = ((PyCFunctionObject *)bound)->m_ml;
+        if (def->ml_flags == METH_NOARGS)
+            return def->ml_meth(PyCFunction_GET_SELF(bound), NULL);
+    }
+    return PyObject_CallNoArgs(bound);
 }
 
 /* threading's locks without a method call. CPython 3.11 and 3.12 lay out _thread.lock
@@ -702,6 +727,8 @@ static int add_to_at(PyObject *obj, PyObject *name, long delta, long *out, slot_
     return rc;
 }
 #define add_to(obj, name, delta, out) add_to_at((obj), (name), (delta), (out), SITE())
+
+static PyObject *small_zero;  /* PyLong_FromLong(0), set with the module */
 
 /* hrx_core.completion.Completion, imported on first use */
 static PyObject *completion_type = NULL;
@@ -2056,7 +2083,7 @@ static int settle_prefix(Submitter *self)
             Py_DECREF(head);  /* (only compared: the deque holds it) */
             if (head != fresh[i])
                 break;
-            x = PyObject_CallNoArgs(self->pending_popleft);
+            x = call_0(self->pending_popleft);
             bad = x == NULL;
             Py_XDECREF(x);
         }
@@ -2259,7 +2286,7 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
         int bad = add_to(self->runtime, s_room_taken, -1, NULL) < 0;
         if (!bad) {
             room_taken = 0;
-            PyObject *x = PyObject_CallOneArg(self->pending_append, submission);
+            PyObject *x = call_o(self->pending_append, submission);
             bad = x == NULL;
             Py_XDECREF(x);
         }
@@ -2288,7 +2315,7 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
                 Py_DECREF(tally);
             }
             if (run != NULL) {
-                x = PyObject_CallOneArg(self->uncounted_append, run);
+                x = call_o(self->uncounted_append, run);
                 Py_DECREF(run);
             }
             if (x == NULL)
@@ -2308,9 +2335,11 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
         Py_DECREF(x);
     }
     {
-        int busy = attr_true(self->runtime, s_quarantined);
+        /* (the runtime's _quarantined dict and _releasing int read in place) */
+        PyObject *q = slot_peek(self->runtime, s_quarantined), *rl = slot_peek(self->runtime, s_releasing);
+        int busy = q != NULL && PyDict_CheckExact(q) ? PyDict_GET_SIZE(q) != 0 : attr_true(self->runtime, s_quarantined);
         if (busy == 0)
-            busy = attr_true(self->runtime, s_releasing);
+            busy = rl == small_zero ? 0 : attr_true(self->runtime, s_releasing);  /* (0: CPython's one small int) */
         if (busy < 0 || (busy && call_method0(self->runtime, s_prove_idle) < 0))
             goto error;
     }
@@ -3450,6 +3479,8 @@ static PyTypeObject FastEntryType = {
 static PyObject *hrx_module_create(const char *name)
 {
     module_def.m_name = name;
+    if ((small_zero = PyLong_FromLong(0)) == NULL)
+        return NULL;
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
     INTERN(s_plan, "_plan");
     INTERN(s_bound, "_bound");

@@ -931,3 +931,46 @@ def test_a_settling_of_more_than_64_submissions_settles_them_all(dev: hrx.Device
         assert rt.stats.snapshot()["submissions"] == 104  # init, 2, 100, 1
     finally:
         rt.close()
+
+
+def test_a_resubmission_proves_quarantined_owners_idle_as_the_python_path_does(dev: hrx.Device, mode: str,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """While owners wait in quarantine (or releases are in progress), each submission
+    asks the runtime to prove them idle; otherwise it does not ask."""
+    rt = Runtime(dev, RuntimeOptions(observe=False))
+    try:
+        h, fast = _warm_submitter(rt)
+        calls = [0]
+        prove = rt._prove_idle
+
+        def counted() -> int:  # (counts; releases nothing, so the quarantine stays)
+            calls[0] += 1
+            return 0
+
+        hits = fast.hits if fast else 0
+        z = rt.allocate(64)
+        monkeypatch.setattr(rt, "_prove_idle", counted)
+        rt.submit(h).wait(60)
+        assert calls[0] == 0
+        rt._quarantine([z.allocation], "test")
+        assert rt.quarantined
+        calls[0] = 0
+        rt.submit(h).wait(60)
+        assert calls[0] == 1
+        rt.submit(h).wait(60)
+        assert calls[0] == 2
+        monkeypatch.setattr(rt, "_prove_idle", prove)
+        assert prove() == 1 and rt.quarantined == []
+        monkeypatch.setattr(rt, "_prove_idle", counted)
+        rt._releasing += 1  # a release in progress elsewhere
+        try:
+            rt.submit(h).wait(60)
+        finally:
+            rt._releasing -= 1
+        assert calls[0] == 3
+        rt.submit(h).wait(60)
+        assert calls[0] == 3
+        if mode == "compiled":
+            assert fast.hits == hits + 5
+    finally:
+        rt.close()
