@@ -916,9 +916,7 @@ def test_a_settling_of_more_than_64_submissions_settles_them_all(dev: hrx.Device
     each once), and the results and counts are the Python path's."""
     rt = Runtime(dev, RuntimeOptions(observe=False, max_submissions=100))
     try:
-        _, _, _, h = _pipeline(rt)
-        rt.submit(h).wait(60)
-        rt.submit(h).wait(60)
+        h, _ = _warm_submitter(rt)
         subs = _finished_in_flight(rt, h, 100)
         assert len(rt._pending) == 100 and not any(s._settled for s in subs)
         hits = h._fast_submit.hits if mode == "compiled" else 0
