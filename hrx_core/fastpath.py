@@ -734,11 +734,24 @@ static PyObject *small_zero;  /* PyLong_FromLong(0), set with the module */
 static PyObject *completion_type = NULL;
 static PyObject *s_slot_attr;  /* (interned with the others, in hrx_module_create) */
 
+/* whether `c` is a Completion that nothing references but the one holder asking (a
+   spare Event's completion field) and no weak reference points at: refilled in place,
+   nobody can tell it from a new one */
+static inline int completion_spare(PyObject *c)
+{
+    if (c == NULL || completion_type == NULL || (PyObject *)Py_TYPE(c) != completion_type || Py_REFCNT(c) != 1)
+        return 0;
+    Py_ssize_t off = Py_TYPE(c)->tp_weaklistoffset;
+    return off == 0 || *(PyObject **)((char *)c + off) == NULL;
+}
+
 /* Stream._done(value) without a Python frame where nothing unusual happens: the value
    noted in the stream's list (unless it is its last), a new Completion(slot, value)
    made the stream's latest. A list due for pruning, or a latest completion at or past
-   `value` (another thread moved on), goes to the Python method. New reference or NULL. */
-static PyObject *stream_done(PyObject *stream, PyObject *slot, PyObject *value)
+   `value` (another thread moved on), goes to the Python method. `reuse`: NULL, or a
+   settled Completion that nothing but a spare Event holds (completion_spare), filled in
+   instead of allocating one. New reference or NULL. */
+static PyObject *stream_done(PyObject *stream, PyObject *slot, PyObject *value, PyObject *reuse)
 {
     if (completion_type == NULL) {
         PyObject *m = PyImport_ImportModule("hrx_core.completion");
@@ -784,7 +797,7 @@ static PyObject *stream_done(PyObject *stream, PyObject *slot, PyObject *value)
     }
     {
         PyTypeObject *type = (PyTypeObject *)completion_type;
-        PyObject *c = type->tp_alloc(type, 0);
+        PyObject *c = completion_spare(reuse) ? Py_NewRef(reuse) : type->tp_alloc(type, 0);
         if (c == NULL)
             goto done;
         if (set_attr(c, s_slot_attr, slot) < 0 || set_attr(c, s_value, value) < 0
@@ -817,8 +830,9 @@ static int record_current(Replayer *self)
     return r;
 }
 
-static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind);
+static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind, PyObject *reuse);
 static PyObject *replay(Replayer *self, PyObject *graph);
+static PyObject *replay_into(Replayer *self, PyObject *graph, PyObject *reuse);
 static PyObject *replay_rebound(Replayer *self, PyObject *graph, PyObject *inputs);
 static PyObject *replay_restored(Replayer *self, PyObject *graph);
 
@@ -838,6 +852,13 @@ static PyObject *Replayer_call(Replayer *self, PyObject *args, PyObject *kwargs)
 /* the replay of Replayer_call and of the compiled Graph.launch (FastEntry) */
 static PyObject *replay(Replayer *self, PyObject *graph)
 {
+    return replay_into(self, graph, NULL);
+}
+
+/* replay(), with a spare Completion to fill in where the launch needs a new one (NULL:
+   none; see stream_done) */
+static PyObject *replay_into(Replayer *self, PyObject *graph, PyObject *reuse)
+{
     int r;
     /* (the graph drops its replayer with its plan and when it closes; a new native
        graph comes with a new plan) */
@@ -851,7 +872,7 @@ static PyObject *replay(Replayer *self, PyObject *graph)
         return r < 0 ? NULL : miss(self);
     /* (an unloaded kernel moved the epoch, and the graph's record check refuses it:
        a current record means every kernel is loaded) */
-    return launch_locked(self, graph, NULL);
+    return launch_locked(self, graph, NULL, reuse);
 }
 
 /* A plain replay of a rebound graph: its restore record (Graph._remember_restore, made
@@ -873,7 +894,7 @@ static PyObject *replay_restored(Replayer *self, PyObject *graph)
     Py_XDECREF(now);
     if (r == 1)
         r = record_current(self);
-    PyObject *result = r == 1 ? launch_locked(self, graph, restore) : (r < 0 ? NULL : miss(self));
+    PyObject *result = r == 1 ? launch_locked(self, graph, restore, NULL) : (r < 0 ? NULL : miss(self));
     Py_DECREF(restore);
     return result;
 }
@@ -1117,7 +1138,7 @@ static PyObject *replay_rebound(Replayer *self, PyObject *graph, PyObject *input
     }
     if ((r = record_current(self)) != 1)
         goto out_miss;
-    result = launch_locked(self, graph, rebind);
+    result = launch_locked(self, graph, rebind, NULL);
     Py_DECREF(rebind);
     return result;
 out_miss:
@@ -1127,7 +1148,7 @@ out_miss:
 
 /* Take the queue's lock (None: busy, the Python path waits), then (a rebind record's
    inputs applied first) launch, commit and answer the completion. */
-static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind)
+static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind, PyObject *reuse)
 {
     int r;
     if ((r = try_acquire(self->acquire)) != 1)  /* another thread holds the queue: the Python path waits for it */
@@ -1216,7 +1237,7 @@ static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind
     }
     if (r != 1) {
         Py_DECREF(completion);
-        completion = stream_done(self->stream, self->slot, value);
+        completion = stream_done(self->stream, self->slot, value, reuse);
         if (completion == NULL)
             goto unlock;
     }
@@ -1511,6 +1532,7 @@ typedef struct {
     PyObject *spares[SPARES];
     int nspares;
     Py_ssize_t recycled;  /* submissions made from a spare */
+    Py_ssize_t refilled;  /* completions of those filled in by the replay (completion_spare) */
 } Submitter;
 
 static PyObject *sub_miss(Submitter *self)
@@ -1742,10 +1764,13 @@ static int keep_spare(Submitter *self, PyObject *sub, Py_ssize_t refs)
     PyObject *event = spare_event(self, sub, refs);
     if (event == NULL)
         return 1;
-    /* (what it referred to goes now, as when it was freed: a spare keeps nothing alive) */
+    /* (what it referred to goes now, as when it was freed: a spare keeps nothing alive
+       but its Event's Completion, where nothing else holds that -- the next replay fills
+       it in, and it keeps only its queue slot, which the runtime holds anyway) */
     if (set_attr(sub, s_runtime_attr, Py_None) < 0 || set_attr(sub, s_graph_attr, Py_None) < 0
         || set_attr(sub, s_owners, Py_None) < 0 || set_attr(sub, s_submitted, Py_None) < 0
-        || set_attr(sub, s_sequence, Py_None) < 0 || set_attr(event, s_completion, Py_None) < 0
+        || set_attr(sub, s_sequence, Py_None) < 0
+        || (!completion_spare(slot_peek(event, s_completion)) && set_attr(event, s_completion, Py_None) < 0)
         || set_attr(event, s_upstream, self->empty) < 0 || set_attr(event, s_resolved, Py_None) < 0
         || set_attr(event, s_timestamp, Py_None) < 0)
         return -1;
@@ -1786,7 +1811,11 @@ static PyObject *encode_region(Submitter *self, PyObject *again, PyObject *reuse
         PyObject *fast = dg == NULL ? NULL : get_attr(dg, s_fast);
         int same = fast == NULL ? -1 : attr_is(dg, s_stream, self->stream);
         if (same == 1 && fast != Py_None) {
-            completion = Py_IS_TYPE(fast, &ReplayerType) ? replay((Replayer *)fast, dg) : PyObject_CallOneArg(fast, dg);
+            /* (a spare Event's settled Completion is filled in where the replay needs a new one) */
+            PyObject *spare = reuse == NULL ? NULL : slot_peek(reuse, s_completion);
+            completion = Py_IS_TYPE(fast, &ReplayerType) ? replay_into((Replayer *)fast, dg, spare) : PyObject_CallOneArg(fast, dg);
+            if (spare != NULL && completion == spare)
+                self->refilled++;
             if (completion == Py_None)
                 Py_CLEAR(completion);
             else if (completion == NULL)
@@ -2511,7 +2540,7 @@ static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
                       && slot_offset(rt, s_room_taken) >= 0 && slot_offset((PyTypeObject *)submission_type, s_settled) >= 0;
         PyErr_Clear();
     }
-    self->hits = self->misses = self->recycled = 0;
+    self->hits = self->misses = self->recycled = self->refilled = 0;
     return 0;
 fail:
     Submitter_clear(self);
@@ -2522,6 +2551,7 @@ static PyMemberDef Submitter_members[] = {
     {"hits", T_PYSSIZET, offsetof(Submitter, hits), READONLY, "submissions this submitter made"},
     {"misses", T_PYSSIZET, offsetof(Submitter, misses), READONLY, "calls it left to the Python path"},
     {"recycled", T_PYSSIZET, offsetof(Submitter, recycled), READONLY, "submissions it made from a spare (a settled one nothing held)"},
+    {"refilled", T_PYSSIZET, offsetof(Submitter, refilled), READONLY, "completions a replay filled in: a spare's, that nothing held"},
     {"plain", T_INT, offsetof(Submitter, plain), READONLY,
      "1 where its room and settling sections run without their locks while those are free (enter_section)"},
     {"spares", T_INT, offsetof(Submitter, nspares), READONLY, "settled submissions it keeps for reuse"},
@@ -3081,7 +3111,7 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
         }
         if (r != 1) {
             Py_DECREF(completion);
-            completion = stream_done(stream, self->slot, value);
+            completion = stream_done(stream, self->slot, value, NULL);
             if (completion == NULL)
                 goto out;
         }

@@ -11,6 +11,7 @@ or runtime, ``block=False`` or a timeout, the fast resubmission switched off.
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import time
 from typing import Any
@@ -20,6 +21,7 @@ import pytest
 
 import hrx_core as hrx
 from hrx_core import fastpath
+from hrx_core.completion import Completion
 from hrx_core.execution import Runtime, RuntimeOptions
 
 from .conftest import compiled_or_python, run_threads
@@ -681,12 +683,14 @@ def _spares(fast: Any) -> list[Any]:
     return [x for x in gc.get_referents(fast) if type(x) is Submission]
 
 
-def test_settled_submissions_nothing_holds_are_reused_with_fresh_fields(dev: hrx.Device) -> None:
+@pytest.mark.parametrize("signals", ["auto", "lazy"])
+def test_settled_submissions_nothing_holds_are_reused_with_fresh_fields(dev: hrx.Device, signals: str) -> None:
     """A settled submission that nothing but the settling holds is kept (with its events
-    list and Event, every other field None) and filled in by a later resubmission: the
-    results, counts and each returned submission's fields are those of a new one."""
+    list and Event, every other field None but a Completion nothing else holds) and
+    filled in by a later resubmission, its Completion by the replay where signals are
+    lazy: the results, counts and each returned submission's fields are those of a new one."""
     _compiled_only()
-    rt = Runtime(dev, RuntimeOptions(observe=False, max_submissions=4))
+    rt = Runtime(dev, RuntimeOptions(observe=False, max_submissions=4, signals=signals))
     try:
         h, fast = _warm_submitter(rt)
         hits, before = fast.hits, rt._sequence
@@ -702,39 +706,56 @@ def test_settled_submissions_nothing_holds_are_reused_with_fresh_fields(dev: hrx
             del s, e
             rt.lane("compute").stream.synchronize(60)
         assert fast.hits == hits + 40 and fast.recycled > 20  # (settled 4 at a time, kept, filled in again)
+        if rt.lane("compute").lazy_signals:  # (their Events' Completions filled in by the replay)
+            assert fast.refilled > 20
+        else:  # (a signal each: the region's Python encode makes each Completion)
+            assert fast.refilled == 0
         assert [q for q, _ in seen] == sorted(q for q, _ in seen) and len({v for _, v in seen}) == 40
-        for spare in _spares(fast):  # a spare keeps nothing alive
+        rt.synchronize(60)
+        for _ in range(5):  # the fifth settles the ones before it and keeps them
+            rt.submit(h)
+            rt.lane("compute").stream.synchronize(60)
+        assert _spares(fast)
+        for spare in _spares(fast):  # a spare keeps nothing alive but a Completion nothing else holds
             assert (spare.runtime, spare.graph, spare.owners, spare.submitted, spare.sequence) == (None,) * 5
             (e,) = spare.events
-            assert (e.completion, e.upstream, e.resolved, e.timestamp) == (None, (), None, None)
+            assert (e.upstream, e.resolved, e.timestamp) == ((), None, None)
+            c = e.completion
+            assert c is None or (type(c) is Completion and sys.getrefcount(c) == 3)  # (e, c, the call's argument)
+            del c
         rt.synchronize(60)
-        assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 42
-        assert rt.stats.snapshot()["submissions"] == 43  # init, 2, 40
+        assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 47
+        assert rt.stats.snapshot()["submissions"] == 48  # init, 2, 40, 5
         assert rt.quarantined == []
     finally:
         rt.close()
 
 
-def test_a_submission_something_holds_is_never_reused(dev: hrx.Device) -> None:
+@pytest.mark.parametrize("signals", ["auto", "lazy"])
+def test_a_submission_something_holds_is_never_reused(dev: hrx.Device, signals: str) -> None:
     """Submissions the caller keeps, reaches through a weak reference, or whose event
     another reference holds are not kept: each stays what it was when made."""
     import weakref
 
     _compiled_only()
-    rt = Runtime(dev, RuntimeOptions(observe=False, max_submissions=4))
+    rt = Runtime(dev, RuntimeOptions(observe=False, max_submissions=4, signals=signals))
     try:
         h, fast = _warm_submitter(rt)
         kept = _finished_in_flight(rt, h, 20)
         assert fast.recycled == 0 and len({id(s) for s in kept}) == 20
         assert [s.sequence for s in kept] == list(range(kept[0].sequence, kept[0].sequence + 20))
         assert all(s.runtime is rt and s.graph is h for s in kept)
-        refs, events = [], []
+        refs, events, completions = [], [], []
         for i in range(20):
             s = rt.submit(h)
             if i % 2:
                 refs.append((weakref.ref(s), s.sequence))
-            else:
+            elif i % 4:
                 events.append((s.events[0], s.events[0].completion))
+            else:  # the Completion alone: its Event is settled with the submission
+                c = s.events[0].completion
+                completions.append((c, c.slot, c.value))
+                del c
             del s
             rt.lane("compute").stream.synchronize(60)
             for ref, seq in refs:  # freed, or still its own: a weak reference never sees a reused one
@@ -743,6 +764,9 @@ def test_a_submission_something_holds_is_never_reused(dev: hrx.Device) -> None:
         assert all(ref() is None for ref, _ in refs)
         for e, c in events:
             assert e.completion is c and c.is_complete  # its own, untouched
+        assert len(completions) == 5 and len({v for _, _, v in completions}) == 5
+        for c, slot, value in completions:  # never filled in for a later replay
+            assert c.slot is slot and c.value == value and c.is_complete
         assert all(s.runtime is rt and s.graph is h and s._settled for s in kept)
     finally:
         rt.close()
