@@ -1493,7 +1493,7 @@ static PyObject *s_submit_plan, *s_gclosed, *s_fast_resubmit, *s_resubmit, *s_ge
     *s_encode_signaled, *s_reported, *s_waited, *s_stream, *s_inherits_previous,
     *s_upstream, *s_room_taken, *s_sequence,
     *s_usequence, *s_add_uncounted, *s_observe, *s_quarantined, *s_releasing,
-    *s_prove_idle, *s_give_room_back, *s_notice,
+    *s_prove_idle, *s_give_room_back, *s_notice, *s_fold_observed,
     *s_reservations, *s_slot_attr, *s_device_graph, *s_fast, *s_completion, *s_resolved,
     *s_timestamp, *s_signaled, *s_utimeline, *s_completed, *s_has_errors, *s_runtime_attr, *s_graph_attr, *s_events, *s_owners, *s_submitted,
     *s_settled, *s_c_completed, *s_c_failed, *s_retire, *s_retained, *s_quarantine_failed, *s_space_waiters,
@@ -1507,6 +1507,9 @@ typedef struct {
     PyObject *runtime, *plan, *inflight, *submission_type, *event_type, *perf_counter;
     PyObject *submit_acquire, *submit_release, *space_acquire, *space_release;
     PyObject *pending, *uncounted, *unstamped;
+    /* observe=True (noticed, not exact): the runtime's _observed deque, the two deques'
+       append and _unstamped's popleft, the _fold_lock's methods, a 0.0 (see notice) */
+    PyObject *observed, *observed_append, *unstamped_append, *unstamped_popleft, *fold_acquire, *fold_release, *zero;
     PyObject *owners, *counters, *infos, *reservations, *empty;
     /* bound methods: pending.append, pending.popleft, uncounted.append, the settle lock's */
     PyObject *pending_append, *pending_popleft, *uncounted_append, *settle_acquire, *settle_release;
@@ -1517,7 +1520,7 @@ typedef struct {
     PyObject *region, *lane, *stream, *slot, *lane_acquire, *lane_release;
     int lazy, reads_own_writes;
     int direct;   /* the region replays its device graph (_RecordedRegion.encode_signaled): call its replayer */
-    int observe;  /* RuntimeOptions.observe: Runtime._observe keeps the submission */
+    int observe;  /* RuntimeOptions.observe: 0 off, 1 True (noticed: observe_noticed and notice here), 2 "exact" (Runtime._observe) */
     int c_clock;  /* perf_counter is time.perf_counter on clock_gettime(CLOCK_MONOTONIC): read here */
     /* the runtime's room and settled flags are plain: _pending a collections.deque (its
        bound append and popleft builtins), Submission's _settled and the runtime's
@@ -1526,6 +1529,7 @@ typedef struct {
     int plain;
     long max_submissions;
     Py_ssize_t fold_after;  /* runtime._FOLD_AFTER */
+    Py_ssize_t notice_scan, queues;  /* runtime._NOTICE_SCAN, Runtime._queues */
     Py_ssize_t hits, misses;
     /* settled submissions nothing else referenced, kept for reuse with their events
        list and Event (keep_spare, take_spare); their fields other than those hold None */
@@ -1951,6 +1955,163 @@ static PyObject *list_of(PyObject **items, Py_ssize_t n)
     return list;
 }
 
+/* whether every item of the list `ends` is an exact float, none of them 0.0 (1), some 0.0
+   (0), or something else (-1, no exception: the Python method decides) */
+static int all_stamped(PyObject *ends)
+{
+    int all = 1;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ends); i++) {
+        PyObject *e = PyList_GET_ITEM(ends, i);
+        if (!PyFloat_CheckExact(e))
+            return -1;
+        if (PyFloat_AS_DOUBLE(e) == 0.0)
+            all = 0;
+    }
+    return all;
+}
+
+/* Runtime._notice (observe=True) without Python frames: the ends of regions that
+   finished since the last notice stamped with one perf_counter() reading, oldest
+   submissions first, one timeline read a queue (past a region of a queue that is not
+   done, no later region of that queue is looked at; at most notice_scan + 1
+   submissions, or until every queue is blocked); then the fully stamped ones leave
+   _unstamped. Anything it does not expect -- an item other than (infos, ends list,
+   submitted, events list) of floats, a completion without plain int values or a
+   published timeline, more than SETTLE_QUEUES queues -- goes to the Python method, which
+   stamps what is left the same way (a stamp made here stays). 0, or -1 with an exception. */
+static PyObject *perf_counter_now(void);
+
+static int notice(Submitter *self)
+{
+    Py_ssize_t n = PyObject_Length(self->unstamped);
+    if (n <= 0)
+        return n < 0 ? -1 : 0;
+    if (self->observe != 1)
+        return call_method0(self->runtime, s_notice);
+    PyObject *now = self->c_clock ? perf_counter_now() : PyObject_CallNoArgs(self->perf_counter);
+    if (now == NULL)
+        return -1;
+    if (acquire_blocking(self->fold_acquire) < 0) {
+        Py_DECREF(now);
+        return -1;
+    }
+    PyObject *blocked[SETTLE_QUEUES];
+    int nblocked = 0, bad = 0, python = 0;
+    Py_ssize_t scanned = 0;
+    n = PyObject_Length(self->unstamped);  /* (under the lock) */
+    bad = n < 0;
+    for (Py_ssize_t k = 0; !bad && !python && k < n; k++) {
+        PyObject *item = PySequence_GetItem(self->unstamped, k), *ends, *events;
+        if (item == NULL) {
+            bad = 1;
+            break;
+        }
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 4 || !PyList_CheckExact(ends = PyTuple_GET_ITEM(item, 1))
+            || !PyList_CheckExact(events = PyTuple_GET_ITEM(item, 3)) || PyList_GET_SIZE(events) > PyList_GET_SIZE(ends)) {
+            python = 1;
+            Py_DECREF(item);
+            break;
+        }
+        for (Py_ssize_t i = 0; !bad && !python && i < PyList_GET_SIZE(events); i++) {
+            PyObject *e = PyList_GET_ITEM(ends, i);
+            if (!PyFloat_CheckExact(e)) {
+                python = 1;
+                break;
+            }
+            if (PyFloat_AS_DOUBLE(e) != 0.0)
+                continue;  /* stamped by an earlier notice */
+            PyObject *c = get_attr(PyList_GET_ITEM(events, i), s_completion);
+            PyObject *slot = c == NULL ? NULL : get_attr(c, s_slot_attr);
+            if (slot == NULL) {
+                Py_XDECREF(c);
+                bad = 1;
+                break;
+            }
+            int q = 0;
+            while (q < nblocked && blocked[q] != slot)
+                q++;
+            if (q == nblocked) {
+                /* Completion.done_now: value <= slot.signaled and the timeline reached it */
+                long long value, signaled;
+                unsigned long long reached = 0;
+                int a = ll_attr(c, s_value, &value), b = a == 1 ? ll_attr(slot, s_signaled, &signaled) : a;
+                PyObject *tl = b == 1 ? get_attr(slot, s_utimeline) : NULL;
+                if (a < 0 || b < 0 || (b == 1 && tl == NULL) || (tl != NULL && tl != Py_None && tl_completed(tl, &reached) < 0))
+                    bad = 1;
+                else if (a == 0 || b == 0 || tl == Py_None || value < 0)
+                    python = 1;
+                else if (value <= signaled && reached >= (unsigned long long)value)
+                    PyList_SetItem(ends, i, Py_NewRef(now));  /* (in place: the 0.0's reference goes) */
+                else if (nblocked == SETTLE_QUEUES)
+                    python = 1;
+                else
+                    blocked[nblocked++] = Py_NewRef(slot);
+                Py_XDECREF(tl);
+            }
+            Py_DECREF(c);
+            Py_DECREF(slot);
+        }
+        Py_DECREF(item);
+        scanned++;
+        if (scanned > self->notice_scan || nblocked >= self->queues)
+            break;
+    }
+    /* the fully stamped ones leave, oldest first */
+    while (!bad && !python) {
+        Py_ssize_t left = PyObject_Length(self->unstamped);
+        PyObject *head = left > 0 ? PySequence_GetItem(self->unstamped, 0) : NULL;
+        if (head == NULL) {
+            bad = left != 0;
+            break;
+        }
+        int all = PyTuple_CheckExact(head) && PyTuple_GET_SIZE(head) == 4 && PyList_CheckExact(PyTuple_GET_ITEM(head, 1))
+                      ? all_stamped(PyTuple_GET_ITEM(head, 1)) : -1;
+        Py_DECREF(head);
+        if (all < 0)
+            python = 1;
+        if (all != 1)
+            break;
+        PyObject *x = call_0(self->unstamped_popleft);
+        bad = x == NULL;
+        Py_XDECREF(x);
+    }
+    for (int q = 0; q < nblocked; q++)
+        Py_DECREF(blocked[q]);
+    Py_DECREF(now);
+    if (release_keeping(self->fold_release) < 0 || bad)
+        return -1;
+    return python ? call_method0(self->runtime, s_notice) : 0;
+}
+
+/* Runtime._observe for observe=True without its Python frame: (infos, [0.0] a region,
+   submitted, events) joins _observed and _unstamped under the fold lock; past
+   fold_after waiting, Runtime._fold_observed. 0, or -1 with an exception. */
+static int observe_noticed(Submitter *self, PyObject *events, PyObject *submitted)
+{
+    Py_ssize_t n = PyObject_Length(self->infos);
+    if (n < 0)
+        return -1;
+    PyObject *ends = PyList_New(n);
+    if (ends == NULL)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyList_SET_ITEM(ends, i, Py_NewRef(self->zero));
+    PyObject *item = PyTuple_Pack(4, self->infos, ends, submitted, events);
+    Py_DECREF(ends);
+    if (item == NULL || acquire_blocking(self->fold_acquire) < 0) {
+        Py_XDECREF(item);
+        return -1;
+    }
+    PyObject *x = call_o(self->observed_append, item), *y = x == NULL ? NULL : call_o(self->unstamped_append, item);
+    Py_XDECREF(x);
+    Py_XDECREF(y);
+    Py_DECREF(item);
+    Py_ssize_t waiting = y == NULL ? -1 : PyObject_Length(self->observed);
+    if (release_keeping(self->fold_release) < 0 || waiting < 0)
+        return -1;
+    return waiting > self->fold_after ? call_method0(self->runtime, s_fold_observed) : 0;
+}
+
 /* Runtime._settle_finished without Python frames, for a submitter out of room: the
    finished prefix of the pending submissions (each region's value signalled and reached
    on its queue's timeline; one timeline read a queue) is marked settled, its queues
@@ -2065,7 +2226,7 @@ static int settle_prefix(Submitter *self)
         if (some < 0 || (some && call_method0(slots[q], s_retire) < 0))
             goto out;
     }
-    if (PyObject_Length(self->unstamped) > 0 && call_method0(self->runtime, s_notice) < 0)
+    if (notice(self) < 0)
         goto out;
     int entered = self->plain ? enter_section(self->settle_acquire) : acquire_blocking(self->settle_acquire);
     if (entered < 0)
@@ -2219,10 +2380,8 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
         return r < 0 ? NULL : sub_miss(self);
     if ((r = attr_true(self->runtime, s_fast_resubmit)) != 1)
         return r < 0 ? NULL : sub_miss(self);
-    if (PyObject_Length(self->unstamped) > 0) {  /* observe=True: notice what finished */
-        if (call_method0(self->runtime, s_notice) < 0)
-            return NULL;
-    }
+    if (notice(self) < 0)  /* observe=True: notice what finished */
+        return NULL;
     if ((r = try_acquire(self->submit_acquire)) != 1)  /* busy: the Python path waits for it */
         return r < 0 ? NULL : sub_miss(self);
     PyObject *again = NULL, *events = NULL, *submission = NULL, *submitted = NULL;
@@ -2357,7 +2516,10 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
     locked = 0;
     if (release_keeping(self->submit_release) < 0)
         goto error;
-    if (self->observe) {
+    if (self->observe == 1) {
+        if (observe_noticed(self, events, submitted) < 0)
+            goto error;
+    } else if (self->observe) {
         PyObject *x = PyObject_CallMethodObjArgs(self->runtime, s_observe, self->infos, events, submitted, NULL);
         if (x == NULL)
             goto error;
@@ -2446,18 +2608,19 @@ static PyObject *get_method(PyObject *obj, const char *attr, const char *method)
 static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"runtime", "plan", "regions", "submission_type", "event_type", "perf_counter",
-                            "observe", "max_submissions", "fold_after", "resubmit_type", NULL};
+                            "observe", "max_submissions", "fold_after", "resubmit_type", "notice_scan", NULL};
     PyObject *runtime, *plan, *regions, *submission_type, *event_type, *perf_counter, *resubmit_type = NULL;
     int observe;
     long max_submissions;
-    Py_ssize_t fold_after;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOOpln|O", names, &runtime, &plan, &PyTuple_Type, &regions,
+    Py_ssize_t fold_after, notice_scan = 16;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOOiln|On", names, &runtime, &plan, &PyTuple_Type, &regions,
                                      &submission_type, &event_type, &perf_counter, &observe,
-                                     &max_submissions, &fold_after, &resubmit_type))
+                                     &max_submissions, &fold_after, &resubmit_type, &notice_scan))
         return -1;
     Py_ssize_t n = PyTuple_GET_SIZE(regions);
-    if (n != 1 || max_submissions < 1) {
-        PyErr_SetString(PyExc_ValueError, "Submitter: one region and max_submissions >= 1 expected");
+    if (n != 1 || max_submissions < 1 || observe < 0 || observe > 2 || notice_scan < 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "Submitter: one region, max_submissions >= 1, observe 0, 1 or 2 and notice_scan >= 0 expected");
         return -1;
     }
     Submitter_clear(self);
@@ -2492,6 +2655,22 @@ static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
         goto fail;
     self->max_submissions = max_submissions;
     self->fold_after = fold_after;
+    self->notice_scan = notice_scan;
+    if (observe == 1) {
+        /* (the runtime's observation state: see notice and observe_noticed) */
+        PyObject *queues = PyObject_GetAttrString(runtime, "_queues");
+        self->queues = queues == NULL ? -1 : PyLong_AsSsize_t(queues);
+        Py_XDECREF(queues);
+        if (self->queues < 0 || (self->observed = PyObject_GetAttrString(runtime, "_observed")) == NULL
+            || (self->observed_append = PyObject_GetAttrString(self->observed, "append")) == NULL
+            || (self->fold_acquire = get_method(runtime, "_fold_lock", "acquire")) == NULL
+            || (self->fold_release = get_method(runtime, "_fold_lock", "release")) == NULL
+            || (self->zero = PyFloat_FromDouble(0.0)) == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "Submitter: runtime._queues must be an int >= 0");
+            goto fail;
+        }
+    }
     if ((self->inflight = PyObject_GetAttrString(runtime, "_inflight")) == NULL
         || (self->submit_acquire = get_method(runtime, "_submit_lock", "acquire")) == NULL
         || (self->submit_release = get_method(runtime, "_submit_lock", "release")) == NULL
@@ -2504,6 +2683,8 @@ static int Submitter_init(Submitter *self, PyObject *args, PyObject *kwargs)
         || (self->pending_append = PyObject_GetAttrString(self->pending, "append")) == NULL
         || (self->pending_popleft = PyObject_GetAttrString(self->pending, "popleft")) == NULL
         || (self->uncounted_append = PyObject_GetAttrString(self->uncounted, "append")) == NULL
+        || (self->unstamped_append = PyObject_GetAttrString(self->unstamped, "append")) == NULL
+        || (self->unstamped_popleft = PyObject_GetAttrString(self->unstamped, "popleft")) == NULL
         || (self->settle_acquire = get_method(runtime, "_settle_lock", "acquire")) == NULL
         || (self->settle_release = get_method(runtime, "_settle_lock", "release")) == NULL
         || (self->owners = PyObject_GetAttrString(plan, "owners")) == NULL
@@ -3563,6 +3744,7 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_prove_idle, "_prove_idle");
     INTERN(s_give_room_back, "_give_room_back");
     INTERN(s_notice, "_notice");
+    INTERN(s_fold_observed, "_fold_observed");
     INTERN(s_reservations, "_reservations");
     INTERN(s_slot_attr, "slot");
     INTERN(s_device_graph, "device_graph");

@@ -1,13 +1,15 @@
 """Machine instructions of the compiled hot paths' bookkeeping, without a GPU.
 
-    python bench/tools/host_instructions.py [--calls 3200] [--what replay,rebind,resubmit] [--no-valgrind]
+    python bench/tools/host_instructions.py [--calls 3200] [--what replay,rebind,resubmit,observed] [--no-valgrind]
 
 Host times of one launch move by 20-50% between machines and runs; instruction counts
 do not. This tool builds, on the host engine, what bench/gpu.py's and bench/runtime.py's
 hot figures exercise -- a plain replay (``g.launch()``), a rebinding replay of three
 inputs alternating between two mappings (``g.launch(inputs=...)``, staged through a C
 staging entry as the cuda engine's are), a runtime resubmission (``rt.submit(g)``, lazy
-signals as on cuda, its lane drained before each, uncounted, as bench/runtime.py does) -- and swaps the engine's launch for a C entry that does nothing
+signals as on cuda, its lane drained before each, uncounted, as bench/runtime.py does),
+the same with ``observe=True`` (``observed``, the runtime's default: each submission's
+region ends noticed and folded into the statistics) -- and swaps the engine's launch for a C entry that does nothing
 (and the staging for one that stages nothing), so that what is counted is hrx_core's
 part alone: the compiled entry, the replayer or submitter, their checks, locks, commit,
 completion and counters. Under valgrind's callgrind it reports instructions a call
@@ -47,7 +49,7 @@ from hrx_core import fastpath, hotpath
 from hrx_core.device import AUTO_FLUSH_OPS
 from hrx_core.testing import ADD_U32
 
-WHATS = ("replay", "rebind", "resubmit")
+WHATS = ("replay", "rebind", "resubmit", "observed")
 
 _CDEF = """
 int hrx_instr_entry(void *arg, long long *info);
@@ -89,10 +91,10 @@ def scenario(what: str) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
         raise SystemExit(f"the core's compiled replay is not built here: {fastpath.module().reason}")
     entry, stage_entry = _entries()
     dev = hrx.device("host")
-    if what == "resubmit":
+    if what in ("resubmit", "observed"):
         from hrx_core.execution import Runtime, RuntimeOptions
 
-        rt = Runtime(dev, RuntimeOptions(observe=False, signals="lazy"))
+        rt = Runtime(dev, RuntimeOptions(observe=what == "observed", signals="lazy"))
         x = rt.allocate(256)
         tg = rt.graph("count")
         tg.compute("add", lambda r: r.dispatch(ADD_U32, 1, [x], block=64, scalars=(1, 64)))
@@ -204,7 +206,7 @@ def _time(what: str, calls: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--what", default=",".join(WHATS), help="comma-separated: replay, rebind, resubmit")
+    ap.add_argument("--what", default=",".join(WHATS), help="comma-separated: " + ", ".join(WHATS))
     ap.add_argument("--calls", type=int, default=3200)
     ap.add_argument("--no-valgrind", action="store_true", help="time the calls instead of counting instructions")
     ap.add_argument("--cold", action="store_true", help="evict the caches before each call and count the lines it misses")

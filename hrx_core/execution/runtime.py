@@ -617,9 +617,11 @@ class Runtime:
              type(r).encode_signaled is _RecordedRegion.encode_signaled)
             for r in graph.regions
         )
+        observe = self.options.observe
         graph._fast_submit = mod.lib.Submitter(
-            self, plan, regions, Submission, Event, time.perf_counter, bool(self.options.observe),
-            self.options.max_submissions, _FOLD_AFTER, _Resubmit,
+            self, plan, regions, Submission, Event, time.perf_counter,
+            0 if not observe else (2 if observe == "exact" else 1),  # (1: it observes and notices in C)
+            self.options.max_submissions, _FOLD_AFTER, _Resubmit, _NOTICE_SCAN,
         )
 
     def _submit_locked(self, graph: TrackedGraph, plan: SubmitPlan) -> Submission:
@@ -920,7 +922,9 @@ class Runtime:
 
     def _notice(self) -> None:
         """observe=True: stamp the ends of regions that finished since the last notice
-        (timeline reads; no driver call), oldest submissions first."""
+        (timeline reads; no driver call), oldest submissions first. hrx_core.fastpath's
+        Submitter does the same in C (``notice``; and ``observe_noticed`` what
+        :meth:`_observe` does): change both."""
         unstamped = self._unstamped
         if not unstamped:
             return
