@@ -480,6 +480,72 @@ def test_out_of_room_settles_what_finished_without_the_python_path(dev: hrx.Devi
         rt.close()
 
 
+def test_observed_resubmissions_are_noticed_together_and_leave_the_unstamped_queue(dev: hrx.Device, mode: str) -> None:
+    """observe=True: what finished since the last notice is stamped with one reading at
+    the next submission, oldest first, and leaves the unstamped queue (in C where the
+    resubmission is compiled); a submission still running stays unstamped."""
+    rt = Runtime(dev, RuntimeOptions(observe=True, signals="lazy"))
+    try:
+        h, _ = _warm_submitter(rt)
+        lane = rt.lane("compute")
+        lane.stream.synchronize(60)
+        rt.submit(h)  # (notices the warm-up's submissions)
+        lane.stream.synchronize(60)
+        first = len(rt._observed)
+        for _ in range(6):
+            rt.submit(h)  # each notices the one before it: back to back, it may still run
+        lane.stream.synchronize(60)
+        assert len(rt._unstamped) >= 1
+        last = rt.submit(h)
+        items = list(rt._observed)[first:]
+        assert len(items) == 7 and items[-1][3] is last.events
+        assert [i[1][0] for i in items[-1:]] == [0.0] and list(rt._unstamped) == items[-1:]
+        stamps = [i[1][0] for i in items[:-1]]
+        assert all(t > 0.0 for t in stamps) and stamps == sorted(stamps)
+        assert all(i[1][0] >= i[2] for i in items[:-1])  # (never before it was submitted)
+        assert stamps[-1] <= last.submitted or stamps[-1] == stamps[-2]  # (the last ones: this notice's one reading)
+        rt.synchronize(60)
+        assert rt.profile.summary()["inc"]["count"] == 2 + 1 + 6 + 1
+    finally:
+        rt.close()
+
+
+def test_an_observed_item_the_compiled_notice_does_not_expect_goes_to_the_python_method(dev: hrx.Device) -> None:
+    """An unstamped entry that is not what the runtime makes (here its ends are a list
+    subclass) is left to Runtime._notice, which stamps it; the compiled notice's own
+    stamps stay."""
+    _compiled_only()
+
+    class Ends(list):
+        pass
+
+    rt = Runtime(dev, RuntimeOptions(observe=True, signals="lazy"))
+    calls = [0]
+    notice = rt._notice
+    rt._notice = lambda: (calls.__setitem__(0, calls[0] + 1), notice())[1]
+    try:
+        h, fast = _warm_submitter(rt)
+        lane = rt.lane("compute")
+        lane.stream.synchronize(60)
+        rt.submit(h)
+        lane.stream.synchronize(60)
+        before = calls[0]
+        rt.submit(h)  # a plain notice: the compiled one
+        assert calls[0] == before and len(rt._unstamped) == 1
+        lane.stream.synchronize(60)
+        item = rt._unstamped[0]
+        odd = (item[0], Ends(item[1]), item[2], item[3])
+        rt._unstamped[0] = odd
+        rt._observed[-1] = odd
+        rt.submit(h)
+        assert calls[0] == before + 1  # the Python method finished the notice
+        assert odd[1][0] > 0.0 and list(rt._unstamped) == [rt._observed[-1]]
+        rt.synchronize(60)
+        assert rt.profile.summary()["inc"]["count"] == 2 + 3
+    finally:
+        rt.close()
+
+
 def test_a_failure_met_while_settling_quarantines_like_the_python_path(mode: str) -> None:
     """A failed submission among the finished ones the compiled resubmission settles:
     its owners are quarantined (the Python method, asked because the timeline shows a
