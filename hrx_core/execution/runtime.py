@@ -993,19 +993,24 @@ class Runtime:
         lanes = self.lanes
         busy: dict[str, list[Any]] = {}
         latencies: dict[str, list[float]] = {}
+        last: Any = None
+        rows: list[tuple[Any, list[Any], list[float]]] = []
         for regions, ends, submitted, _ in items:
-            for i, region in enumerate(regions):
-                lane = lanes[region.lane]
+            if regions is not last:  # (a graph's submissions share its plan's infos: looked up once a run)
+                last = regions
+                rows = [(lanes[r.lane], busy.setdefault(r.lane, [0.0, 0]), latencies.setdefault(r.name, []))
+                        for r in regions]
+            for i, (lane, b, lat) in enumerate(rows):
                 end = ends[i]
-                start = max(submitted, lane.last_end)
-                if end > lane.last_end:
+                now = lane.last_end
+                start = now if now > submitted else submitted  # max(submitted, lane.last_end)
+                if end > now:
                     lane.last_end = end
-                b = busy.get(region.lane)
-                if b is None:
-                    b = busy[region.lane] = [0.0, 0]
-                b[0] += max(0.0, end - start)
+                d = end - start
+                b[0] += d if d > 0.0 else 0.0
                 b[1] += 1
-                latencies.setdefault(region.name, []).append(max(0.0, end - submitted))
+                d = end - submitted
+                lat.append(d if d > 0.0 else 0.0)
         self.stats._lanes_busy(busy)
         self.profile._record_many(latencies)
         if self.trace is not None:
@@ -1021,10 +1026,12 @@ class Runtime:
         with self._trace_lock:
             pending = self._trace_pending
             total = self._trace_pending_events
+            last: Any = None
+            events = 0
             for regions, ends, submitted, _ in items:  # one slice a region, one flow a dependency, one memory sample
-                events = len(regions) + 1
-                for region in regions:
-                    events += len(region.deps)
+                if regions is not last:  # (counted once a run of one graph's submissions)
+                    last = regions
+                    events = len(regions) + 1 + sum(len(region.deps) for region in regions)
                 pending.append(((regions, ends, submitted, None), live, events))  # not its Events: nothing to keep alive
                 total += events
             dropped = 0
