@@ -220,3 +220,34 @@ def test_stats_thread_safety_smoke():
     assert snap["live_tracked_bytes"] == 0 and 10 <= snap["peak_tracked_bytes"] <= 80
     assert snap["lane_regions"]["compute"] == 16000
     assert snap["lane_busy_seconds"]["compute"] == pytest.approx(16.0)
+
+
+def test_a_batch_of_latencies_keeps_an_exact_count_sum_max_and_a_uniform_reservoir() -> None:
+    """The runtime's fold records many latencies at once: the count, the sum (added in
+    order), the max and the reservoir (Algorithm R over the profile's seeded random
+    stream) -- past its capacity too -- are those of adding them one at a time."""
+    import random
+
+    rng = random.Random(7)
+    values = {name: [rng.uniform(0.0, 1e-3) for _ in range(300)] for name in ("a", "b")}
+    profile = LatencyProfile(max_samples=64, seed=3)
+    reference = {name: [0, 0.0, 0.0, []] for name in values}  # count, total, max, samples
+    stream = random.Random(3)
+    for part in (slice(0, 150), slice(150, 300)):
+        profile._record_many({name: vs[part] for name, vs in values.items()})
+        for name, vs in values.items():
+            ref = reference[name]
+            for v in vs[part]:
+                ref[0] += 1
+                ref[1] += v
+                ref[2] = max(ref[2], v)
+                if len(ref[3]) < 64:
+                    ref[3].append(v)
+                else:
+                    slot = stream.randrange(ref[0])
+                    if slot < 64:
+                        ref[3][slot] = v
+    for name in values:
+        s = profile._series[name]
+        assert [s.count, s.total, s.max, s.samples] == reference[name]
+        assert s.count == 300 and len(s.samples) == 64

@@ -98,21 +98,24 @@ class LatencyProfile(_Deferred):
     def _record_many(self, latencies: dict[str, list[float]]) -> None:
         """:meth:`record` for many values at once, under one lock (the runtime's own
         values: already finite and non-negative)."""
+        limit, randrange = self.max_samples, self._random.randrange
         with self._lock:
             for name, values in latencies.items():
                 series = self._series.setdefault(name, _Series())
                 samples = series.samples
+                count, total, top = series.count, series.total, series.max  # (in locals: the same sums, in order)
                 for seconds in values:
-                    series.count += 1
-                    series.total += seconds
-                    if seconds > series.max:
-                        series.max = seconds
-                    if len(samples) < self.max_samples:
+                    count += 1
+                    total += seconds
+                    if seconds > top:
+                        top = seconds
+                    if len(samples) < limit:
                         samples.append(seconds)
                     else:
-                        slot = self._random.randrange(series.count)
-                        if slot < self.max_samples:
+                        slot = randrange(count)
+                        if slot < limit:
                             samples[slot] = seconds
+                series.count, series.total, series.max = count, total, top
 
     @contextmanager
     def measure(self, name: str) -> Iterator[None]:
