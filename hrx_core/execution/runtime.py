@@ -1002,9 +1002,9 @@ class Runtime:
                         for r in regions]
             for i, (lane, b, lat) in enumerate(rows):
                 end = ends[i]
-                now = lane.last_end
-                start = now if now > submitted else submitted  # max(submitted, lane.last_end)
-                if end > now:
+                lane_end = lane.last_end
+                start = lane_end if lane_end > submitted else submitted  # max(submitted, lane.last_end)
+                if end > lane_end:
                     lane.last_end = end
                 d = end - start
                 b[0] += d if d > 0.0 else 0.0
