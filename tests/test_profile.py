@@ -224,30 +224,60 @@ def test_stats_thread_safety_smoke():
 
 def test_a_batch_of_latencies_keeps_an_exact_count_sum_max_and_a_uniform_reservoir() -> None:
     """The runtime's fold records many latencies at once: the count, the sum (added in
-    order), the max and the reservoir (Algorithm R over the profile's seeded random
-    stream) -- past its capacity too -- are those of adding them one at a time."""
+    order), the max and the reservoir (the same seeded random stream) -- past its
+    capacity too -- are those of recording them one at a time."""
     import random
 
     rng = random.Random(7)
-    values = {name: [rng.uniform(0.0, 1e-3) for _ in range(300)] for name in ("a", "b")}
-    profile = LatencyProfile(max_samples=64, seed=3)
-    reference = {name: [0, 0.0, 0.0, []] for name in values}  # count, total, max, samples
-    stream = random.Random(3)
-    for part in (slice(0, 150), slice(150, 300)):
-        profile._record_many({name: vs[part] for name, vs in values.items()})
+    values = {name: [rng.uniform(0.0, 1e-3) for _ in range(3000)] for name in ("a", "b")}
+    batched = LatencyProfile(max_samples=64, seed=3)
+    single = LatencyProfile(max_samples=64, seed=3)
+    for part in (slice(0, 150), slice(150, 1700), slice(1700, 3000)):
+        batched._record_many({name: vs[part] for name, vs in values.items()})
         for name, vs in values.items():
-            ref = reference[name]
             for v in vs[part]:
-                ref[0] += 1
-                ref[1] += v
-                ref[2] = max(ref[2], v)
-                if len(ref[3]) < 64:
-                    ref[3].append(v)
-                else:
-                    slot = stream.randrange(ref[0])
-                    if slot < 64:
-                        ref[3][slot] = v
-    for name in values:
-        s = profile._series[name]
-        assert [s.count, s.total, s.max, s.samples] == reference[name]
-        assert s.count == 300 and len(s.samples) == 64
+                single.record(name, v)
+    for name, vs in values.items():
+        s, r = batched._series[name], single._series[name]
+        assert [s.count, s.total, s.max, s.samples] == [r.count, r.total, r.max, r.samples]
+        total = 0.0
+        for v in vs:
+            total += v
+        assert s.count == 3000 and s.total == total and s.max == max(vs)
+        assert len(s.samples) == 64 and set(s.samples) <= set(vs)
+        assert set(s.samples) & set(vs[64:])  # past the capacity, values were kept
+
+
+def test_the_reservoir_keeps_each_value_with_equal_probability() -> None:
+    """Past its capacity the reservoir is a uniform sample of every value recorded (Li's
+    Algorithm L): over many seeds, each tenth of the stream's positions holds a tenth
+    of the samples (chi-square, 9 degrees of freedom, p ~ 0.001), the first
+    ``max_samples`` values are not over-kept, and a value replaces a sample with
+    probability k / count: k (H(n) - H(k)) replacements on average, each one slot draw."""
+    import random
+
+    class Counting(random.Random):
+        draws = 0
+
+        def randrange(self, *args):  # type: ignore[override]
+            Counting.draws += 1
+            return super().randrange(*args)
+
+    n, k, seeds = 5000, 50, 200
+    counts = np.zeros(10)
+    first = 0
+    for seed in range(seeds):
+        profile = LatencyProfile(max_samples=k, seed=seed)
+        profile._random = Counting(seed)
+        profile._record_many({"r": [float(i) for i in range(n)]})
+        kept = np.array(profile._series["r"].samples, dtype=np.int64)
+        assert len(set(kept.tolist())) == k
+        counts += np.bincount(kept * 10 // n, minlength=10)
+        first += int((kept < k).sum())
+    expected = seeds * k / 10
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 27.9, counts
+    # the first k positions: k / n of each reservoir on average (0.5 each here)
+    assert first < seeds * k * k / n * 2 + 20, first
+    replacements = k * sum(1 / i for i in range(k + 1, n + 1))  # ~ 229 a stream
+    assert abs(Counting.draws / seeds - replacements) < 0.05 * replacements, Counting.draws / seeds

@@ -59,22 +59,48 @@ def format_seconds(seconds: float) -> str:
 
 
 class _Series:
-    """Exact count, sum and max of one region's latencies, plus a uniform reservoir."""
+    """Exact count, sum and max of one region's latencies, plus a uniform reservoir.
 
-    __slots__ = ("count", "max", "samples", "total")
+    Once the reservoir is full, ``replace_at`` is the count whose value replaces a
+    sample next and ``w`` the skip distribution's state (Li's Algorithm L): a value
+    costs a comparison, and only a kept one draws random numbers.
+    """
+
+    __slots__ = ("count", "max", "replace_at", "samples", "total", "w")
 
     def __init__(self) -> None:
         self.count = 0
         self.total = 0.0
         self.max = 0.0
         self.samples: list[float] = []
+        self.replace_at = 0
+        self.w = 1.0
+
+
+def _open_unit(rand: random.Random) -> float:
+    """A uniform draw in (0, 1)."""
+    u = rand.random()
+    while u == 0.0:
+        u = rand.random()
+    return u
+
+
+def _skip(rand: random.Random, series: _Series, limit: int) -> None:
+    """Shrink ``series.w`` by one kept sample and move ``replace_at`` past the values
+    Algorithm L skips (geometric with success probability ``w``)."""
+    w = series.w * math.exp(math.log(_open_unit(rand)) / limit)
+    if w >= 1.0:  # (an underflow of log(u) / limit: the largest w below 1)
+        w = math.nextafter(1.0, 0.0)
+    series.w = w
+    series.replace_at += math.floor(math.log(_open_unit(rand)) / math.log1p(-w)) + 1
 
 
 class LatencyProfile(_Deferred):
     """Host-observed latency per region name, with percentiles.
 
     Each name keeps at most ``max_samples`` samples: a uniform reservoir over every
-    value recorded (Vitter's algorithm R), so percentiles are exact up to
+    value recorded (Li's Algorithm L: past the reservoir's size only the values it
+    keeps draw random numbers), so percentiles are exact up to
     ``max_samples`` values and an unbiased estimate past it. ``count``, ``mean``
     and ``max`` are always exact.
     """
@@ -98,23 +124,28 @@ class LatencyProfile(_Deferred):
     def _record_many(self, latencies: dict[str, list[float]]) -> None:
         """:meth:`record` for many values at once, under one lock (the runtime's own
         values: already finite and non-negative)."""
-        limit, randrange = self.max_samples, self._random.randrange
+        limit, rand = self.max_samples, self._random
         with self._lock:
             for name, values in latencies.items():
                 series = self._series.setdefault(name, _Series())
                 samples = series.samples
                 count, total, top = series.count, series.total, series.max  # (in locals: the same sums, in order)
+                replace_at = series.replace_at
                 for seconds in values:
                     count += 1
                     total += seconds
                     if seconds > top:
                         top = seconds
-                    if len(samples) < limit:
+                    if count == replace_at:  # (0 while the reservoir fills: never a count)
+                        samples[rand.randrange(limit)] = seconds
+                        _skip(rand, series, limit)
+                        replace_at = series.replace_at
+                    elif len(samples) < limit:
                         samples.append(seconds)
-                    else:
-                        slot = randrange(count)
-                        if slot < limit:
-                            samples[slot] = seconds
+                        if count == limit:  # full: the first skip
+                            series.replace_at = count
+                            _skip(rand, series, limit)
+                            replace_at = series.replace_at
                 series.count, series.total, series.max = count, total, top
 
     @contextmanager
