@@ -789,6 +789,7 @@ def test_settled_submissions_nothing_holds_are_reused_with_fresh_fields(dev: hrx
             c = e.completion
             assert c is None or (type(c) is Completion and sys.getrefcount(c) == 3)  # (e, c, the call's argument)
             del c
+            assert repr(spare) == "<hrx.execution.Submission: settled, kept for reuse>"  # (what gc shows)
         rt.synchronize(60)
         assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 47
         assert rt.stats.snapshot()["submissions"] == 48  # init, 2, 40, 5
@@ -854,6 +855,7 @@ def test_a_spare_something_reached_meanwhile_is_dropped_not_reused(dev: hrx.Devi
             rt.submit(h)
             rt.lane("compute").stream.synchronize(60)
         assert all(s.runtime is None and s.sequence is None for s in held)  # dropped, untouched
+        assert all("kept for reuse" in repr(s) for s in held)
         assert not any(s in held for s in _spares(fast))
         rt.synchronize(60)
         assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 20

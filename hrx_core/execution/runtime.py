@@ -130,6 +130,8 @@ class Submission:
         self._settled = False
 
     def __repr__(self) -> str:
+        if self.graph is None:  # (a settled one hrx_core.fastpath keeps to fill in again: gc reaches it)
+            return "<hrx.execution.Submission: settled, kept for reuse>"
         state = "complete" if self.is_complete else "pending"
         return f"<hrx.execution.Submission {self.graph.name!r} {len(self.events)} regions {state}>"
 
