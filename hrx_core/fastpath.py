@@ -729,10 +729,12 @@ static int add_to_at(PyObject *obj, PyObject *name, long delta, long *out, slot_
 #define add_to(obj, name, delta, out) add_to_at((obj), (name), (delta), (out), SITE())
 
 static PyObject *small_zero;  /* PyLong_FromLong(0), set with the module */
+static PyObject *small_one;  /* PyLong_FromLong(1) */
 
 /* hrx_core.completion.Completion, imported on first use */
 static PyObject *completion_type = NULL;
 static PyObject *s_slot_attr;  /* (interned with the others, in hrx_module_create) */
+static PyObject *s_last_end, *s_append, *s_popleft;
 
 /* whether `c` is a Completion that nothing references but the one holder asking (a
    spare Event's completion field) and no weak reference points at: refilled in place,
@@ -3474,6 +3476,268 @@ static PyTypeObject DispatcherType = {
     .tp_getset = Dispatcher_getset,
 };
 
+/* ---- Observation's fold: Runtime._fold and Runtime._defer_trace's loops ------------ */
+
+#define FOLD_ROWS 64  /* regions a graph may have for the compiled fold (more: Python's) */
+
+/* whether `item` is (regions, ends, submitted, events) as the runtime makes it: regions a
+   tuple of RegionInfo-shaped tuples (name, lane, deps, graph: str, str, tuple, ...), at
+   most FOLD_ROWS of them, ends a list of as many floats, submitted a float */
+static int fold_item_ok(PyObject *item)
+{
+    if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 4)
+        return 0;
+    PyObject *regions = PyTuple_GET_ITEM(item, 0), *ends = PyTuple_GET_ITEM(item, 1);
+    if (!PyTuple_Check(regions) || PyTuple_GET_SIZE(regions) > FOLD_ROWS || !PyList_CheckExact(ends)
+        || PyList_GET_SIZE(ends) != PyTuple_GET_SIZE(regions) || !PyFloat_CheckExact(PyTuple_GET_ITEM(item, 2)))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(regions); i++) {
+        PyObject *r = PyTuple_GET_ITEM(regions, i);
+        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) < 3 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(r, 0))
+            || !PyUnicode_CheckExact(PyTuple_GET_ITEM(r, 1)) || !PyTuple_Check(PyTuple_GET_ITEM(r, 2))
+            || !PyFloat_CheckExact(PyList_GET_ITEM(ends, i)))
+            return 0;
+    }
+    return 1;
+}
+
+/* fold_ready(items, lanes, busy, latencies) -> bool: Runtime._fold's loop (change both).
+   Each region of each stamped item (a list, in submission order) adds its busy time --
+   from max(submitted, its lane's last_end) to its end, at least 0 -- and one region to
+   busy[lane] ([seconds, count], made on first use), appends its latency (end -
+   submitted, at least 0) to latencies[name], and moves its lane's last_end on. The same
+   float operations in the same order as the Python loop: the same bits. False, having
+   changed nothing: something is not as the runtime makes it (the Python loop folds
+   them, and raises what it raises). */
+static PyObject *module_fold_ready(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) || !PyDict_CheckExact(args[2])
+        || !PyDict_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "fold_ready(items: list, lanes: dict, busy: dict, latencies: dict)");
+        return NULL;
+    }
+    PyObject *items = args[0], *lanes = args[1], *busy = args[2], *latencies = args[3];
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    /* first every check, so that a False leaves everything as it was: each item's shape,
+       each region's lane a Lane of `lanes` whose last_end is a float, each busy and
+       latency entry already there of the right type */
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *item = PyList_GET_ITEM(items, k);
+        if (!fold_item_ok(item))
+            Py_RETURN_FALSE;
+        PyObject *regions = PyTuple_GET_ITEM(item, 0);
+        if (k > 0 && regions == PyTuple_GET_ITEM(PyList_GET_ITEM(items, k - 1), 0))
+            continue;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(regions); i++) {
+            PyObject *r = PyTuple_GET_ITEM(regions, i), *name = PyTuple_GET_ITEM(r, 0), *lname = PyTuple_GET_ITEM(r, 1);
+            PyObject *lane = PyDict_GetItemWithError(lanes, lname);
+            if (lane == NULL) {
+                if (PyErr_Occurred())
+                    return NULL;
+                Py_RETURN_FALSE;
+            }
+            PyObject *end = get_attr(lane, s_last_end);
+            if (end == NULL)
+                return NULL;
+            int ok = PyFloat_CheckExact(end);
+            Py_DECREF(end);
+            PyObject *b = PyDict_GetItemWithError(busy, lname), *lat = PyDict_GetItemWithError(latencies, name);
+            if (PyErr_Occurred())
+                return NULL;
+            if (!ok || (b != NULL && !(PyList_CheckExact(b) && PyList_GET_SIZE(b) == 2
+                                       && PyFloat_CheckExact(PyList_GET_ITEM(b, 0)) && PyLong_CheckExact(PyList_GET_ITEM(b, 1))))
+                || (lat != NULL && !PyList_CheckExact(lat)))
+                Py_RETURN_FALSE;
+        }
+    }
+    PyObject *last = NULL;
+    PyObject *row_lane[FOLD_ROWS], *row_busy[FOLD_ROWS], *row_lat[FOLD_ROWS];  /* (borrowed: the dicts hold them) */
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *item = PyList_GET_ITEM(items, k);
+        PyObject *regions = PyTuple_GET_ITEM(item, 0), *ends = PyTuple_GET_ITEM(item, 1);
+        double submitted = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(item, 2));
+        Py_ssize_t rn = PyTuple_GET_SIZE(regions);
+        if (regions != last) {  /* (a graph's submissions share its plan's infos: looked up once a run) */
+            last = regions;
+            for (Py_ssize_t i = 0; i < rn; i++) {
+                PyObject *r = PyTuple_GET_ITEM(regions, i), *lname = PyTuple_GET_ITEM(r, 1);
+                row_lane[i] = PyDict_GetItemWithError(lanes, lname);
+                if (row_lane[i] == NULL)
+                    return NULL;  /* (checked above: only an error raised by a key's hash or compare) */
+                PyObject *fresh = PyList_New(2);
+                if (fresh == NULL)
+                    return NULL;
+                PyList_SET_ITEM(fresh, 0, PyFloat_FromDouble(0.0));
+                PyList_SET_ITEM(fresh, 1, Py_NewRef(small_zero));
+                if (PyList_GET_ITEM(fresh, 0) == NULL) {
+                    Py_DECREF(fresh);
+                    return NULL;
+                }
+                row_busy[i] = PyDict_SetDefault(busy, lname, fresh);
+                Py_DECREF(fresh);
+                PyObject *empty = row_busy[i] == NULL ? NULL : PyList_New(0);
+                if (empty == NULL)
+                    return NULL;
+                row_lat[i] = PyDict_SetDefault(latencies, PyTuple_GET_ITEM(r, 0), empty);
+                Py_DECREF(empty);
+                if (row_lat[i] == NULL)
+                    return NULL;
+            }
+        }
+        for (Py_ssize_t i = 0; i < rn; i++) {
+            PyObject *end_obj = PyList_GET_ITEM(ends, i);
+            double end = PyFloat_AS_DOUBLE(end_obj);
+            PyObject *lane_end_obj = get_attr(row_lane[i], s_last_end);
+            if (lane_end_obj == NULL)
+                return NULL;
+            double lane_end = PyFloat_AsDouble(lane_end_obj);  /* (a float, checked; or set to one here) */
+            Py_DECREF(lane_end_obj);
+            double start = lane_end > submitted ? lane_end : submitted;
+            if (end > lane_end && set_attr(row_lane[i], s_last_end, end_obj) < 0)
+                return NULL;
+            double d = end - start;
+            PyObject *b = row_busy[i];
+            PyObject *sum = PyFloat_FromDouble(PyFloat_AS_DOUBLE(PyList_GET_ITEM(b, 0)) + (d > 0.0 ? d : 0.0));
+            PyObject *count = sum == NULL ? NULL : PyNumber_Add(PyList_GET_ITEM(b, 1), small_one);
+            if (count == NULL) {
+                Py_XDECREF(sum);
+                return NULL;
+            }
+            PyList_SetItem(b, 0, sum);  /* (steals; the old value goes) */
+            PyList_SetItem(b, 1, count);
+            d = end - submitted;
+            PyObject *latency = PyFloat_FromDouble(d > 0.0 ? d : 0.0);
+            if (latency == NULL || PyList_Append(row_lat[i], latency) < 0) {
+                Py_XDECREF(latency);
+                return NULL;
+            }
+            Py_DECREF(latency);
+        }
+    }
+    Py_RETURN_TRUE;
+}
+
+/* the (total, dropped) pair of trace_defer, as a new tuple */
+static PyObject *total_dropped(long long total, long long dropped)
+{
+    return Py_BuildValue("(LL)", total, dropped);
+}
+
+/* trace_defer(items, pending, live, total, limit, lane_end) -> (total, dropped) or None:
+   Runtime._defer_trace's loops (change both), its caller holding the trace lock. Each
+   folded item (a list, each as fold_ready takes them) joins the deque `pending` as
+   ((regions, ends, submitted, None), live, events) -- events: a slice a region, a flow a
+   dependency, a memory sample -- and `total` counts them; then, while more than one is
+   kept and the oldest can go with `limit` events left, the oldest goes (uncounted in
+   total, counted in dropped), its regions' ends moving lane_end[lane] on. None, having
+   changed nothing: an item is not as the runtime makes it. An entry of `pending` not as
+   this makes them stops the dropping (the Python loop goes on from there). */
+static PyObject *module_trace_defer(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    long long total, limit;
+    if (nargs != 6 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "trace_defer(items: list, pending, live, total: int, limit: int, lane_end: dict)");
+        return NULL;
+    }
+    if ((total = PyLong_AsLongLong(args[3])) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((limit = PyLong_AsLongLong(args[4])) == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *items = args[0], *pending = args[1], *live = args[2], *lane_end = args[5];
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (!fold_item_ok(PyList_GET_ITEM(items, k)))
+            Py_RETURN_NONE;
+    PyObject *append = PyObject_GetAttr(pending, s_append);
+    if (append == NULL)
+        return NULL;
+    PyObject *last = NULL, *events = NULL;
+    long long each = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *item = PyList_GET_ITEM(items, k), *regions = PyTuple_GET_ITEM(item, 0);
+        if (regions != last) {  /* (counted once a run of one graph's submissions) */
+            last = regions;
+            each = PyTuple_GET_SIZE(regions) + 1;
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(regions); i++)
+                each += PyTuple_GET_SIZE(PyTuple_GET_ITEM(PyTuple_GET_ITEM(regions, i), 2));
+            Py_XDECREF(events);
+            if ((events = PyLong_FromLongLong(each)) == NULL)
+                goto fail;
+        }
+        /* (not its Events: nothing to keep alive) */
+        PyObject *kept = PyTuple_Pack(4, regions, PyTuple_GET_ITEM(item, 1), PyTuple_GET_ITEM(item, 2), Py_None);
+        PyObject *entry = kept == NULL ? NULL : PyTuple_Pack(3, kept, live, events);
+        Py_XDECREF(kept);
+        PyObject *x = entry == NULL ? NULL : call_o(append, entry);
+        Py_XDECREF(entry);
+        if (x == NULL)
+            goto fail;
+        Py_DECREF(x);
+        total += each;
+    }
+    Py_CLEAR(events);
+    Py_CLEAR(append);
+    long long dropped = 0;
+    for (;;) {
+        Py_ssize_t kept_n = PyObject_Length(pending);
+        if (kept_n < 0)
+            return NULL;
+        if (kept_n <= 1)
+            break;
+        PyObject *oldest = PySequence_GetItem(pending, 0);
+        if (oldest == NULL)
+            return NULL;
+        long long m = -1;
+        PyObject *kept = NULL;
+        if (PyTuple_CheckExact(oldest) && PyTuple_GET_SIZE(oldest) == 3 && PyLong_CheckExact(PyTuple_GET_ITEM(oldest, 2))) {
+            kept = PyTuple_GET_ITEM(oldest, 0);
+            m = PyLong_AsLongLong(PyTuple_GET_ITEM(oldest, 2));
+            if (m == -1 && PyErr_Occurred()) {
+                Py_DECREF(oldest);
+                return NULL;
+            }
+        }
+        if (m < 0 || !fold_item_ok(kept)) {
+            Py_DECREF(oldest);
+            break;  /* (the Python loop decides) */
+        }
+        if (total - m < limit) {
+            Py_DECREF(oldest);
+            break;
+        }
+        PyObject *x = PyObject_CallMethodNoArgs(pending, s_popleft);
+        if (x == NULL) {
+            Py_DECREF(oldest);
+            return NULL;
+        }
+        Py_DECREF(x);
+        total -= m;
+        dropped += m;
+        PyObject *regions = PyTuple_GET_ITEM(kept, 0), *ends = PyTuple_GET_ITEM(kept, 1);
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(regions); i++) {  /* where the dropped slices ended, as if built */
+            PyObject *lane = PyTuple_GET_ITEM(PyTuple_GET_ITEM(regions, i), 1), *end = PyList_GET_ITEM(ends, i);
+            PyObject *was = PyDict_GetItemWithError(lane_end, lane);
+            if (was == NULL && PyErr_Occurred()) {
+                Py_DECREF(oldest);
+                return NULL;
+            }
+            int later = was == NULL ? PyFloat_AS_DOUBLE(end) > 0.0 : PyObject_RichCompareBool(end, was, Py_GT);
+            if (later < 0 || (later && PyDict_SetItem(lane_end, lane, end) < 0)) {
+                Py_DECREF(oldest);
+                return NULL;
+            }
+        }
+        Py_DECREF(oldest);
+    }
+    return total_dropped(total, dropped);
+fail:
+    Py_XDECREF(events);
+    Py_XDECREF(append);
+    return NULL;
+}
+
 /* slot_fills() -> int: how many attribute lookups missed the slot-offset cache so far */
 static PyObject *module_slot_fills(PyObject *module, PyObject *unused)
 {
@@ -3484,6 +3748,8 @@ static PyObject *module_slot_fills(PyObject *module, PyObject *unused)
 
 static PyMethodDef module_methods[] = {
     {"slot_fills", module_slot_fills, METH_NOARGS, "Attribute lookups that missed the slot-offset cache so far."},
+    {"fold_ready", (PyCFunction)(void (*)(void))module_fold_ready, METH_FASTCALL, "Runtime._fold's loop."},
+    {"trace_defer", (PyCFunction)(void (*)(void))module_trace_defer, METH_FASTCALL, "Runtime._defer_trace's loops."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -3690,7 +3956,7 @@ static PyTypeObject FastEntryType = {
 static PyObject *hrx_module_create(const char *name)
 {
     module_def.m_name = name;
-    if ((small_zero = PyLong_FromLong(0)) == NULL)
+    if ((small_zero = PyLong_FromLong(0)) == NULL || (small_one = PyLong_FromLong(1)) == NULL)
         return NULL;
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
     INTERN(s_plan, "_plan");
@@ -3747,6 +4013,9 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_fold_observed, "_fold_observed");
     INTERN(s_reservations, "_reservations");
     INTERN(s_slot_attr, "slot");
+    INTERN(s_last_end, "last_end");
+    INTERN(s_append, "append");
+    INTERN(s_popleft, "popleft");
     INTERN(s_device_graph, "device_graph");
     INTERN(s_fast, "_fast");
     INTERN(s_completion, "completion");

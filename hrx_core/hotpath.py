@@ -24,6 +24,7 @@ version and the interpreter's ABI, so a change of any of them builds anew.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -92,8 +93,11 @@ def cache_root() -> Path:
     return cache_dir() / "hot"
 
 
+@functools.lru_cache(maxsize=256)
 def digest(name: str, cdef: str, source: str, flags: tuple[str, ...] = ()) -> str:
-    """The cache key of an extension: its text, the cffi version and the interpreter ABI."""
+    """The cache key of an extension: its text, the cffi version and the interpreter ABI
+    (remembered: a module's later loads -- each hot path's first use looks its module up
+    -- hash none of its source again)."""
     try:
         import cffi
 

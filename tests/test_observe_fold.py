@@ -2,15 +2,20 @@
 busy time, latencies and the trace gives, to the last bit, what a region-by-region fold
 gives -- for runs of one graph's submissions (which share their plan's infos) and for
 items interleaved from several graphs and lanes, stamps before their submission
-included."""
+included -- both where hrx_core.fastpath's compiled loops fold (fold_ready,
+trace_defer) and where the Python loops do."""
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import hrx_core as hrx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from hrx_core import fastpath
 
 from hrx_core.execution import Runtime, RuntimeOptions
 from hrx_core.execution.graph import RegionInfo
@@ -46,19 +51,41 @@ _INFOS = [
 _times = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
 
 
+_runs = st.lists(st.tuples(st.integers(0, len(_INFOS) - 1), st.integers(1, 4), _times,
+                           st.lists(_times, min_size=3, max_size=3)), min_size=1, max_size=24)
+
+
+def _compiled() -> bool:
+    return fastpath.module().compiled
+
+
+def _runtime(compiled: bool, **options: Any) -> Runtime:
+    """A host runtime whose fold uses the compiled loops, or the Python ones."""
+    if compiled and not _compiled():
+        pytest.skip(f"no compiled hot path: {fastpath.module().reason}")
+    rt = Runtime(hrx.device("host"), RuntimeOptions(observe=True, **options))
+    if not compiled:
+        rt._fold_fns = (None, None)
+    return rt
+
+
+def _items(runs: list[tuple[int, int, float, list[float]]]) -> list[tuple[Any, ...]]:
+    items = []
+    for which, repeat, submitted, ends in runs:  # a run: one graph submitted `repeat` times
+        infos = _INFOS[which]
+        for k in range(repeat):
+            items.append((infos, [e + 0.5 * k for e in ends[: len(infos)]], submitted + 0.25 * k, None))
+    return items
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, len(_INFOS) - 1), st.integers(1, 4), _times,
-                          st.lists(_times, min_size=3, max_size=3)), min_size=1, max_size=24),
-       st.lists(_times, min_size=2, max_size=2))
-def test_the_fold_matches_a_region_by_region_fold(runs: list[tuple[int, int, float, list[float]]], start: list[float]) -> None:
-    dev = hrx.device("host")
-    rt = Runtime(dev, RuntimeOptions(observe=True))
+@given(runs=_runs, start=st.lists(_times, min_size=2, max_size=2))
+def test_the_fold_matches_a_region_by_region_fold(compiled: bool, runs: list[tuple[int, int, float, list[float]]],
+                                                  start: list[float]) -> None:
+    rt = _runtime(compiled)
     try:
-        items = []
-        for which, repeat, submitted, ends in runs:  # a run: one graph submitted `repeat` times
-            infos = _INFOS[which]
-            for k in range(repeat):
-                items.append((infos, [e + 0.5 * k for e in ends[: len(infos)]], submitted + 0.25 * k, None))
+        items = _items(runs)
         for name, t in zip(_LANES, start):
             rt.lanes[name].last_end = t
         expected_lanes = {name: rt.lanes[name].last_end for name in _LANES}
@@ -72,5 +99,68 @@ def test_the_fold_matches_a_region_by_region_fold(runs: list[tuple[int, int, flo
         assert seen["latencies"] == latencies and list(seen["latencies"]) == list(latencies)
         assert {name: rt.lanes[name].last_end for name in _LANES} == expected_lanes
         assert [n for _, _, n in list(rt._trace_pending)[before:]] == events
+        assert (rt._fold_fns[0] is not None) == compiled  # (the loops the test meant)
     finally:
         rt.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(_runs, min_size=1, max_size=4), limit=st.integers(1, 40))
+def test_the_trace_keeps_and_drops_what_the_python_loops_keep_and_drop(batches: list[Any], limit: int) -> None:
+    """Folds into a trace of a few events: the submissions kept for it, their event
+    counts, the lanes' ends of the dropped ones and the dropped count are the Python
+    loops', and past the first what is kept stays under the limit."""
+    if not _compiled():
+        pytest.skip(f"no compiled hot path: {fastpath.module().reason}")
+    results = []
+    for compiled in (True, False):
+        rt = _runtime(compiled, trace_events=limit)
+        try:
+            for runs in batches:
+                rt._fold(_items(runs))
+            kept = [(e[0][:3], e[1], e[2]) for e in rt._trace_pending]
+            assert all(e[0][3] is None for e in rt._trace_pending)  # (never the Events)
+            assert rt._trace_pending_events == sum(n for *_, n in kept)
+            assert len(kept) == 1 or rt._trace_pending_events - kept[0][2] < limit
+            results.append((kept, rt._trace_pending_events, dict(rt._trace_lane_end), rt.trace.dropped))
+        finally:
+            rt.close()
+    assert results[0] == results[1]
+    # the compiled loop drops all it should (nothing left for the Python loop after it)
+    lib, pending, total = fastpath.module().lib, collections.deque(), 0
+    for runs in batches:
+        total, _ = lib.trace_defer(_items(runs), pending, 0, total, limit, {})
+        assert len(pending) == 1 or total - pending[0][2] < limit
+
+
+def test_items_the_compiled_fold_does_not_expect_are_folded_by_the_python_loop() -> None:
+    """An item not as the runtime makes it (an int submission time, a tuple of ends)
+    leaves the compiled loops without a change; the Python loops fold the lot, as the
+    reference does."""
+    if not _compiled():
+        pytest.skip(f"no compiled hot path: {fastpath.module().reason}")
+    lib = fastpath.module().lib
+    good = (_INFOS[1], [2.0, 3.0], 1.0, None)
+    for odd in ((_INFOS[0], [2.5], 1, None), (_INFOS[0], (2.5,), 1.0, None), (_INFOS[0], [2.5, 3.0], 1.0, None),
+                (_INFOS[0], [2.5], 1.0), [_INFOS[0], [2.5], 1.0, None], ((("a", "nowhere", (), "g"),), [2.5], 1.0, None)):
+        rt = _runtime(True)
+        try:
+            items = [good, odd]
+            busy: dict[str, Any] = {}
+            latencies: dict[str, Any] = {}
+            assert lib.fold_ready(items, rt.lanes, busy, latencies) is False
+            assert busy == {} and latencies == {} and all(lane.last_end == 0.0 for lane in rt.lanes.values())
+            if odd[0] is _INFOS[0]:  # (a lane the runtime lacks is no matter to the trace)
+                assert lib.trace_defer(items, rt._trace_pending, 0, 0, 100, {}) is None and not rt._trace_pending
+            if odd[1] == [2.5] and len(odd) == 4 and odd[0] is _INFOS[0]:  # (one the Python loop folds)
+                expected_lanes = {name: 0.0 for name in _LANES}
+                expected = _reference(expected_lanes, [good, odd])
+                seen: dict[str, Any] = {}
+                rt.stats._lanes_busy = lambda b: seen.__setitem__("busy", b)  # type: ignore[method-assign]
+                rt.profile._record_many = lambda lat: seen.__setitem__("latencies", lat)  # type: ignore[method-assign]
+                rt._fold(items)
+                assert (seen["busy"], seen["latencies"]) == expected[:2]
+                assert {name: rt.lanes[name].last_end for name in _LANES} == expected_lanes
+                assert [n for *_, n in rt._trace_pending] == expected[2]
+        finally:
+            rt.close()

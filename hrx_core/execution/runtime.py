@@ -478,6 +478,9 @@ class Runtime:
         self._queues = len({id(lane.stream.slot) for lane in self.lanes.values()})
         self._fold_lock = threading.RLock()  # a fold reads statistics, which asks for a fold
         self._folding = False
+        #: hrx_core.fastpath's fold_ready and trace_defer (looked up at the first fold;
+        #: (None, None): the Python loops)
+        self._fold_fns: tuple[Any, Any] | None = None
         # submissions' counters (a graph's counters dict each), added when the
         # statistics are read rather than under their lock on every submission
         # each submission's counters, or (compiled resubmissions) a run of them: (counters, Tally)
@@ -967,22 +970,22 @@ class Runtime:
             self._folding = True
             try:
                 waiting = self._observed
-                pending: list[Any] = []
-                ready: list[Any] = []
-                exact, now = self._exact, time.perf_counter()
-                while waiting:
-                    item = waiting.popleft()
-                    ends = item[1]
-                    if exact and 0.0 in ends:
-                        # finished work whose callback the notifier has not run yet (it
-                        # would stamp later): stamped now, so what a synchronize waited
-                        # for is in the statistics read after it (never early)
-                        for i, event in enumerate(item[3]):
-                            if not ends[i] and event.completion.done_now():
-                                ends[i] = now
-                    # still running: keep for a later fold
-                    (pending if 0.0 in ends else ready).append(item)
-                waiting.extendleft(reversed(pending))
+                if self._exact:
+                    now = time.perf_counter()
+                    for item in waiting:
+                        ends = item[1]
+                        if 0.0 in ends:
+                            # finished work whose callback the notifier has not run yet (it
+                            # would stamp later): stamped now, so what a synchronize waited
+                            # for is in the statistics read after it (never early)
+                            for i, event in enumerate(item[3]):
+                                if not ends[i] and event.completion.done_now():
+                                    ends[i] = now
+                items = list(waiting)
+                waiting.clear()
+                ready = [item for item in items if 0.0 not in item[1]]
+                if len(ready) < len(items):  # still running: kept, in order, for a later fold
+                    waiting.extendleft(reversed([item for item in items if 0.0 in item[1]]))
                 if ready:
                     self._fold(ready)
             finally:
@@ -992,31 +995,44 @@ class Runtime:
         """Add stamped submissions (in submission order) to the lanes' busy time, the
         latency profile and the trace: one lock each per fold, not per region (the
         values are the runtime's own -- finite, non-negative -- so nothing is re-checked)."""
+        if not isinstance(items, list):
+            items = list(items)
         lanes = self.lanes
         busy: dict[str, list[Any]] = {}
         latencies: dict[str, list[float]] = {}
-        last: Any = None
-        rows: list[tuple[Any, list[Any], list[float]]] = []
-        for regions, ends, submitted, _ in items:
-            if regions is not last:  # (a graph's submissions share its plan's infos: looked up once a run)
-                last = regions
-                rows = [(lanes[r.lane], busy.setdefault(r.lane, [0.0, 0]), latencies.setdefault(r.name, []))
-                        for r in regions]
-            for i, (lane, b, lat) in enumerate(rows):
-                end = ends[i]
-                lane_end = lane.last_end
-                start = lane_end if lane_end > submitted else submitted  # max(submitted, lane.last_end)
-                if end > lane_end:
-                    lane.last_end = end
-                d = end - start
-                b[0] += d if d > 0.0 else 0.0
-                b[1] += 1
-                d = end - submitted
-                lat.append(d if d > 0.0 else 0.0)
+        fold_ready = (self._fold_fns or self._compiled_fold())[0]
+        if fold_ready is None or not fold_ready(items, lanes, busy, latencies):  # (False: left to this loop)
+            last: Any = None
+            rows: list[tuple[Any, list[Any], list[float]]] = []
+            for regions, ends, submitted, _ in items:  # (fastpath's fold_ready does the same: change both)
+                if regions is not last:  # (a graph's submissions share its plan's infos: looked up once a run)
+                    last = regions
+                    rows = [(lanes[r.lane], busy.setdefault(r.lane, [0.0, 0]), latencies.setdefault(r.name, []))
+                            for r in regions]
+                for i, (lane, b, lat) in enumerate(rows):
+                    end = ends[i]
+                    lane_end = lane.last_end
+                    start = lane_end if lane_end > submitted else submitted  # max(submitted, lane.last_end)
+                    if end > lane_end:
+                        lane.last_end = end
+                    d = end - start
+                    b[0] += d if d > 0.0 else 0.0
+                    b[1] += 1
+                    d = end - submitted
+                    lat.append(d if d > 0.0 else 0.0)
         self.stats._lanes_busy(busy)
         self.profile._record_many(latencies)
         if self.trace is not None:
             self._defer_trace(items)
+
+    def _compiled_fold(self) -> tuple[Any, Any]:
+        """hrx_core.fastpath's fold_ready and trace_defer, or (None, None) where the
+        compiled module is not built (the Python loops fold)."""
+        from .. import fastpath
+
+        mod = fastpath.module()
+        self._fold_fns = (mod.lib.fold_ready, mod.lib.trace_defer) if mod.compiled else (None, None)
+        return self._fold_fns
 
     def _defer_trace(self, items: Sequence[tuple[Sequence[RegionInfo], list[float], float, Any]]) -> None:
         """Keep folded submissions for the trace, whose rows are built when it is read
@@ -1025,19 +1041,27 @@ class Runtime:
         in the trace's ``dropped``."""
         live = self.stats._counters["live_tracked_bytes"]  # a plain read: no fold from inside one
         limit = self.trace.max_events
+        trace_defer = (self._fold_fns or self._compiled_fold())[1]
+        if not isinstance(items, list):
+            items = list(items)
         with self._trace_lock:
             pending = self._trace_pending
-            total = self._trace_pending_events
-            last: Any = None
-            events = 0
-            for regions, ends, submitted, _ in items:  # one slice a region, one flow a dependency, one memory sample
-                if regions is not last:  # (counted once a run of one graph's submissions)
-                    last = regions
-                    events = len(regions) + 1 + sum(len(region.deps) for region in regions)
-                pending.append(((regions, ends, submitted, None), live, events))  # not its Events: nothing to keep alive
-                total += events
-            dropped = 0
             lane_end = self._trace_lane_end
+            done = None if trace_defer is None else trace_defer(items, pending, live, self._trace_pending_events, limit, lane_end)
+            if done is not None:  # (None: left to these loops; else the dropping may go on below)
+                total, dropped = done
+            else:
+                total = self._trace_pending_events
+                dropped = 0
+                last: Any = None
+                events = 0
+                for regions, ends, submitted, _ in items:  # one slice a region, one flow a dependency, one memory sample
+                    if regions is not last:  # (counted once a run of one graph's submissions)
+                        last = regions
+                        events = len(regions) + 1 + sum(len(region.deps) for region in regions)
+                    pending.append(((regions, ends, submitted, None), live, events))  # not its Events: nothing to keep alive
+                    total += events
+            # (fastpath's trace_defer does the same: change both)
             while len(pending) > 1 and total - pending[0][2] >= limit:
                 (regions, ends, _, _), _, n = pending.popleft()
                 total -= n
