@@ -1,6 +1,6 @@
 """Machine instructions of the compiled hot paths' bookkeeping, without a GPU.
 
-    python bench/tools/host_instructions.py [--calls 3200] [--what replay,rebind,resubmit,observed] [--no-valgrind]
+    python bench/tools/host_instructions.py [--calls 3200] [--what replay,rebind,resubmit,observed] [--warm N] [--no-valgrind]
 
 Host times of one launch move by 20-50% between machines and runs; instruction counts
 do not. This tool builds, on the host engine, what bench/gpu.py's and bench/runtime.py's
@@ -83,10 +83,13 @@ class _Prepared(array.array):  # type: ignore[type-arg]
     patches: tuple[Any, ...]
 
 
-def scenario(what: str) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
+def scenario(what: str, warm: int = 0) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
     """One call of ``what``, set up on the host engine with the do-nothing entries, and
     what to do (uncounted) before each call: for a resubmission, drain its lane, as
-    bench/runtime.py does (a resubmission then follows a finished one)."""
+    bench/runtime.py does (a resubmission then follows a finished one). ``warm``: for a
+    resubmission, as many submissions first through the runtime's Python path (outside
+    the counted entry), so that the counted calls meet a runtime in its steady state --
+    a latency reservoir past its capacity, a trace ring that drops as much as it keeps."""
     if not fastpath.module().compiled:
         raise SystemExit(f"the core's compiled replay is not built here: {fastpath.module().reason}")
     entry, stage_entry = _entries()
@@ -104,6 +107,11 @@ def scenario(what: str) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
         dg._fast = _replayer(dg, entry)
         if not tg._fast_submit:
             raise SystemExit("no compiled resubmission for the graph")
+        for i in range(warm):
+            Runtime._submit_py(rt, tg)
+            if i % 32 == 31:
+                rt.lane("compute").stream.synchronize()
+        rt.synchronize()
         return (lambda: rt.submit(tg)), rt.lane("compute").stream.synchronize
     s = dev.stream()
     sets = [[s.allocate_from(np.zeros(64, np.uint32)) for _ in range(3)] for _ in range(2)]
@@ -151,12 +159,12 @@ COLD_LL = (4 << 20, 16, 64)
 COLD_SWEEP = 8 << 20
 
 
-def _child(what: str, calls: int, cold: bool = False) -> np.ndarray | None:
+def _child(what: str, calls: int, cold: bool = False, warm: int = 0) -> np.ndarray | None:
     """``calls`` calls of ``what`` (what callgrind counts); with ``cold`` each after the
     sweep, whose memory it returns (every word: the number of sweeps)."""
     import gc
 
-    fn, idle = scenario(what)
+    fn, idle = scenario(what, warm)
     sweep = np.zeros(COLD_SWEEP // 8, np.int64) if cold else None
     gc.disable()
     try:
@@ -171,7 +179,7 @@ def _child(what: str, calls: int, cold: bool = False) -> np.ndarray | None:
     return sweep
 
 
-def _valgrind_count(what: str, calls: int, cold: bool = False) -> dict[str, int]:
+def _valgrind_count(what: str, calls: int, cold: bool = False, warm: int = 0) -> dict[str, int]:
     """Callgrind's events inside FastEntry_vectorcall over ``calls`` calls of ``what``
     (``Ir``: instructions; with ``cold``, the cache simulation's misses too)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -179,7 +187,8 @@ def _valgrind_count(what: str, calls: int, cold: bool = False) -> dict[str, int]
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--toggle-collect=FastEntry_vectorcall"]
         if cold:
             cmd += ["--cache-sim=yes", "--LL={},{},{}".format(*COLD_LL)]
-        cmd += [sys.executable, os.path.abspath(__file__), "--child", what, "--calls", str(calls)] + (["--cold"] if cold else [])
+        cmd += [sys.executable, os.path.abspath(__file__), "--child", what, "--calls", str(calls), "--warm", str(warm)]
+        cmd += ["--cold"] if cold else []
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=3600)
         text = open(out).read()
     events = re.search(r"^events:\s+(.+)$", text, re.M)
@@ -189,8 +198,8 @@ def _valgrind_count(what: str, calls: int, cold: bool = False) -> dict[str, int]
     return dict(zip(events.group(1).split(), (int(x) for x in m.group(1).split())))
 
 
-def _time(what: str, calls: int) -> float:
-    fn, idle = scenario(what)
+def _time(what: str, calls: int, warm: int = 0) -> float:
+    fn, idle = scenario(what, warm)
     best = float("inf")
     for _ in range(5):
         total = 0.0
@@ -210,10 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=3200)
     ap.add_argument("--no-valgrind", action="store_true", help="time the calls instead of counting instructions")
     ap.add_argument("--cold", action="store_true", help="evict the caches before each call and count the lines it misses")
+    ap.add_argument("--warm", type=int, default=0, metavar="N",
+                    help="resubmit, observed: N submissions through the Python path first (uncounted): the steady state")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        sweep = _child(args.child, args.calls, args.cold)
+        sweep = _child(args.child, args.calls, args.cold, args.warm)
         if sweep is not None:  # (what the tests read; callgrind's runs discard it)
             print(f"swept {sweep.nbytes} bytes before each of {int(sweep.min())}..{int(sweep.max())} calls")
         return 0
@@ -230,10 +241,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Python {sys.version.split()[0]}; direct locks: {bool(mod.lib.direct_locks)}")
     for what in whats:
         if count:
-            base = _valgrind_count(what, 0, args.cold)  # setup only: what the child does before the calls
-            total = _valgrind_count(what, args.calls, args.cold)
+            base = _valgrind_count(what, 0, args.cold, args.warm)  # setup only: what the child does before the calls
+            total = _valgrind_count(what, args.calls, args.cold, args.warm)
             per = {k: (total[k] - base.get(k, 0)) / args.calls for k in total}
-            line = f"{what:9s} {per['Ir']:8.0f} instructions a call (FastEntry_vectorcall, {args.calls} calls)"
+            warmed = f" after {args.warm} uncounted" if args.warm and what in ("resubmit", "observed") else ""
+            line = f"{what:9s} {per['Ir']:8.0f} instructions a call (FastEntry_vectorcall, {args.calls} calls{warmed})"
             if args.cold:
                 first = per.get("I1mr", 0) + per.get("D1mr", 0) + per.get("D1mw", 0)
                 last_i, last_d = per.get("ILmr", 0), per.get("DLmr", 0) + per.get("DLmw", 0)
@@ -243,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cold:
             ap.error("--cold counts cache misses: it needs valgrind")
         else:
-            print(f"{what:9s} {_time(what, args.calls):8.0f} ns a call (best of 5 rounds of {args.calls})")
+            print(f"{what:9s} {_time(what, args.calls, args.warm):8.0f} ns a call (best of 5 rounds of {args.calls})")
     return 0
 
 
