@@ -2068,14 +2068,22 @@ static int notice(Submitter *self)
         }
         int all = PyTuple_CheckExact(head) && PyTuple_GET_SIZE(head) == 4 && PyList_CheckExact(PyTuple_GET_ITEM(head, 1))
                       ? all_stamped(PyTuple_GET_ITEM(head, 1)) : -1;
-        Py_DECREF(head);
         if (all < 0)
             python = 1;
-        if (all != 1)
+        if (all != 1) {
+            Py_DECREF(head);
             break;
+        }
         PyObject *x = call_0(self->unstamped_popleft);
         bad = x == NULL;
         Py_XDECREF(x);
+        /* its own list of the submission's Events (observe_noticed's copy) lets them go:
+           nothing reads them once stamped, and a settled submission whose Event nothing
+           else holds is kept for reuse */
+        PyObject *events = PyTuple_GET_ITEM(head, 3);
+        if (!bad && PyList_CheckExact(events) && PyList_GET_SIZE(events) > 0)
+            bad = PyList_SetSlice(events, 0, PyList_GET_SIZE(events), NULL) < 0;
+        Py_DECREF(head);
     }
     for (int q = 0; q < nblocked; q++)
         Py_DECREF(blocked[q]);
@@ -2086,7 +2094,7 @@ static int notice(Submitter *self)
 }
 
 /* Runtime._observe for observe=True without its Python frame: (infos, [0.0] a region,
-   submitted, events) joins _observed and _unstamped under the fold lock; past
+   submitted, a copy of the events list) joins _observed and _unstamped under the fold lock; past
    fold_after waiting, Runtime._fold_observed. 0, or -1 with an exception. */
 static int observe_noticed(Submitter *self, PyObject *events, PyObject *submitted)
 {
@@ -2098,7 +2106,10 @@ static int observe_noticed(Submitter *self, PyObject *events, PyObject *submitte
         return -1;
     for (Py_ssize_t i = 0; i < n; i++)
         PyList_SET_ITEM(ends, i, Py_NewRef(self->zero));
-    PyObject *item = PyTuple_Pack(4, self->infos, ends, submitted, events);
+    /* (a list of its own: notice empties it once the ends are stamped) */
+    PyObject *mine = PyList_GetSlice(events, 0, PY_SSIZE_T_MAX);
+    PyObject *item = mine == NULL ? NULL : PyTuple_Pack(4, self->infos, ends, submitted, mine);
+    Py_XDECREF(mine);
     Py_DECREF(ends);
     if (item == NULL || acquire_blocking(self->fold_acquire) < 0) {
         Py_XDECREF(item);

@@ -498,7 +498,9 @@ def test_observed_resubmissions_are_noticed_together_and_leave_the_unstamped_que
         assert len(rt._unstamped) >= 1
         last = rt.submit(h)
         items = list(rt._observed)[first:]
-        assert len(items) == 7 and items[-1][3] is last.events
+        # (each item keeps a list of the submission's Events of its own, emptied once stamped)
+        assert len(items) == 7 and items[-1][3] == last.events and items[-1][3] is not last.events
+        assert all(i[3] == [] for i in items[:-1])
         assert [i[1][0] for i in items[-1:]] == [0.0] and list(rt._unstamped) == items[-1:]
         stamps = [i[1][0] for i in items[:-1]]
         assert all(t > 0.0 for t in stamps) and stamps == sorted(stamps)
@@ -794,6 +796,35 @@ def test_settled_submissions_nothing_holds_are_reused_with_fresh_fields(dev: hrx
         assert rt.lane("compute").stream.download(_buffer_of(h)).view(np.uint32)[0] == 47
         assert rt.stats.snapshot()["submissions"] == 48  # init, 2, 40, 5
         assert rt.quarantined == []
+    finally:
+        rt.close()
+
+
+def test_observed_submissions_let_their_events_go_once_stamped_and_are_reused(dev: hrx.Device, mode: str) -> None:
+    """observe=True: the runtime's item for a submission keeps a list of its Events of its
+    own, emptied once the ends are stamped -- the submission's own list stays whole --
+    so a settled observed submission is reused like an unobserved one (compiled), and
+    the profile, lane busy time and results are unchanged."""
+    rt = Runtime(dev, RuntimeOptions(observe=True, max_submissions=4, signals="lazy"))
+    try:
+        h, fast = _warm_submitter(rt)
+        lane = rt.lane("compute")
+        held = []
+        for i in range(40):
+            s = rt.submit(h)
+            if i % 10 == 0:
+                held.append(s)
+            del s
+            lane.stream.synchronize(60)
+        rt.synchronize(60)
+        rt.profile.summary()  # (a fold: every item stamped, folded and emptied)
+        assert all(len(s.events) == 1 and s.events[0].completion.is_complete for s in held)
+        assert not rt._unstamped and all(item[3] == [] for item in rt._observed)
+        if mode == "compiled":
+            assert fast.hits >= 40 and fast.recycled > 20
+        assert rt.profile.summary()["inc"]["count"] == 2 + 40
+        assert rt.stats.snapshot()["lane_regions"]["compute"] == 2 + 40
+        assert lane.stream.download(_buffer_of(h)).view(np.uint32)[0] == 42
     finally:
         rt.close()
 

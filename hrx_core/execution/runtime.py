@@ -914,7 +914,10 @@ class Runtime:
         from the stamps when one of them is read (:meth:`_fold_observed`), or once
         many are waiting."""
         ends = [0.0] * len(regions)
-        item = (regions, ends, submitted, events)
+        # (observe=True: a list of the Events of its own, which _notice empties once the
+        # ends are stamped -- a settled submission whose Event nothing else holds is
+        # then kept for reuse by hrx_core.fastpath's Submitter)
+        item = (regions, ends, submitted, events if self._exact else list(events))
         with self._fold_lock:
             self._observed.append(item)
             if not self._exact:
@@ -955,7 +958,7 @@ class Runtime:
                 if scanned > _NOTICE_SCAN or len(blocked) >= self._queues:
                     break
             while unstamped and 0.0 not in unstamped[0][1]:
-                unstamped.popleft()
+                unstamped.popleft()[3].clear()  # (_observe's own list: nothing reads the Events once stamped)
 
     def _fold_observed(self) -> None:
         """Add every fully stamped submission to the statistics, profiles and trace, in
