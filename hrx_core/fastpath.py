@@ -3638,7 +3638,8 @@ static PyObject *total_dropped(long long total, long long dropped)
 /* trace_defer(items, pending, live, total, limit, lane_end) -> (total, dropped) or None:
    Runtime._defer_trace's loops (change both), its caller holding the trace lock. Each
    folded item (a list, each as fold_ready takes them) joins the deque `pending` as
-   ((regions, ends, submitted, None), live, events) -- events: a slice a region, a flow a
+   ((regions, ends, submitted, None), live, events) -- the item itself in place of the
+   first where its Events list is empty or None -- events: a slice a region, a flow a
    dependency, a memory sample -- and `total` counts them; then, while more than one is
    kept and the oldest can go with `limit` events left, the oldest goes (uncounted in
    total, counted in dropped), its regions' ends moving lane_end[lane] on. None, having
@@ -3677,8 +3678,11 @@ static PyObject *module_trace_defer(PyObject *module, PyObject *const *args, Py_
             if ((events = PyLong_FromLongLong(each)) == NULL)
                 goto fail;
         }
-        /* (not its Events: nothing to keep alive) */
-        PyObject *kept = PyTuple_Pack(4, regions, PyTuple_GET_ITEM(item, 1), PyTuple_GET_ITEM(item, 2), Py_None);
+        /* (not its Events: nothing to keep alive -- the item itself where its list of them
+           is empty, as observe=True's are once stamped) */
+        PyObject *events_of = PyTuple_GET_ITEM(item, 3);
+        PyObject *kept = events_of == Py_None || (PyList_CheckExact(events_of) && PyList_GET_SIZE(events_of) == 0)
+            ? Py_NewRef(item) : PyTuple_Pack(4, regions, PyTuple_GET_ITEM(item, 1), PyTuple_GET_ITEM(item, 2), Py_None);
         PyObject *entry = kept == NULL ? NULL : PyTuple_Pack(3, kept, live, events);
         Py_XDECREF(kept);
         PyObject *x = entry == NULL ? NULL : call_o(append, entry);

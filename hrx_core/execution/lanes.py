@@ -22,6 +22,10 @@ LANES = ("upload", "compute", "download", "npu")
 class Lane:
     """A named stream of a runtime."""
 
+    # last_end, which hrx_core.fastpath's fold reads and writes for every region, as a
+    # slot (reached at its offset); the rest live in __dict__
+    __slots__ = ("last_end", "__dict__", "__weakref__")
+
     def __init__(self, name: str, device: Device, stream: Stream) -> None:
         self.name = name
         self.device = device

@@ -1058,11 +1058,15 @@ class Runtime:
                 dropped = 0
                 last: Any = None
                 events = 0
-                for regions, ends, submitted, _ in items:  # one slice a region, one flow a dependency, one memory sample
+                for item in items:  # one slice a region, one flow a dependency, one memory sample
+                    regions, ends, submitted, _ = item
                     if regions is not last:  # (counted once a run of one graph's submissions)
                         last = regions
                         events = len(regions) + 1 + sum(len(region.deps) for region in regions)
-                    pending.append(((regions, ends, submitted, None), live, events))  # not its Events: nothing to keep alive
+                    # not its Events: nothing to keep alive (the item itself where its list of them is
+                    # empty: observe=True's once stamped)
+                    kept = item if not item[3] else (regions, ends, submitted, None)
+                    pending.append((kept, live, events))
                     total += events
             # (fastpath's trace_defer does the same: change both)
             while len(pending) > 1 and total - pending[0][2] >= limit:
