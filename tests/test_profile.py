@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 
 import numpy as np
@@ -223,9 +224,10 @@ def test_stats_thread_safety_smoke():
 
 
 def test_a_batch_of_latencies_keeps_an_exact_count_sum_max_and_a_uniform_reservoir() -> None:
-    """The runtime's fold records many latencies at once: the count, the sum (added in
-    order), the max and the reservoir (the same seeded random stream) -- past its
-    capacity too -- are those of recording them one at a time."""
+    """The runtime's fold records many latencies at once: the count, the max and the
+    reservoir (the same seeded random stream) -- past its capacity too -- are those of
+    recording them one at a time, and the sum is theirs to rounding (``sum()``, which
+    Python 3.12 compensates)."""
     import random
 
     rng = random.Random(7)
@@ -239,11 +241,9 @@ def test_a_batch_of_latencies_keeps_an_exact_count_sum_max_and_a_uniform_reservo
                 single.record(name, v)
     for name, vs in values.items():
         s, r = batched._series[name], single._series[name]
-        assert [s.count, s.total, s.max, s.samples] == [r.count, r.total, r.max, r.samples]
-        total = 0.0
-        for v in vs:
-            total += v
-        assert s.count == 3000 and s.total == total and s.max == max(vs)
+        assert [s.count, s.max, s.samples, s.replace_at, s.w] == [r.count, r.max, r.samples, r.replace_at, r.w]
+        assert s.total == pytest.approx(r.total, rel=1e-12) and s.total == pytest.approx(math.fsum(vs), rel=1e-12)
+        assert s.count == 3000 and s.max == max(vs)
         assert len(s.samples) == 64 and set(s.samples) <= set(vs)
         assert set(s.samples) & set(vs[64:])  # past the capacity, values were kept
 
@@ -281,3 +281,43 @@ def test_the_reservoir_keeps_each_value_with_equal_probability() -> None:
     assert first < seeds * k * k / n * 2 + 20, first
     replacements = k * sum(1 / i for i in range(k + 1, n + 1))  # ~ 229 a stream
     assert abs(Counting.draws / seeds - replacements) < 0.05 * replacements, Counting.draws / seeds
+
+
+def test_the_reservoir_is_algorithm_l_as_written_out() -> None:
+    """Recorded in uneven batches, the reservoir is what Li's Algorithm L gives taking one
+    value at a time, written out here from the paper over the same random stream: W from
+    the k-th value, a geometric skip with success probability W, and at each kept value a
+    uniform slot, then W shrunk and the next skip drawn."""
+    import random
+
+    def u(rand: random.Random) -> float:
+        x = rand.random()
+        while x == 0.0:
+            x = rand.random()
+        return x
+
+    def algorithm_l(values: list[float], k: int, seed: int) -> list[float]:
+        rand = random.Random(seed)
+        samples: list[float] = []
+        w, next_at = 1.0, 0
+        for count, v in enumerate(values, 1):
+            if count <= k:
+                samples.append(v)
+                if count == k:
+                    w = math.exp(math.log(u(rand)) / k)
+                    next_at = k + math.floor(math.log(u(rand)) / math.log1p(-w)) + 1
+            elif count == next_at:
+                samples[rand.randrange(k)] = v
+                w *= math.exp(math.log(u(rand)) / k)
+                next_at += math.floor(math.log(u(rand)) / math.log1p(-w)) + 1
+        return samples
+
+    values = [float(i) for i in range(20000)]
+    for k, seed in ((1, 0), (7, 1), (64, 2)):
+        profile = LatencyProfile(max_samples=k, seed=seed)
+        at = 0
+        for size in (3, 1, 60, 500, 2, 5000, 14434):
+            profile._record_many({"r": values[at:at + size]})
+            at += size
+        assert at == len(values)
+        assert profile._series["r"].samples == algorithm_l(values, k, seed)

@@ -123,30 +123,36 @@ class LatencyProfile(_Deferred):
 
     def _record_many(self, latencies: dict[str, list[float]]) -> None:
         """:meth:`record` for many values at once, under one lock (the runtime's own
-        values: already finite and non-negative)."""
+        values: already finite and non-negative). A region's values are added up and
+        their max taken in one call each; past the reservoir's size only the values
+        Algorithm L keeps are visited (its skips jump over the rest)."""
         limit, rand = self.max_samples, self._random
         with self._lock:
             for name, values in latencies.items():
-                series = self._series.setdefault(name, _Series())
+                series = self._series.get(name)
+                if series is None:
+                    series = self._series[name] = _Series()
+                n = len(values)
+                if not n:
+                    continue
+                base = series.count
+                series.count = base + n
+                series.total = sum(values, series.total)
+                top = max(values)
+                if top > series.max:
+                    series.max = top
                 samples = series.samples
-                count, total, top = series.count, series.total, series.max  # (in locals: the same sums, in order)
-                replace_at = series.replace_at
-                for seconds in values:
-                    count += 1
-                    total += seconds
-                    if seconds > top:
-                        top = seconds
-                    if count == replace_at:  # (0 while the reservoir fills: never a count)
-                        samples[rand.randrange(limit)] = seconds
+                room = limit - len(samples)
+                if room > 0:  # the reservoir fills first
+                    samples.extend(values[:room])
+                    if len(samples) == limit:  # full: the first skip
+                        series.replace_at = limit
                         _skip(rand, series, limit)
-                        replace_at = series.replace_at
-                    elif len(samples) < limit:
-                        samples.append(seconds)
-                        if count == limit:  # full: the first skip
-                            series.replace_at = count
-                            _skip(rand, series, limit)
-                            replace_at = series.replace_at
-                series.count, series.total, series.max = count, total, top
+                replace_at, end = series.replace_at, base + n
+                while 0 < replace_at <= end:  # (0 while the reservoir fills: never a count)
+                    samples[rand.randrange(limit)] = values[replace_at - base - 1]
+                    _skip(rand, series, limit)
+                    replace_at = series.replace_at
 
     @contextmanager
     def measure(self, name: str) -> Iterator[None]:
