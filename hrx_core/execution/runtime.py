@@ -470,9 +470,9 @@ class Runtime:
             collections.deque()
         self._trace_pending_events = 0
         # submissions observed (observe=True) whose stamps are not folded in yet
-        self._observed: collections.deque[tuple[Sequence[RegionInfo], list[float], float, Sequence[Event]]] = collections.deque()
+        self._observed: collections.deque[tuple[Sequence[RegionInfo], list[float], float, list[Event]]] = collections.deque()
         # observe=True: the observed submissions not fully stamped yet (oldest first)
-        self._unstamped: collections.deque[tuple[Sequence[RegionInfo], list[float], float, Sequence[Event]]] = collections.deque()
+        self._unstamped: collections.deque[tuple[Sequence[RegionInfo], list[float], float, list[Event]]] = collections.deque()
         self._exact = options.observe == "exact"
         #: distinct queues of the lanes (a notice stops once each has unfinished work)
         self._queues = len({id(lane.stream.slot) for lane in self.lanes.values()})
@@ -907,7 +907,7 @@ class Runtime:
              or (c.slot._timeline or c.slot.timeline).has_errors())
             and pending_failure(previous) is not None)
 
-    def _observe(self, regions: Sequence[RegionInfo], events: Sequence[Event], submitted: float) -> None:
+    def _observe(self, regions: Sequence[RegionInfo], events: list[Event], submitted: float) -> None:
         """Keep the submission for its regions' end times: stamped when the runtime
         notices them (observe=True, :meth:`_notice`) or from completion callbacks
         (observe="exact"). Lane busy time, latency profiles and trace slices are added
