@@ -3629,12 +3629,6 @@ static PyObject *module_fold_ready(PyObject *module, PyObject *const *args, Py_s
     Py_RETURN_TRUE;
 }
 
-/* the (total, dropped) pair of trace_defer, as a new tuple */
-static PyObject *total_dropped(long long total, long long dropped)
-{
-    return Py_BuildValue("(LL)", total, dropped);
-}
-
 /* trace_defer(items, pending, live, total, limit, lane_end) -> (total, dropped) or None:
    Runtime._defer_trace's loops (change both), its caller holding the trace lock. Each
    folded item (a list, each as fold_ready takes them) joins the deque `pending` as
@@ -3746,7 +3740,7 @@ static PyObject *module_trace_defer(PyObject *module, PyObject *const *args, Py_
         }
         Py_DECREF(oldest);
     }
-    return total_dropped(total, dropped);
+    return Py_BuildValue("(LL)", total, dropped);
 fail:
     Py_XDECREF(events);
     Py_XDECREF(append);

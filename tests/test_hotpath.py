@@ -273,3 +273,14 @@ def test_doctor_row_says_compiled_fallback_or_what_the_status_raised():
         raise ImportError("no cffi")
 
     assert hotpath.doctor_row("core", "thing", broken) == ("core", "thing", "fallback (Python): ImportError: no cffi")
+
+
+def test_a_digest_is_computed_once_a_text() -> None:
+    """Looking a built module up again (each graph's first compiled use does) hashes none
+    of its source again: the digest is remembered, the same string as computed."""
+    source = "int hrx_digest_probe(void) { return %d; }" % os.getpid()
+    first = hotpath.digest("hrx_probe", "int hrx_digest_probe(void);", source)
+    before = hotpath.digest.cache_info().hits
+    assert hotpath.digest("hrx_probe", "int hrx_digest_probe(void);", source) == first
+    assert hotpath.digest.cache_info().hits == before + 1
+    assert hotpath.digest("hrx_probe", "int hrx_digest_probe(void);", source + " ") != first
