@@ -994,16 +994,14 @@ class Runtime:
             finally:
                 self._folding = False
 
-    def _fold(self, items: Sequence[tuple[Sequence[RegionInfo], list[float], float, Any]]) -> None:
+    def _fold(self, items: list[tuple[Sequence[RegionInfo], list[float], float, Any]]) -> None:
         """Add stamped submissions (in submission order) to the lanes' busy time, the
         latency profile and the trace: one lock each per fold, not per region (the
         values are the runtime's own -- finite, non-negative -- so nothing is re-checked)."""
-        if not isinstance(items, list):
-            items = list(items)
         lanes = self.lanes
         busy: dict[str, list[Any]] = {}
         latencies: dict[str, list[float]] = {}
-        fold_ready = (self._fold_fns or self._compiled_fold())[0]
+        fold_ready, trace_defer = self._fold_fns or self._compiled_fold()
         if fold_ready is None or not fold_ready(items, lanes, busy, latencies):  # (False: left to this loop)
             last: Any = None
             rows: list[tuple[Any, list[Any], list[float]]] = []
@@ -1026,7 +1024,7 @@ class Runtime:
         self.stats._lanes_busy(busy)
         self.profile._record_many(latencies)
         if self.trace is not None:
-            self._defer_trace(items)
+            self._defer_trace(items, trace_defer)
 
     def _compiled_fold(self) -> tuple[Any, Any]:
         """hrx_core.fastpath's fold_ready and trace_defer, or (None, None) where the
@@ -1037,16 +1035,14 @@ class Runtime:
         self._fold_fns = (mod.lib.fold_ready, mod.lib.trace_defer) if mod.compiled else (None, None)
         return self._fold_fns
 
-    def _defer_trace(self, items: Sequence[tuple[Sequence[RegionInfo], list[float], float, Any]]) -> None:
+    def _defer_trace(self, items: list[tuple[Sequence[RegionInfo], list[float], float, Any]], trace_defer: Any) -> None:
         """Keep folded submissions for the trace, whose rows are built when it is read
         (:meth:`_build_trace`). Past the ring's capacity the oldest are dropped unbuilt --
         the rows built after them would push theirs out of the ring anyway -- and counted
-        in the trace's ``dropped``."""
+        in the trace's ``dropped``. ``trace_defer``: hrx_core.fastpath's, or None (these
+        loops alone)."""
         live = self.stats._counters["live_tracked_bytes"]  # a plain read: no fold from inside one
         limit = self.trace.max_events
-        trace_defer = (self._fold_fns or self._compiled_fold())[1]
-        if not isinstance(items, list):
-            items = list(items)
         with self._trace_lock:
             pending = self._trace_pending
             lane_end = self._trace_lane_end
