@@ -734,7 +734,7 @@ static PyObject *small_one;  /* PyLong_FromLong(1) */
 /* hrx_core.completion.Completion, imported on first use */
 static PyObject *completion_type = NULL;
 static PyObject *s_slot_attr;  /* (interned with the others, in hrx_module_create) */
-static PyObject *s_last_end, *s_append, *s_popleft;
+static PyObject *s_last_end, *s_append, *s_popleft, *s_clear, *s_extend, *s_extendleft;
 
 /* whether `c` is a Completion that nothing references but the one holder asking (a
    spare Event's completion field) and no weak reference points at: refilled in place,
@@ -3512,6 +3512,29 @@ static int fold_item_ok(PyObject *item)
     return 1;
 }
 
+/* fold_ready's write-back of a run: each lane whose last_end moved gets the end float
+   that moved it, each busy list [seconds, count] its new values. 0, or -1 with an
+   exception (the rest still written). */
+static int fold_flush(PyObject **lanes, PyObject **end_objs, int nl, PyObject **busy, const double *sums,
+                      const long long *counts, int nb)
+{
+    int rc = 0;
+    for (int l = 0; l < nl; l++)
+        if (end_objs[l] != NULL && set_attr(lanes[l], s_last_end, end_objs[l]) < 0)
+            rc = -1;
+    for (int j = 0; j < nb; j++) {
+        PyObject *sum = PyFloat_FromDouble(sums[j]), *count = sum == NULL ? NULL : PyLong_FromLongLong(counts[j]);
+        if (count == NULL) {
+            Py_XDECREF(sum);
+            rc = -1;
+            continue;
+        }
+        PyList_SetItem(busy[j], 0, sum);  /* (steals; the old value goes) */
+        PyList_SetItem(busy[j], 1, count);
+    }
+    return rc;
+}
+
 /* fold_ready(items, lanes, busy, latencies) -> bool: Runtime._fold's loop (change both).
    Each region of each stamped item (a list, in submission order) adds its busy time --
    from max(submitted, its lane's last_end) to its end, at least 0 -- and one region to
@@ -3562,20 +3585,52 @@ static PyObject *module_fold_ready(PyObject *module, PyObject *const *args, Py_s
                 Py_RETURN_FALSE;
         }
     }
+    /* A run of one graph's submissions is folded in C doubles: each distinct lane's
+       last_end and each distinct busy list's seconds and count (regions sharing a lane
+       share them, so every sum sees its additions in the Python loop's order: the same
+       bits), written back when the run ends. */
     PyObject *last = NULL;
-    PyObject *row_lane[FOLD_ROWS], *row_busy[FOLD_ROWS], *row_lat[FOLD_ROWS];  /* (borrowed: the dicts hold them) */
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *item = PyList_GET_ITEM(items, k);
-        PyObject *regions = PyTuple_GET_ITEM(item, 0), *ends = PyTuple_GET_ITEM(item, 1);
+    PyObject *row_lat[FOLD_ROWS];  /* (borrowed: the dicts hold them) */
+    int row_l[FOLD_ROWS], row_b[FOLD_ROWS];  /* a row's distinct lane and busy list */
+    PyObject *u_lane[FOLD_ROWS], *u_end_obj[FOLD_ROWS], *u_busy[FOLD_ROWS];  /* (borrowed) */
+    double u_end[FOLD_ROWS], u_sum[FOLD_ROWS];
+    long long u_count[FOLD_ROWS];
+    int nl = 0, nb = 0, failed = 0;
+    for (Py_ssize_t k = 0; k <= n && !failed; k++) {
+        PyObject *item = k < n ? PyList_GET_ITEM(items, k) : NULL;
+        PyObject *regions = item != NULL ? PyTuple_GET_ITEM(item, 0) : NULL;
+        if (regions != last && last != NULL) {
+            /* the run ends: its lanes' last_end and its busy lists written back */
+            if (fold_flush(u_lane, u_end_obj, nl, u_busy, u_sum, u_count, nb) < 0)
+                return NULL;
+            nl = nb = 0;
+        }
+        if (item == NULL)
+            break;
+        PyObject *ends = PyTuple_GET_ITEM(item, 1);
         double submitted = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(item, 2));
         Py_ssize_t rn = PyTuple_GET_SIZE(regions);
         if (regions != last) {  /* (a graph's submissions share its plan's infos: looked up once a run) */
             last = regions;
             for (Py_ssize_t i = 0; i < rn; i++) {
                 PyObject *r = PyTuple_GET_ITEM(regions, i), *lname = PyTuple_GET_ITEM(r, 1);
-                row_lane[i] = PyDict_GetItemWithError(lanes, lname);
-                if (row_lane[i] == NULL)
+                PyObject *lane = PyDict_GetItemWithError(lanes, lname);
+                if (lane == NULL)
                     return NULL;  /* (checked above: only an error raised by a key's hash or compare) */
+                int l = 0;
+                while (l < nl && u_lane[l] != lane)
+                    l++;
+                if (l == nl) {
+                    PyObject *end = get_attr(lane, s_last_end);
+                    if (end == NULL)
+                        return NULL;
+                    u_end[l] = PyFloat_AsDouble(end);  /* (a float, checked) */
+                    Py_DECREF(end);
+                    u_lane[l] = lane;
+                    u_end_obj[l] = NULL;  /* (unchanged) */
+                    nl++;
+                }
+                row_l[i] = l;
                 PyObject *fresh = PyList_New(2);
                 if (fresh == NULL)
                     return NULL;
@@ -3585,9 +3640,24 @@ static PyObject *module_fold_ready(PyObject *module, PyObject *const *args, Py_s
                     Py_DECREF(fresh);
                     return NULL;
                 }
-                row_busy[i] = PyDict_SetDefault(busy, lname, fresh);
+                PyObject *b = PyDict_SetDefault(busy, lname, fresh);
                 Py_DECREF(fresh);
-                PyObject *empty = row_busy[i] == NULL ? NULL : PyList_New(0);
+                if (b == NULL)
+                    return NULL;
+                int j = 0;
+                while (j < nb && u_busy[j] != b)
+                    j++;
+                if (j == nb) {
+                    long long c = PyLong_AsLongLong(PyList_GET_ITEM(b, 1));
+                    if (c == -1 && PyErr_Occurred())
+                        return NULL;
+                    u_busy[j] = b;
+                    u_sum[j] = PyFloat_AS_DOUBLE(PyList_GET_ITEM(b, 0));
+                    u_count[j] = c;
+                    nb++;
+                }
+                row_b[i] = j;
+                PyObject *empty = PyList_New(0);
                 if (empty == NULL)
                     return NULL;
                 row_lat[i] = PyDict_SetDefault(latencies, PyTuple_GET_ITEM(r, 0), empty);
@@ -3599,34 +3669,116 @@ static PyObject *module_fold_ready(PyObject *module, PyObject *const *args, Py_s
         for (Py_ssize_t i = 0; i < rn; i++) {
             PyObject *end_obj = PyList_GET_ITEM(ends, i);
             double end = PyFloat_AS_DOUBLE(end_obj);
-            PyObject *lane_end_obj = get_attr(row_lane[i], s_last_end);
-            if (lane_end_obj == NULL)
-                return NULL;
-            double lane_end = PyFloat_AsDouble(lane_end_obj);  /* (a float, checked; or set to one here) */
-            Py_DECREF(lane_end_obj);
+            int l = row_l[i], j = row_b[i];
+            double lane_end = u_end[l];
             double start = lane_end > submitted ? lane_end : submitted;
-            if (end > lane_end && set_attr(row_lane[i], s_last_end, end_obj) < 0)
-                return NULL;
-            double d = end - start;
-            PyObject *b = row_busy[i];
-            PyObject *sum = PyFloat_FromDouble(PyFloat_AS_DOUBLE(PyList_GET_ITEM(b, 0)) + (d > 0.0 ? d : 0.0));
-            PyObject *count = sum == NULL ? NULL : PyNumber_Add(PyList_GET_ITEM(b, 1), small_one);
-            if (count == NULL) {
-                Py_XDECREF(sum);
-                return NULL;
+            if (end > lane_end) {
+                u_end[l] = end;
+                u_end_obj[l] = end_obj;  /* (the items list holds it) */
             }
-            PyList_SetItem(b, 0, sum);  /* (steals; the old value goes) */
-            PyList_SetItem(b, 1, count);
+            double d = end - start;
+            u_sum[j] += d > 0.0 ? d : 0.0;
+            u_count[j] += 1;
             d = end - submitted;
             PyObject *latency = PyFloat_FromDouble(d > 0.0 ? d : 0.0);
             if (latency == NULL || PyList_Append(row_lat[i], latency) < 0) {
                 Py_XDECREF(latency);
-                return NULL;
+                failed = 1;  /* (what was folded so far is written back, as the loop would have) */
+                break;
             }
             Py_DECREF(latency);
         }
     }
+    if (failed) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (fold_flush(u_lane, u_end_obj, nl, u_busy, u_sum, u_count, nb) < 0)
+            PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+        return NULL;
+    }
     Py_RETURN_TRUE;
+}
+
+/* fold_take(waiting) -> list or None: Runtime._fold_observed's partition (change both),
+   its caller holding the fold lock. Every item leaves the deque `waiting`; the stamped
+   ones (no end 0.0 in item[1]) are returned in order, the others go back to the front of
+   `waiting`, in order, for a later fold. None, having changed nothing: an item is not a
+   tuple whose second entry is a list of floats (the Python lines decide). */
+static PyObject *module_fold_take(PyObject *module, PyObject *waiting)
+{
+    (void)module;
+    PyObject *items = PySequence_List(waiting);
+    if (items == NULL)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(items), unready = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *item = PyList_GET_ITEM(items, k);
+        PyObject *ends = PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) >= 2 ? PyTuple_GET_ITEM(item, 1) : NULL;
+        if (ends == NULL || !PyList_CheckExact(ends)) {
+            Py_DECREF(items);
+            Py_RETURN_NONE;
+        }
+        int stamped = 1;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ends); i++) {
+            PyObject *e = PyList_GET_ITEM(ends, i);
+            if (!PyFloat_CheckExact(e)) {
+                Py_DECREF(items);
+                Py_RETURN_NONE;
+            }
+            if (PyFloat_AS_DOUBLE(e) == 0.0)  /* (as `0.0 in ends`: -0.0 too, never a NaN) */
+                stamped = 0;
+        }
+        unready += !stamped;
+    }
+    PyObject *x = PyObject_CallMethodNoArgs(waiting, s_clear);
+    if (x == NULL) {
+        Py_DECREF(items);
+        return NULL;
+    }
+    Py_DECREF(x);
+    if (unready == 0)
+        return items;
+    PyObject *ready = PyList_New(n - unready), *later = PyList_New(unready);
+    if (ready == NULL || later == NULL)
+        goto fail;
+    /* (`later` reversed: extendleft puts the last first, so they keep their order) */
+    for (Py_ssize_t k = 0, r = 0, u = unready; k < n; k++) {
+        PyObject *item = PyList_GET_ITEM(items, k), *ends = PyTuple_GET_ITEM(item, 1);
+        int stamped = 1;
+        for (Py_ssize_t i = 0; stamped && i < PyList_GET_SIZE(ends); i++)
+            stamped = PyFloat_AS_DOUBLE(PyList_GET_ITEM(ends, i)) != 0.0;
+        if (stamped)
+            PyList_SET_ITEM(ready, r++, Py_NewRef(item));
+        else
+            PyList_SET_ITEM(later, --u, Py_NewRef(item));
+    }
+    x = PyObject_CallMethodOneArg(waiting, s_extendleft, later);
+    if (x == NULL)
+        goto fail;
+    Py_DECREF(x);
+    Py_DECREF(later);
+    Py_DECREF(items);
+    return ready;
+fail:
+    {
+        /* (every item back where it was, as far as the deque lets it) */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *y = PyObject_CallMethodNoArgs(waiting, s_clear);
+        Py_XDECREF(y);
+        y = y == NULL ? NULL : PyObject_CallMethodOneArg(waiting, s_extend, items);
+        Py_XDECREF(y);
+        if (y == NULL)
+            PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+    }
+    Py_XDECREF(ready);
+    Py_XDECREF(later);
+    Py_DECREF(items);
+    return NULL;
 }
 
 /* trace_defer(items, pending, live, total, limit, lane_end) -> (total, dropped) or None:
@@ -3688,16 +3840,24 @@ static PyObject *module_trace_defer(PyObject *module, PyObject *const *args, Py_
     }
     Py_CLEAR(events);
     Py_CLEAR(append);
+    /* the oldest go while more than one is kept and `limit` events stay; where their
+       slices ended is kept per lane in C (the latest end, a float of theirs) and moved
+       into lane_end once at the end: the same values as one lane_end update a drop */
     long long dropped = 0;
+    PyObject *d_lane[FOLD_ROWS], *d_end[FOLD_ROWS];  /* (borrowed; `drops` holds the items) */
+    int nd = 0, rc = 0;
+    PyObject *popleft = PyObject_GetAttr(pending, s_popleft), *drops = PyList_New(0);
+    if (popleft == NULL || drops == NULL)
+        goto drop_out;
     for (;;) {
         Py_ssize_t kept_n = PyObject_Length(pending);
         if (kept_n < 0)
-            return NULL;
+            goto drop_error;
         if (kept_n <= 1)
             break;
         PyObject *oldest = PySequence_GetItem(pending, 0);
         if (oldest == NULL)
-            return NULL;
+            goto drop_error;
         long long m = -1;
         PyObject *kept = NULL;
         if (PyTuple_CheckExact(oldest) && PyTuple_GET_SIZE(oldest) == 3 && PyLong_CheckExact(PyTuple_GET_ITEM(oldest, 2))) {
@@ -3705,21 +3865,31 @@ static PyObject *module_trace_defer(PyObject *module, PyObject *const *args, Py_
             m = PyLong_AsLongLong(PyTuple_GET_ITEM(oldest, 2));
             if (m == -1 && PyErr_Occurred()) {
                 Py_DECREF(oldest);
-                return NULL;
+                goto drop_error;
             }
         }
-        if (m < 0 || !fold_item_ok(kept)) {
-            Py_DECREF(oldest);
-            break;  /* (the Python loop decides) */
+        int fits = kept != NULL && fold_item_ok(kept);
+        if (fits) {  /* (its lanes must fit the C table: else the Python loop goes on) */
+            PyObject *regions = PyTuple_GET_ITEM(kept, 0);
+            int extra = 0;
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(regions); i++) {
+                PyObject *lane = PyTuple_GET_ITEM(PyTuple_GET_ITEM(regions, i), 1);
+                int l = 0;
+                while (l < nd && d_lane[l] != lane)
+                    l++;
+                extra += l == nd;
+            }
+            fits = nd + extra <= FOLD_ROWS;
         }
-        if (total - m < limit) {
+        if (m < 0 || !fits || total - m < limit) {
             Py_DECREF(oldest);
-            break;
+            break;  /* (not one of these: the Python loop decides) */
         }
-        PyObject *x = PyObject_CallMethodNoArgs(pending, s_popleft);
-        if (x == NULL) {
+        PyObject *x = call_0(popleft);
+        if (x == NULL || PyList_Append(drops, kept) < 0) {  /* (kept alive until lane_end has its ends) */
+            Py_XDECREF(x);
             Py_DECREF(oldest);
-            return NULL;
+            goto drop_error;
         }
         Py_DECREF(x);
         total -= m;
@@ -3727,19 +3897,53 @@ static PyObject *module_trace_defer(PyObject *module, PyObject *const *args, Py_
         PyObject *regions = PyTuple_GET_ITEM(kept, 0), *ends = PyTuple_GET_ITEM(kept, 1);
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(regions); i++) {  /* where the dropped slices ended, as if built */
             PyObject *lane = PyTuple_GET_ITEM(PyTuple_GET_ITEM(regions, i), 1), *end = PyList_GET_ITEM(ends, i);
-            PyObject *was = PyDict_GetItemWithError(lane_end, lane);
-            if (was == NULL && PyErr_Occurred()) {
-                Py_DECREF(oldest);
-                return NULL;
-            }
-            int later = was == NULL ? PyFloat_AS_DOUBLE(end) > 0.0 : PyObject_RichCompareBool(end, was, Py_GT);
-            if (later < 0 || (later && PyDict_SetItem(lane_end, lane, end) < 0)) {
-                Py_DECREF(oldest);
-                return NULL;
+            int l = 0;
+            while (l < nd && d_lane[l] != lane)
+                l++;
+            if (l == nd) {
+                d_lane[nd] = lane;
+                d_end[nd++] = end;
+            } else if (PyFloat_AS_DOUBLE(end) > PyFloat_AS_DOUBLE(d_end[l])) {
+                d_end[l] = end;
             }
         }
         Py_DECREF(oldest);
     }
+    goto drop_out;
+drop_error:
+    rc = -1;
+drop_out:
+    /* lane_end[lane] = the latest end where it is later than what lane_end holds (or
+       than 0.0 where it holds nothing), as the drops one by one would have left it --
+       also after an error, for the drops made */
+    {
+        PyObject *et = NULL, *ev = NULL, *tb = NULL;
+        if (rc < 0)
+            PyErr_Fetch(&et, &ev, &tb);
+        for (int l = 0; l < nd; l++) {
+            PyObject *was = PyDict_GetItemWithError(lane_end, d_lane[l]);
+            int later = -1;
+            if (was != NULL)
+                later = PyFloat_CheckExact(was) ? PyFloat_AS_DOUBLE(d_end[l]) > PyFloat_AS_DOUBLE(was)
+                                                : PyObject_RichCompareBool(d_end[l], was, Py_GT);
+            else if (!PyErr_Occurred())
+                later = PyFloat_AS_DOUBLE(d_end[l]) > 0.0;
+            if (later < 0 || (later && PyDict_SetItem(lane_end, d_lane[l], d_end[l]) < 0)) {
+                if (rc == 0) {  /* (the first error stands) */
+                    rc = -1;
+                    PyErr_Fetch(&et, &ev, &tb);
+                } else {
+                    PyErr_Clear();
+                }
+            }
+        }
+        if (rc < 0)
+            PyErr_Restore(et, ev, tb);
+    }
+    Py_XDECREF(popleft);
+    Py_XDECREF(drops);
+    if (rc < 0 || popleft == NULL || drops == NULL)
+        return NULL;
     return Py_BuildValue("(LL)", total, dropped);
 fail:
     Py_XDECREF(events);
@@ -3758,6 +3962,7 @@ static PyObject *module_slot_fills(PyObject *module, PyObject *unused)
 static PyMethodDef module_methods[] = {
     {"slot_fills", module_slot_fills, METH_NOARGS, "Attribute lookups that missed the slot-offset cache so far."},
     {"fold_ready", (PyCFunction)(void (*)(void))module_fold_ready, METH_FASTCALL, "Runtime._fold's loop."},
+    {"fold_take", module_fold_take, METH_O, "Runtime._fold_observed's partition of the waiting submissions."},
     {"trace_defer", (PyCFunction)(void (*)(void))module_trace_defer, METH_FASTCALL, "Runtime._defer_trace's loops."},
     {NULL, NULL, 0, NULL},
 };
@@ -4025,6 +4230,9 @@ static PyObject *hrx_module_create(const char *name)
     INTERN(s_last_end, "last_end");
     INTERN(s_append, "append");
     INTERN(s_popleft, "popleft");
+    INTERN(s_clear, "clear");
+    INTERN(s_extend, "extend");
+    INTERN(s_extendleft, "extendleft");
     INTERN(s_device_graph, "device_graph");
     INTERN(s_fast, "_fast");
     INTERN(s_completion, "completion");

@@ -65,7 +65,7 @@ def _runtime(compiled: bool, **options: Any) -> Runtime:
         pytest.skip(f"no compiled hot path: {fastpath.module().reason}")
     rt = Runtime(hrx.device("host"), RuntimeOptions(observe=True, **options))
     if not compiled:
-        rt._fold_fns = (None, None)
+        rt._fold_fns = (None, None, None)
     return rt
 
 
@@ -164,3 +164,67 @@ def test_items_the_compiled_fold_does_not_expect_are_folded_by_the_python_loop()
                 assert [n for *_, n in rt._trace_pending] == expected[2]
         finally:
             rt.close()
+
+
+def _take_python(waiting: collections.deque[Any]) -> list[Any]:
+    """Runtime._fold_observed's partition written out: the stamped items, in order; the
+    others back at the front of ``waiting``, in order."""
+    items = list(waiting)
+    waiting.clear()
+    ready = [item for item in items if 0.0 not in item[1]]
+    waiting.extendleft(reversed([item for item in items if 0.0 in item[1]]))
+    return ready
+
+
+_ends = st.lists(st.sampled_from([0.0, -0.0, 1.5, 2.0, 1e-300]), min_size=0, max_size=3)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ends=st.lists(_ends, max_size=12), behind=st.lists(_ends, max_size=3))
+def test_fold_take_partitions_as_the_python_lines(ends: list[list[float]], behind: list[list[float]]) -> None:
+    """fastpath's fold_take: the same ready list and the same items left waiting, in the
+    same order, as the Python lines (items still running stay for a later fold);
+    ``behind``: items the deque holds at its front already (a fold that took none)."""
+    if not _compiled():
+        pytest.skip(f"no compiled hot path: {fastpath.module().reason}")
+    take = fastpath.module().lib.fold_take
+    items = [(_INFOS[0], e, 1.0, None) for e in behind + ends]
+    waiting, expected_waiting = collections.deque(items), collections.deque(items)
+    got = take(waiting)
+    expected = _take_python(expected_waiting)
+    assert [id(x) for x in got] == [id(x) for x in expected]
+    assert [id(x) for x in waiting] == [id(x) for x in expected_waiting]
+
+
+def test_fold_take_leaves_odd_items_to_the_python_lines() -> None:
+    """An item whose ends are not a list of floats: None, and the deque as it was."""
+    if not _compiled():
+        pytest.skip(f"no compiled hot path: {fastpath.module().reason}")
+    take = fastpath.module().lib.fold_take
+    good = (_INFOS[0], [1.0], 1.0, None)
+    for odd in ((_INFOS[0], (1.0,), 1.0, None), (_INFOS[0], [1], 1.0, None), [_INFOS[0], [1.0], 1.0, None], (_INFOS[0],)):
+        waiting = collections.deque([good, odd, good])
+        assert take(waiting) is None
+        assert list(waiting) == [good, odd, good] and waiting[0] is good
+
+
+def test_observe_folds_through_fold_take_and_keeps_running_submissions() -> None:
+    """A runtime's fold takes the stamped submissions through fold_take where it is
+    built (fails if the fold stops calling it) and keeps an unstamped one waiting."""
+    if not _compiled():
+        pytest.skip(f"no compiled hot path: {fastpath.module().reason}")
+    rt = _runtime(True)
+    try:
+        calls: list[int] = []
+        take = rt._compiled_fold()[2]
+        rt._fold_fns = (rt._fold_fns[0], rt._fold_fns[1], lambda w: calls.append(len(w)) or take(w))  # type: ignore[index]
+        done = (_INFOS[0], [2.0], 1.0, [])
+        running = (_INFOS[0], [0.0], 1.5, [])
+        folded: list[Any] = []
+        rt._fold = folded.extend  # type: ignore[method-assign,assignment]
+        rt._observed.extend([done, running])
+        rt._fold_observed()
+        assert calls == [2] and folded == [done] and list(rt._observed) == [running]
+    finally:
+        rt._observed.clear()
+        rt.close()

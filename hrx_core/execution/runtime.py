@@ -480,7 +480,7 @@ class Runtime:
         self._folding = False
         #: hrx_core.fastpath's fold_ready and trace_defer (looked up at the first fold;
         #: (None, None): the Python loops)
-        self._fold_fns: tuple[Any, Any] | None = None
+        self._fold_fns: tuple[Any, Any, Any] | None = None
         # submissions' counters (a graph's counters dict each), added when the
         # statistics are read rather than under their lock on every submission
         # each submission's counters, or (compiled resubmissions) a run of them: (counters, Tally)
@@ -984,11 +984,14 @@ class Runtime:
                             for i, event in enumerate(item[3]):
                                 if not ends[i] and event.completion.done_now():
                                     ends[i] = now
-                items = list(waiting)
-                waiting.clear()
-                ready = [item for item in items if 0.0 not in item[1]]
-                if len(ready) < len(items):  # still running: kept, in order, for a later fold
-                    waiting.extendleft(reversed([item for item in items if 0.0 in item[1]]))
+                take = (self._fold_fns or self._compiled_fold())[2]
+                ready = None if take is None else take(waiting)  # (fastpath's fold_take: the same)
+                if ready is None:
+                    items = list(waiting)
+                    waiting.clear()
+                    ready = [item for item in items if 0.0 not in item[1]]
+                    if len(ready) < len(items):  # still running: kept, in order, for a later fold
+                        waiting.extendleft(reversed([item for item in items if 0.0 in item[1]]))
                 if ready:
                     self._fold(ready)
             finally:
@@ -1001,7 +1004,7 @@ class Runtime:
         lanes = self.lanes
         busy: dict[str, list[Any]] = {}
         latencies: dict[str, list[float]] = {}
-        fold_ready, trace_defer = self._fold_fns or self._compiled_fold()
+        fold_ready, trace_defer, _ = self._fold_fns or self._compiled_fold()
         if fold_ready is None or not fold_ready(items, lanes, busy, latencies):  # (False: left to this loop)
             last: Any = None
             rows: list[tuple[Any, list[Any], list[float]]] = []
@@ -1026,13 +1029,13 @@ class Runtime:
         if self.trace is not None:
             self._defer_trace(items, trace_defer)
 
-    def _compiled_fold(self) -> tuple[Any, Any]:
-        """hrx_core.fastpath's fold_ready and trace_defer, or (None, None) where the
-        compiled module is not built (the Python loops fold)."""
+    def _compiled_fold(self) -> tuple[Any, Any, Any]:
+        """hrx_core.fastpath's fold_ready, trace_defer and fold_take, or (None, None,
+        None) where the compiled module is not built (the Python loops fold)."""
         from .. import fastpath
 
         mod = fastpath.module()
-        self._fold_fns = (mod.lib.fold_ready, mod.lib.trace_defer) if mod.compiled else (None, None)
+        self._fold_fns = (mod.lib.fold_ready, mod.lib.trace_defer, mod.lib.fold_take) if mod.compiled else (None, None, None)
         return self._fold_fns
 
     def _defer_trace(self, items: list[tuple[Sequence[RegionInfo], list[float], float, Any]], trace_defer: Any) -> None:
