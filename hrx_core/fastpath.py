@@ -736,6 +736,26 @@ static PyObject *completion_type = NULL;
 static PyObject *s_slot_attr;  /* (interned with the others, in hrx_module_create) */
 static PyObject *s_last_end, *s_append, *s_popleft, *s_clear, *s_extend, *s_extendleft;
 
+/* PyObject_RichCompareBool(a, b, op) for the runtime's counters, values and epochs:
+   exact ints that fit a long long compared as C integers (the same answer, without the
+   rich comparison's dispatch), anything else by PyObject_RichCompareBool */
+static inline int int_compare(PyObject *a, PyObject *b, int op)
+{
+    if (PyLong_CheckExact(a) && PyLong_CheckExact(b)) {
+        int oa, ob;
+        long long x = PyLong_AsLongLongAndOverflow(a, &oa), y = PyLong_AsLongLongAndOverflow(b, &ob);
+        if (oa == 0 && ob == 0) {  /* (an exact int converts or overflows: never an error) */
+            switch (op) {
+            case Py_EQ: return x == y;
+            case Py_GE: return x >= y;
+            case Py_GT: return x > y;
+            default: break;
+            }
+        }
+    }
+    return PyObject_RichCompareBool(a, b, op);
+}
+
 /* whether `c` is a Completion that nothing references but the one holder asking (a
    spare Event's completion field) and no weak reference points at: refilled in place,
    nobody can tell it from a new one */
@@ -781,7 +801,7 @@ static PyObject *stream_done(PyObject *stream, PyObject *slot, PyObject *value, 
             PyObject *lv = get_attr(last, s_value);
             if (lv == NULL)
                 goto done;
-            slow = PyObject_RichCompareBool(lv, value, Py_GE);
+            slow = int_compare(lv, value, Py_GE);
             Py_DECREF(lv);
             if (slow < 0)
                 goto done;
@@ -793,7 +813,7 @@ static PyObject *stream_done(PyObject *stream, PyObject *slot, PyObject *value, 
     }
     {
         Py_ssize_t n = PyList_GET_SIZE(values);
-        int same = n == 0 ? 0 : PyObject_RichCompareBool(PyList_GET_ITEM(values, n - 1), value, Py_EQ);
+        int same = n == 0 ? 0 : int_compare(PyList_GET_ITEM(values, n - 1), value, Py_EQ);
         if (same < 0 || (!same && PyList_Append(values, value) < 0))
             goto done;
     }
@@ -826,7 +846,7 @@ static int record_current(Replayer *self)
         Py_DECREF(mine);
         return -1;
     }
-    int r = PyObject_RichCompareBool(mine, now, Py_EQ);
+    int r = int_compare(mine, now, Py_EQ);
     Py_DECREF(mine);
     Py_DECREF(now);
     return r;
@@ -891,7 +911,7 @@ static PyObject *replay_restored(Replayer *self, PyObject *graph)
     }
     PyObject *mine = get_attr(restore, s_epoch);
     PyObject *now = mine == NULL ? NULL : get_attr(self->epoch, s_value);
-    int r = now == NULL ? -1 : PyObject_RichCompareBool(mine, now, Py_EQ);
+    int r = now == NULL ? -1 : int_compare(mine, now, Py_EQ);
     Py_XDECREF(mine);
     Py_XDECREF(now);
     if (r == 1)
@@ -1132,7 +1152,7 @@ static PyObject *replay_rebound(Replayer *self, PyObject *graph, PyObject *input
     {
         PyObject *mine = get_attr(rebind, s_epoch);
         PyObject *now = mine == NULL ? NULL : get_attr(self->epoch, s_value);
-        r = now == NULL ? -1 : PyObject_RichCompareBool(mine, now, Py_EQ);
+        r = now == NULL ? -1 : int_compare(mine, now, Py_EQ);
         Py_XDECREF(mine);
         Py_XDECREF(now);
         if (r != 1)
@@ -1221,7 +1241,7 @@ static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind
         PyObject *cv = get_attr(completion, s_value);
         if (cv == NULL)
             goto unlock;
-        r = PyObject_RichCompareBool(cv, value, Py_EQ);
+        r = int_compare(cv, value, Py_EQ);
         Py_DECREF(cv);
         if (r < 0)
             goto unlock;
@@ -1231,7 +1251,7 @@ static PyObject *launch_locked(Replayer *self, PyObject *graph, PyObject *rebind
                 goto unlock;
             r = 0;
             if (PyList_Check(values) && PyList_GET_SIZE(values) > 0)
-                r = PyObject_RichCompareBool(PyList_GET_ITEM(values, PyList_GET_SIZE(values) - 1), value, Py_EQ);
+                r = int_compare(PyList_GET_ITEM(values, PyList_GET_SIZE(values) - 1), value, Py_EQ);
             Py_DECREF(values);
             if (r < 0)
                 goto unlock;
@@ -1934,7 +1954,7 @@ static int resubmittable(Submitter *self, PyObject **again)
         return 0;
     PyObject *gen = get_attr(self->inflight, s_generation);
     PyObject *mine = gen == NULL ? NULL : resubmit_field(self, *again, 0, s_generation);
-    int ok = mine == NULL ? -1 : (mine == gen ? 1 : PyObject_RichCompareBool(mine, gen, Py_EQ));
+    int ok = mine == NULL ? -1 : (mine == gen ? 1 : int_compare(mine, gen, Py_EQ));
     Py_XDECREF(gen);
     Py_XDECREF(mine);
     if (ok == 1) {
@@ -3298,7 +3318,7 @@ static PyObject *Dispatcher_call(Dispatcher *self, PyObject *args, PyObject *kwa
             PyObject *cv = get_attr(completion, s_value);
             if (cv == NULL)
                 goto out;
-            r = PyObject_RichCompareBool(cv, value, Py_EQ);
+            r = int_compare(cv, value, Py_EQ);
             Py_DECREF(cv);
             if (r < 0)
                 goto out;

@@ -9,6 +9,7 @@ queue, another thread holding the queue's lock, a changed plan.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -130,6 +131,29 @@ def test_stale_record_takes_the_python_path(dev: hrx.Device, compiled: None) -> 
     hits = fast.hits
     g.launch()  # validated: compiled again (unless the queue's lock was busy)
     assert fast.hits + fast.misses == hits + misses + 2
+    s.synchronize()
+    assert _value(s, buf) == 4
+
+
+@pytest.mark.parametrize("start", [1_000_000, 2**40, 2**64 + 7], ids=["big", "wide", "past-long-long"])
+def test_records_are_current_or_stale_at_any_epoch_magnitude(dev: hrx.Device, compiled: None,
+                                                             monkeypatch: pytest.MonkeyPatch, start: int) -> None:
+    """The compiled replay compares epochs as C integers where they fit a long long and
+    by Python's comparison where they do not: a record validated at the epoch replays
+    compiled, one the epoch moved past does not, whatever the epoch's size."""
+    from hrx_core import buffer
+
+    monkeypatch.setattr(buffer.EPOCH, "_count", itertools.count(start))
+    buffer.EPOCH.bump()
+    s, buf, g = _replayed(dev)
+    fast = g._fast
+    hits, misses = fast.hits, fast.misses
+    g.launch()
+    assert (fast.hits, fast.misses) == (hits + 1, misses) and buffer.EPOCH.value >= start
+    other = dev.allocate(256)
+    other.close()  # moves the epoch past the record's
+    g.launch()
+    assert (fast.hits, fast.misses) == (hits + 1, misses + 1)
     s.synchronize()
     assert _value(s, buf) == 4
 
