@@ -741,6 +741,8 @@ static PyObject *s_last_end, *s_append, *s_popleft, *s_clear, *s_extend, *s_exte
    rich comparison's dispatch), anything else by PyObject_RichCompareBool */
 static inline int int_compare(PyObject *a, PyObject *b, int op)
 {
+    if (a == b && op == Py_EQ)  /* (as PyObject_RichCompareBool: one object equals itself) */
+        return 1;
     if (PyLong_CheckExact(a) && PyLong_CheckExact(b)) {
         int oa, ob;
         long long x = PyLong_AsLongLongAndOverflow(a, &oa), y = PyLong_AsLongLongAndOverflow(b, &ob);
