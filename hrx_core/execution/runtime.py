@@ -478,8 +478,8 @@ class Runtime:
         self._queues = len({id(lane.stream.slot) for lane in self.lanes.values()})
         self._fold_lock = threading.RLock()  # a fold reads statistics, which asks for a fold
         self._folding = False
-        #: hrx_core.fastpath's fold_ready and trace_defer (looked up at the first fold;
-        #: (None, None): the Python loops)
+        #: hrx_core.fastpath's fold_ready, trace_defer and fold_take (looked up at the
+        #: first fold; (None, None, None): the Python loops)
         self._fold_fns: tuple[Any, Any, Any] | None = None
         # submissions' counters (a graph's counters dict each), added when the
         # statistics are read rather than under their lock on every submission
