@@ -700,6 +700,27 @@ static int set_item(PyObject *mapping, PyObject *key, PyObject *value)
 
 /* attribute += delta on a Python int attribute (*out: its value before): one slot
    lookup for the read and the write where it is a slot */
+/* An exact int of one digit or none (|v| < 2**30 on 64-bit builds: what counters, epochs
+   and timeline values usually are) read without PyLong_AsLong's checks: 1 with *out
+   set, 0 for any other object (the caller's general path takes it) */
+static inline int compact_long(PyObject *v, long long *out)
+{
+    if (!PyLong_CheckExact(v))
+        return 0;
+#if PY_VERSION_HEX >= 0x030C0000
+    if (!PyUnstable_Long_IsCompact((PyLongObject *)v))
+        return 0;
+    *out = (long long)PyUnstable_Long_CompactValue((PyLongObject *)v);
+    return 1;
+#else
+    Py_ssize_t size = Py_SIZE(v);
+    if (size < -1 || size > 1)
+        return 0;
+    *out = (long long)size * (long long)((PyLongObject *)v)->ob_digit[0];
+    return 1;
+#endif
+}
+
 static int add_to_at(PyObject *obj, PyObject *name, long delta, long *out, slot_site *site)
 {
     Py_ssize_t offset = slot_offset_at(Py_TYPE(obj), name, site);
@@ -707,7 +728,8 @@ static int add_to_at(PyObject *obj, PyObject *name, long delta, long *out, slot_
     PyObject *v = field != NULL && *field != NULL ? Py_NewRef(*field) : PyObject_GetAttr(obj, name);
     if (v == NULL)
         return -1;
-    long n = PyLong_AsLong(v);
+    long long c;
+    long n = compact_long(v, &c) ? (long)c : PyLong_AsLong(v);
     Py_DECREF(v);
     if (n == -1 && PyErr_Occurred())
         return -1;
@@ -743,6 +765,15 @@ static inline int int_compare(PyObject *a, PyObject *b, int op)
 {
     if (a == b && op == Py_EQ)  /* (as PyObject_RichCompareBool: one object equals itself) */
         return 1;
+    long long cx, cy;
+    if (compact_long(a, &cx) && compact_long(b, &cy)) {
+        switch (op) {
+        case Py_EQ: return cx == cy;
+        case Py_GE: return cx >= cy;
+        case Py_GT: return cx > cy;
+        default: break;
+        }
+    }
     if (PyLong_CheckExact(a) && PyLong_CheckExact(b)) {
         int oa, ob;
         long long x = PyLong_AsLongLongAndOverflow(a, &oa), y = PyLong_AsLongLongAndOverflow(b, &ob);
@@ -1625,7 +1656,7 @@ static int ll_attr_at(PyObject *obj, PyObject *name, long long *out, slot_site *
     if (v == NULL)
         return -1;
     int r = PyLong_CheckExact(v);
-    if (r) {
+    if (r && !compact_long(v, out)) {
         *out = PyLong_AsLongLong(v);
         if (*out == -1 && PyErr_Occurred())
             r = -1;
@@ -1795,12 +1826,17 @@ static int keep_spare(Submitter *self, PyObject *sub, Py_ssize_t refs)
     /* (what it referred to goes now, as when it was freed: a spare keeps nothing alive
        but its Event's Completion, where nothing else holds that -- the next replay fills
        it in, and it keeps only its queue slot, which the runtime holds anyway) */
-    if (set_attr(sub, s_runtime_attr, Py_None) < 0 || set_attr(sub, s_graph_attr, Py_None) < 0
-        || set_attr(sub, s_owners, Py_None) < 0 || set_attr(sub, s_submitted, Py_None) < 0
-        || set_attr(sub, s_sequence, Py_None) < 0
+    /* (the runtime, and the owners where they are this graph's, stay: the Submitter
+       holds them anyway, and the next resubmission writes the same objects back; a
+       field that holds its cleared value already is not written again) */
+    if ((slot_peek(sub, s_runtime_attr) != self->runtime && set_attr(sub, s_runtime_attr, Py_None) < 0)
+        || set_attr(sub, s_graph_attr, Py_None) < 0
+        || (slot_peek(sub, s_owners) != self->owners && set_attr(sub, s_owners, Py_None) < 0)
+        || set_attr(sub, s_submitted, Py_None) < 0 || set_attr(sub, s_sequence, Py_None) < 0
         || (!completion_spare(slot_peek(event, s_completion)) && set_attr(event, s_completion, Py_None) < 0)
-        || set_attr(event, s_upstream, self->empty) < 0 || set_attr(event, s_resolved, Py_None) < 0
-        || set_attr(event, s_timestamp, Py_None) < 0)
+        || (slot_peek(event, s_upstream) != self->empty && set_attr(event, s_upstream, self->empty) < 0)
+        || (slot_peek(event, s_resolved) != Py_None && set_attr(event, s_resolved, Py_None) < 0)
+        || (slot_peek(event, s_timestamp) != Py_None && set_attr(event, s_timestamp, Py_None) < 0))
         return -1;
     self->spares[self->nspares++] = Py_NewRef(sub);
     return 0;
@@ -1864,8 +1900,11 @@ static PyObject *encode_region(Submitter *self, PyObject *again, PyObject *reuse
     event = reuse != NULL ? Py_NewRef(reuse) : ((PyTypeObject *)self->event_type)->tp_alloc((PyTypeObject *)self->event_type, 0);
     if (event == NULL)
         goto unlock;
-    if (set_attr(event, s_completion, completion) < 0 || set_attr(event, s_upstream, self->empty) < 0
-        || set_attr(event, s_resolved, Py_None) < 0 || set_attr(event, s_timestamp, Py_None) < 0) {
+    /* (a spare's fields hold these already: keep_spare left them so) */
+    if (set_attr(event, s_completion, completion) < 0
+        || (slot_peek(event, s_upstream) != self->empty && set_attr(event, s_upstream, self->empty) < 0)
+        || (slot_peek(event, s_resolved) != Py_None && set_attr(event, s_resolved, Py_None) < 0)
+        || (slot_peek(event, s_timestamp) != Py_None && set_attr(event, s_timestamp, Py_None) < 0)) {
         Py_CLEAR(event);
         goto unlock;
     }
@@ -2489,17 +2528,28 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
             submission = ((PyTypeObject *)self->submission_type)->tp_alloc((PyTypeObject *)self->submission_type, 0);
         if (submission == NULL)
             goto error;
+        /* (a spare holds this runtime, its events list and, mostly, these owners
+           already: those are not written again) */
         PyObject *seq = get_attr(self->runtime, s_usequence);
-        if (seq == NULL || set_attr(submission, s_runtime_attr, self->runtime) < 0
-            || set_attr(submission, s_graph_attr, graph) < 0 || set_attr(submission, s_events, events) < 0
-            || set_attr(submission, s_owners, self->owners) < 0
+        if (seq == NULL || (slot_peek(submission, s_runtime_attr) != self->runtime
+                            && set_attr(submission, s_runtime_attr, self->runtime) < 0)
+            || set_attr(submission, s_graph_attr, graph) < 0
+            || (slot_peek(submission, s_events) != events && set_attr(submission, s_events, events) < 0)
+            || (slot_peek(submission, s_owners) != self->owners && set_attr(submission, s_owners, self->owners) < 0)
             || set_attr(submission, s_submitted, submitted) < 0 || set_attr(submission, s_sequence, seq) < 0
             || set_attr(submission, s_settled, Py_False) < 0) {
             Py_XDECREF(seq);
             goto error;
         }
+        /* runtime._sequence = seq + 1 (the int just read, not read again) */
+        long long c;
+        PyObject *next = compact_long(seq, &c) ? PyLong_FromLongLong(c + 1) : PyNumber_Add(seq, small_one);
         Py_DECREF(seq);
-        if (add_to(self->runtime, s_usequence, 1, NULL) < 0)
+        if (next == NULL)
+            goto error;
+        int bad = set_attr(self->runtime, s_usequence, next) < 0;
+        Py_DECREF(next);
+        if (bad)
             goto error;
     }
     {

@@ -135,12 +135,14 @@ def test_stale_record_takes_the_python_path(dev: hrx.Device, compiled: None) -> 
     assert _value(s, buf) == 4
 
 
-@pytest.mark.parametrize("start", [1_000_000, 2**40, 2**64 + 7], ids=["big", "wide", "past-long-long"])
+@pytest.mark.parametrize("start", [1_000_000, 2**30 - 1, 2**40, 2**64 + 7],
+                         ids=["big", "last-one-digit", "wide", "past-long-long"])
 def test_records_are_current_or_stale_at_any_epoch_magnitude(dev: hrx.Device, compiled: None,
                                                              monkeypatch: pytest.MonkeyPatch, start: int) -> None:
     """The compiled replay compares epochs as C integers where they fit a long long and
     by Python's comparison where they do not: a record validated at the epoch replays
-    compiled, one the epoch moved past does not, whatever the epoch's size."""
+    compiled, one the epoch moved past does not, whatever the epoch's size (2**30 - 1:
+    the last int of one 30-bit digit, read directly, then one of two digits)."""
     from hrx_core import buffer
 
     monkeypatch.setattr(buffer.EPOCH, "_count", itertools.count(start))
