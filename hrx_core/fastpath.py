@@ -166,6 +166,16 @@ static inline Py_ssize_t slot_offset(PyTypeObject *type, PyObject *name)
 #endif
 }
 
+/* Whether a class's version tag is valid (remembered answers are checked against it;
+   a change to the class or its bases invalidates it, and a later lookup gives it a new
+   one). CPython 3.13 no longer sets Py_TPFLAGS_VALID_VERSION_TAG: a tag is valid where it
+   is not 0 (before 3.13 the flag says so as well). */
+#if PY_VERSION_HEX >= 0x030D0000
+#define TAG_VALID(type) ((type)->tp_version_tag != 0)
+#else
+#define TAG_VALID(type) ((type)->tp_version_tag != 0 && PyType_HasFeature((type), Py_TPFLAGS_VALID_VERSION_TAG))
+#endif
+
 /* slot_offset's miss: look the name up, remember the answer where the class has a tag
    (in e[0], the bucket's other entries moving down one, its last one going) */
 static Py_ssize_t slot_fills;  /* (lookups slot_offset missed: the module's slot_fills()) */
@@ -182,7 +192,7 @@ static Py_ssize_t slot_fill(PyTypeObject *type, PyObject *name, slot_entry *e)
                 offset = m->offset;
         }
     }
-    if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) || type->tp_version_tag == 0)
+    if (!TAG_VALID(type))
         return offset;  /* (no tag to check later: not remembered) */
     memmove(e + 1, e, (SLOT_WAYS - 1) * sizeof *e);  /* (the bucket's oldest entry goes) */
     e->type = type;
@@ -223,7 +233,7 @@ typedef struct {
 static NOINLINE Py_ssize_t slot_site_fill(PyTypeObject *type, PyObject *name, slot_site *site)
 {
     Py_ssize_t offset = slot_offset(type, name);
-    if (site != NULL && type->tp_version_tag != 0 && PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)) {
+    if (site != NULL && TAG_VALID(type)) {
         site->type = type;
         site->name = name;
         site->version = type->tp_version_tag;
