@@ -279,6 +279,17 @@ static INLINE int set_attr_at(PyObject *obj, PyObject *name, PyObject *value, sl
 
 #define set_attr(obj, name, value) set_attr_at((obj), (name), (value), SITE())
 
+/* set_attr, skipped where the slot holds `value` already (a kept object filled in again) */
+static INLINE int set_new_at(PyObject *obj, PyObject *name, PyObject *value, slot_site *site)
+{
+    Py_ssize_t offset = slot_offset_at(Py_TYPE(obj), name, site);
+    if (offset > 0 && *(PyObject **)((char *)obj + offset) == value)
+        return 0;
+    return set_attr_at(obj, name, value, site);
+}
+
+#define set_new(obj, name, value) set_new_at((obj), (name), (value), SITE())
+
 static INLINE int attr_is_at(PyObject *obj, PyObject *name, PyObject *expected, slot_site *site)
 {
     PyObject *v = get_attr_at(obj, name, site);
@@ -708,8 +719,6 @@ static int set_item(PyObject *mapping, PyObject *key, PyObject *value)
     return PyObject_SetItem(mapping, key, value);
 }
 
-/* attribute += delta on a Python int attribute (*out: its value before): one slot
-   lookup for the read and the write where it is a slot */
 /* An exact int of one digit or none (|v| < 2**30 on 64-bit builds: what counters, epochs
    and timeline values usually are) read without PyLong_AsLong's checks: 1 with *out
    set, 0 for any other object (the caller's general path takes it) */
@@ -731,6 +740,8 @@ static inline int compact_long(PyObject *v, long long *out)
 #endif
 }
 
+/* attribute += delta on a Python int attribute (*out: its value before): one slot
+   lookup for the read and the write where it is a slot */
 static int add_to_at(PyObject *obj, PyObject *name, long delta, long *out, slot_site *site)
 {
     Py_ssize_t offset = slot_offset_at(Py_TYPE(obj), name, site);
@@ -1835,18 +1846,17 @@ static int keep_spare(Submitter *self, PyObject *sub, Py_ssize_t refs)
         return 1;
     /* (what it referred to goes now, as when it was freed: a spare keeps nothing alive
        but its Event's Completion, where nothing else holds that -- the next replay fills
-       it in, and it keeps only its queue slot, which the runtime holds anyway) */
-    /* (the runtime, and the owners where they are this graph's, stay: the Submitter
-       holds them anyway, and the next resubmission writes the same objects back; a
-       field that holds its cleared value already is not written again) */
+       it in, and it keeps only its queue slot, which the runtime holds anyway -- and
+       what its Submitter holds anyway: the runtime, and the owners where they are this
+       graph's, which the next resubmission would write back. A field that holds its
+       cleared value already is not written again.) */
     if ((slot_peek(sub, s_runtime_attr) != self->runtime && set_attr(sub, s_runtime_attr, Py_None) < 0)
         || set_attr(sub, s_graph_attr, Py_None) < 0
         || (slot_peek(sub, s_owners) != self->owners && set_attr(sub, s_owners, Py_None) < 0)
         || set_attr(sub, s_submitted, Py_None) < 0 || set_attr(sub, s_sequence, Py_None) < 0
         || (!completion_spare(slot_peek(event, s_completion)) && set_attr(event, s_completion, Py_None) < 0)
-        || (slot_peek(event, s_upstream) != self->empty && set_attr(event, s_upstream, self->empty) < 0)
-        || (slot_peek(event, s_resolved) != Py_None && set_attr(event, s_resolved, Py_None) < 0)
-        || (slot_peek(event, s_timestamp) != Py_None && set_attr(event, s_timestamp, Py_None) < 0))
+        || set_new(event, s_upstream, self->empty) < 0 || set_new(event, s_resolved, Py_None) < 0
+        || set_new(event, s_timestamp, Py_None) < 0)
         return -1;
     self->spares[self->nspares++] = Py_NewRef(sub);
     return 0;
@@ -1910,11 +1920,9 @@ static PyObject *encode_region(Submitter *self, PyObject *again, PyObject *reuse
     event = reuse != NULL ? Py_NewRef(reuse) : ((PyTypeObject *)self->event_type)->tp_alloc((PyTypeObject *)self->event_type, 0);
     if (event == NULL)
         goto unlock;
-    /* (a spare's fields hold these already: keep_spare left them so) */
-    if (set_attr(event, s_completion, completion) < 0
-        || (slot_peek(event, s_upstream) != self->empty && set_attr(event, s_upstream, self->empty) < 0)
-        || (slot_peek(event, s_resolved) != Py_None && set_attr(event, s_resolved, Py_None) < 0)
-        || (slot_peek(event, s_timestamp) != Py_None && set_attr(event, s_timestamp, Py_None) < 0)) {
+    /* (a spare's fields hold the last three already: keep_spare left them so) */
+    if (set_attr(event, s_completion, completion) < 0 || set_new(event, s_upstream, self->empty) < 0
+        || set_new(event, s_resolved, Py_None) < 0 || set_new(event, s_timestamp, Py_None) < 0) {
         Py_CLEAR(event);
         goto unlock;
     }
@@ -2541,11 +2549,9 @@ static PyObject *resubmit(Submitter *self, PyObject *graph)
         /* (a spare holds this runtime, its events list and, mostly, these owners
            already: those are not written again) */
         PyObject *seq = get_attr(self->runtime, s_usequence);
-        if (seq == NULL || (slot_peek(submission, s_runtime_attr) != self->runtime
-                            && set_attr(submission, s_runtime_attr, self->runtime) < 0)
-            || set_attr(submission, s_graph_attr, graph) < 0
-            || (slot_peek(submission, s_events) != events && set_attr(submission, s_events, events) < 0)
-            || (slot_peek(submission, s_owners) != self->owners && set_attr(submission, s_owners, self->owners) < 0)
+        if (seq == NULL || set_new(submission, s_runtime_attr, self->runtime) < 0
+            || set_attr(submission, s_graph_attr, graph) < 0 || set_new(submission, s_events, events) < 0
+            || set_new(submission, s_owners, self->owners) < 0
             || set_attr(submission, s_submitted, submitted) < 0 || set_attr(submission, s_sequence, seq) < 0
             || set_attr(submission, s_settled, Py_False) < 0) {
             Py_XDECREF(seq);
