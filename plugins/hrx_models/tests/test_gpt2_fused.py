@@ -134,12 +134,105 @@ def pair(dev, tiny_dir):
     separate.close()
 
 
+# (n_embd, n_head): GPT-2 small, the test model, 1.3B (head_dim 128), XL (1600 wide), and a
+# width whose QKV GEMV splits K over warps (fewer rows a block)
+ATTEND_CASES = [(768, 12), (128, 4), (2048, 16), (1600, 25), (4096, 32)]
+
+
+@pytest.mark.parametrize("blocks", BUDGETS, ids=BUDGET_IDS)
+@pytest.mark.parametrize("d,heads", ATTEND_CASES,
+                         ids=[f"D{d}-hd{d // h}-split{linear_launch(d, 3 * d)[2]}" for d, h in ATTEND_CASES])
+def test_ln_linear_attend(dev, d, heads, blocks):
+    """ln_1 + QKV + attention in one kernel == ln_linear, then the streamed attention with
+    one split: the same qkv, cache rows and output bit for bit, at positions below and past
+    ATTENTION_MIN_ROWS, over consecutive launches (the counters go back to 0 each time)."""
+    from hrx_models.gpt2 import kernels as K
+    from hrx_models.gpt2.attention_streamed import ATTENTION_STREAMED
+
+    rng = np.random.default_rng(d + heads)
+    hd, p, eps = d // heads, 200, np.float32(1e-5)
+    scale = np.float32(1.0 / np.sqrt(hd))
+    g, b = bf16(rng, d, 0.3) + bfloat16(1), bf16(rng, d, 0.3)
+    w, bias = bf16(rng, (3 * d, d), 0.05), bf16(rng, 3 * d, 0.5)
+    cache = bf16(rng, (2, p, d))
+    r = Run(dev)
+    wb, gb, bb, biasb = r.buf(w), r.buf(g), r.buf(b), r.buf(bias)
+    grid, block, ks = linear_launch(d, 3 * d)
+    fused_kernel = budget_kernel(dev, FK.LN_LINEAR_ATTEND, blocks, d)
+    ln_kernel = budget_kernel(dev, FK.LN_LINEAR, blocks, d)
+    sides = []
+    for _ in range(2):
+        sides.append({"kc": r.buf(cache[0]), "vc": r.buf(cache[1]), "qkv": r.buf(np.zeros(3 * d, np.float32)),
+                      "out": r.buf(np.zeros(d, bfloat16)), "sync": r.buf(np.zeros(heads, np.uint32))})
+    part = r.buf(np.zeros(heads * (hd + 2), np.float32))
+    for pos in (0, 1, 57, K.ATTENTION_MIN_ROWS - 1, K.ATTENTION_MIN_ROWS, p - 1):
+        x = (rng.standard_normal(d) * 2 + 0.5).astype(np.float32)
+        xb, state = r.buf(x), r.buf(np.array([pos, 0, 0, 0], np.uint32))
+        a, ref = sides
+        r.s.dispatch(fused_kernel, grid, [xb, gb, bb, wb, biasb, a["qkv"], state, a["kc"], a["vc"], a["out"], a["sync"]],
+                     block=block, scalars=(d, eps, ks, hd, p, scale))
+        r.s.dispatch(ln_kernel, grid, [xb, gb, bb, wb, biasb, ref["qkv"], ref["qkv"]], block=block,
+                     scalars=(d, 3 * d, eps, ks, 0))
+        r.s.dispatch(ATTENTION_STREAMED, heads, [ref["qkv"], biasb, state, ref["kc"], ref["vc"], ref["out"], part,
+                                                  ref["sync"]],
+                     block=K.ATTENTION_THREADS, scalars=(d, hd, p, scale, 1))
+        for name, dtype in (("qkv", np.float32), ("out", np.uint16), ("kc", np.uint16), ("vc", np.uint16)):
+            got, want = r.get(a[name], dtype), r.get(ref[name], dtype)
+            assert np.array_equal(got, want), f"position {pos}: {name} differs at {np.flatnonzero(got != want)[:8]}"
+        assert not r.get(a["sync"], np.uint32).any(), f"position {pos}: the head counters are not back to 0"
+    for side in sides:
+        for buf in side.values():
+            buf.close()
+    r.s.close()
+
+
 def test_fused_step_has_fewer_kernels(pair, tiny_config):
     fused, separate = pair
     layers = tiny_config.n_layer
     with fused.slot() as a, separate.slot() as b:
         assert len(a.step_graph.nodes) == 1 + 5 * layers + 2
+        assert len(a.short_step_graph.nodes) == 1 + 4 * layers + 2
         assert len(b.step_graph.nodes) == 3 + 8 * layers + 2
+        assert b.short_step_graph is None  # (the step of separate kernels has no short form)
+
+
+def test_short_steps_equal_the_full_step(dev, tmp_path, tiny_config):
+    """The short fused step (attention in the QKV kernel, positions below
+    ATTENTION_MIN_ROWS) and the full one: the same logits, bit for bit, at every position
+    of a prompt that crosses the threshold; each graph replayed where it should be."""
+    import attrs
+    from hrx_models.gpt2 import kernels as K
+    from hrx_models.gpt2 import write_random_checkpoint
+
+    cfg = attrs.evolve(tiny_config, n_positions=K.ATTENTION_MIN_ROWS + 24)
+    path = write_random_checkpoint(tmp_path, cfg, seed=9, std=0.1)  # (the test model's: conftest.py)
+    short, full = Gpt2Decoder.load(path, dev, prefill_chunk=0), Gpt2Decoder.load(path, dev, prefill_chunk=0,
+                                                                                  short_steps=False)
+    try:
+        assert short.short_steps and not full.short_steps
+        ids = [int(v) for v in np.random.default_rng(3).integers(0, cfg.vocab_size, K.ATTENTION_MIN_ROWS + 8)]
+        with short.slot() as s:
+            before = s.short_step_graph.launches, s.step_graph.launches
+        got, want = step_logits(short, ids), step_logits(full, ids)
+        for t in range(len(ids)):
+            assert np.array_equal(got[t], want[t]), f"position {t}: short and full steps differ"
+        with short.slot() as s:
+            assert s.short_step_graph.launches - before[0] == K.ATTENTION_MIN_ROWS
+            assert s.step_graph.launches - before[1] == len(ids) - K.ATTENTION_MIN_ROWS
+        prompt = ids[:20]
+        assert short.generate(prompt, 8).tokens == full.generate(prompt, 8).tokens
+    finally:
+        short.close()
+        full.close()
+
+
+def test_short_steps_are_validated(dev, tiny_dir, tiny_config):
+    from hrx_models.gpt2.decoder import StepKernels, record_step
+
+    with pytest.raises(InvalidArgument, match="short_steps"):
+        Gpt2Decoder.load(tiny_dir, dev, short_steps=1)
+    with pytest.raises(ValueError, match="short"):
+        record_step(None, StepKernels.for_engine("host"), tiny_config, 16, None, {}, logits=True, short=True)
 
 
 @pytest.mark.parametrize("prompt", [[1, 2, 3, 4, 5], [7], [100, 200, 300, 400, 500, 13, 17, 19]],
@@ -168,8 +261,9 @@ def test_streamed_attention_decoder_equals_default(dev, tiny_dir, reference):
     import attrs
     from hrx_models.gpt2 import kernels as K
 
-    streamed = Gpt2Decoder.load(tiny_dir, dev)
-    default = Gpt2Decoder.load(tiny_dir, dev)
+    # (without the short steps, whose QKV kernel attends with the streamed kernel's code)
+    streamed = Gpt2Decoder.load(tiny_dir, dev, short_steps=False)
+    default = Gpt2Decoder.load(tiny_dir, dev, short_steps=False)
     default.kernels = attrs.evolve(default.kernels, attention=K.ATTENTION)
     try:
         for dec, want_name, other in ((streamed, "hrx_gpt2_attention_streamed", "hrx_gpt2_attention"),
@@ -211,7 +305,9 @@ def test_session_loads_every_gemv_kernel_the_steps_record(tiny_config):
 
     rec = Recorder()
     for logits in (True, False):
-        record_step(rec, kernels, tiny_config, 16, lambda name: View(), Slot(), logits=logits, fused=True)
+        for short in (True, False):
+            record_step(rec, kernels, tiny_config, 16, lambda name: View(), Slot(), logits=logits, fused=True,
+                        short=short)
     gemvs = {x for x in rec.names if "ln_linear" in x or "linear_residual" in x}
     assert gemvs and gemvs == {x.name for x in kernels.fused_gemv_kernels(tiny_config)}
 
@@ -284,12 +380,17 @@ def test_step_kernels_budget_plan():
     assert host.gemv_sms == 0 and host.fused_gemv_kernels(SHAPES["gpt2"]) == []
     assert host.fused_gemv(FK.LN_LINEAR, 768, 2304, 768) is FK.LN_LINEAR
     # GPT-2 small: grids of 96-384 blocks at six blocks an SM, the 6283-block logits at eight
+    # (the short step's QKV kernel at the QKV projection's budget)
     assert [x.name for x in cuda.fused_gemv_kernels(SHAPES["gpt2"])] == [
-        "hrx_gpt2_ln_linear_w1024_b6", "hrx_gpt2_linear_residual_b6", "hrx_gpt2_ln_linear_w1024_b8"]
+        "hrx_gpt2_ln_linear_w1024_b6", "hrx_gpt2_linear_residual_b6", "hrx_gpt2_ln_linear_w1024_b8",
+        "hrx_gpt2_ln_linear_attend_w1024_b6"]
     # gpt2-medium and 1.3B: every GEMV at eight
     for shape, width in (("gpt2-medium", 1024), ("1b", 2048)):
         assert [x.name for x in cuda.fused_gemv_kernels(SHAPES[shape])] == [
-            f"hrx_gpt2_ln_linear_w{width}_b8", "hrx_gpt2_linear_residual_b8"], shape
+            f"hrx_gpt2_ln_linear_w{width}_b8", "hrx_gpt2_linear_residual_b8", f"hrx_gpt2_ln_linear_attend_w{width}_b8"], shape
+    no_short = attrs.evolve(cuda, ln_linear_attend=None)
+    assert [x.name for x in no_short.fused_gemv_kernels(SHAPES["gpt2"])] == [
+        "hrx_gpt2_ln_linear_w1024_b6", "hrx_gpt2_linear_residual_b6", "hrx_gpt2_ln_linear_w1024_b8"]
     loaded = object()
     k2 = attrs.evolve(cuda, gemv_loaded={"hrx_gpt2_linear_residual_b8": loaded})
     assert k2.fused_gemv(FK.LINEAR_RESIDUAL, 2048, 2048) is loaded  # a session's loaded kernel wins
@@ -311,10 +412,12 @@ def test_budget_plan_decoder(dev, tiny_dir, reference):
         want = {k.name for k in plan.kernels.fused_gemv_kernels(plan.config)}
         assert want
         with plan.slot() as a, generic.slot() as b:
-            names = {n.params["executable"].name for n in a.step_graph.nodes if n.kind == "dispatch"}
-            assert want <= names and not names & {FK.LN_LINEAR.name, FK.LINEAR_RESIDUAL.name}
-            names = {n.params["executable"].name for n in b.step_graph.nodes if n.kind == "dispatch"}
-            assert {FK.LN_LINEAR.name, FK.LINEAR_RESIDUAL.name} <= names
+            names = {n.params["executable"].name for g in (a.step_graph, a.short_step_graph) for n in g.nodes
+                     if n.kind == "dispatch"}
+            assert want <= names and not names & {FK.LN_LINEAR.name, FK.LINEAR_RESIDUAL.name, FK.LN_LINEAR_ATTEND.name}
+            names = {n.params["executable"].name for g in (b.step_graph, b.short_step_graph) for n in g.nodes
+                     if n.kind == "dispatch"}
+            assert {FK.LN_LINEAR.name, FK.LINEAR_RESIDUAL.name, FK.LN_LINEAR_ATTEND.name} <= names
         prompt = [3, 1, 4, 1, 5]
         ids = prompt + list(range(30, 50))
         got, ref = step_logits(plan, ids), step_logits(generic, ids)

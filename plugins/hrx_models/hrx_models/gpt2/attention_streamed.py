@@ -29,7 +29,9 @@ from hrx_core.kernel import Kernel
 
 from .kernels import ATTENTION, ATTENTION_COMMON_CUDA, _attention_host
 
-ATTENTION_STREAMED_CUDA = ATTENTION_COMMON_CUDA + r"""
+#: The streamed attention's device functions (after ATTENTION_COMMON_CUDA, or its body
+#: where a source has the prelude already): hrx_attend_chunked, hrx_attend_combine.
+ATTEND_STREAMED_DEVICE = r"""
 // Lanes that share a K/V row (32, 16 or 8; a power of two): head_dim / this many BF16 a lane,
 // clamped to 2..8. bench/tools/attention_ab.py --row-lanes compares variants: on the H200
 // 16 was faster than 32 at head_dim 64 (GPT-2 small 2.8% a token after 16 positions,
@@ -71,11 +73,12 @@ template <> struct HrxBf16s<8> {
 // rows, 32 / DPL steps of loads in flight. Each lane keeps an online softmax (the
 // running maximum score m, the sum of exp(s - m), and sum exp(s - m) V over its dims);
 // lanes of a warp, then the warps, combine theirs. Row ``pos`` (the step's own key and
-// value) comes from qkv + bias, rounded to BF16 as the cache holds it; the other rows
-// from the cache (written by earlier launches). Leaves in wm/wl/wacc (shared: one per
+// value) comes from qkv + bias, rounded to BF16 as the cache holds it (qkv read past L1:
+// the kernel that attends in the QKV projection's tail reads what other blocks of its
+// own launch wrote); the other rows from the cache (written by earlier launches). Leaves in wm/wl/wacc (shared: one per
 // warp, wacc hd per warp) the block's m, l and unnormalized sum, after a barrier.
 template <unsigned int DPL, unsigned int U>
-__device__ __forceinline__ void hrx_attend_rows(const float* __restrict__ qkv, const unsigned short* __restrict__ bias,
+__device__ __forceinline__ void hrx_attend_rows(const float* qkv, const unsigned short* __restrict__ bias,
                                                 const unsigned short* kc, const unsigned short* vc, unsigned int D,
                                                 unsigned int hd, unsigned int base, unsigned int pos, unsigned int t0,
                                                 unsigned int t1, float scale, float* wm, float* wl, float* wacc) {
@@ -85,9 +88,9 @@ __device__ __forceinline__ void hrx_attend_rows(const float* __restrict__ qkv, c
     #pragma unroll
     for (unsigned int j = 0; j < DPL; ++j) {
         const unsigned int c = base + d0 + j;
-        q[j] = (qkv[c] + hrx_bf16_to_f32(bias[c])) * scale;
-        kn[j] = hrx_bf16_to_f32(hrx_f32_to_bf16_rn(qkv[D + c] + hrx_bf16_to_f32(bias[D + c])));
-        vn[j] = hrx_bf16_to_f32(hrx_f32_to_bf16_rn(qkv[2u * D + c] + hrx_bf16_to_f32(bias[2u * D + c])));
+        q[j] = (__ldcg(qkv + c) + hrx_bf16_to_f32(bias[c])) * scale;
+        kn[j] = hrx_bf16_to_f32(hrx_f32_to_bf16_rn(__ldcg(qkv + D + c) + hrx_bf16_to_f32(bias[D + c])));
+        vn[j] = hrx_bf16_to_f32(hrx_f32_to_bf16_rn(__ldcg(qkv + 2u * D + c) + hrx_bf16_to_f32(bias[2u * D + c])));
         acc[j] = 0.f;
     }
     float m = -3.402823466e38f, l = 0.f;
@@ -158,7 +161,7 @@ __device__ __forceinline__ void hrx_attend_rows(const float* __restrict__ qkv, c
 // V a lane in flight), or of 2 or 4 where the rows [t0, t1) take a warp no more steps than
 // that: a short context then reduces and exponentiates no empty steps.
 template <unsigned int DPL>
-__device__ __forceinline__ void hrx_attend_chunked(const float* __restrict__ qkv, const unsigned short* __restrict__ bias,
+__device__ __forceinline__ void hrx_attend_chunked(const float* qkv, const unsigned short* __restrict__ bias,
                                                    const unsigned short* kc, const unsigned short* vc, unsigned int D,
                                                    unsigned int hd, unsigned int base, unsigned int pos, unsigned int t0,
                                                    unsigned int t1, float scale, float* wm, float* wl, float* wacc) {
@@ -186,6 +189,9 @@ __device__ __forceinline__ float hrx_attend_combine(unsigned int i, unsigned int
     *lo = l;
     return a;
 }
+"""
+
+ATTENTION_STREAMED_CUDA = ATTENTION_COMMON_CUDA + ATTEND_STREAMED_DEVICE + r"""
 // ``splits`` blocks per head (block h * splits + j: head h, split j): add the QKV bias,
 // append this position's K/V row to the cache (the split holding row pos), attend. At
 // most HRX_ATTN_MIN_ROWS rows in all: split 0 attends alone and writes out. Otherwise

@@ -56,7 +56,7 @@ from . import fused_kernels as FK
 from . import kernels as K
 from . import prefill_kernels as PK
 from .attention_streamed import ATTENTION_STREAMED
-from .config import Gpt2Config
+from .config import MAX_HEAD_DIM, Gpt2Config
 from .layout import Layout
 from ..tokenizer import Tokenizer
 from .loader import Gpt2Weights, load_weights
@@ -162,6 +162,10 @@ class StepKernels:
     advance: Any = K.ADVANCE
     embed: Any = FK.EMBED
     ln_linear: Any = FK.LN_LINEAR
+    #: ln_1 + QKV + attention in one kernel (fused_kernels.LN_LINEAR_ATTEND), for the
+    #: fused step's positions below K.ATTENTION_MIN_ROWS (where the split attention runs
+    #: one block a head anyway); None: those positions run the two kernels as well
+    ln_linear_attend: Any = FK.LN_LINEAR_ATTEND
     linear_residual: Any = FK.LINEAR_RESIDUAL
     embed_rows: Any = PK.EMBED_ROWS
     gemm: Any = PK.GEMM
@@ -233,14 +237,19 @@ class StepKernels:
 
 
 def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callable[[str], Any],
-                s: Mapping[str, Any], *, logits: bool, fused: bool = False) -> None:
+                s: Mapping[str, Any], *, logits: bool, fused: bool = False, short: bool = False) -> None:
     """Record one decode step into ``g`` (anything with ``dispatch(kernel, grid, bindings,
     block=, scalars=)``: a stream's access graph, a tracked-graph compute region).
 
     ``w(name)`` gives the view of a parameter (HF name, device layout); ``s`` the slot's
     views by :func:`slot_layout` name. ``logits=False`` records the prefill variant.
-    ``fused`` records the fused step (:mod:`.fused_kernels`: 5 kernels a layer, not 8).
+    ``fused`` records the fused step (:mod:`.fused_kernels`: 5 kernels a layer, not 8);
+    ``short`` with it, the fused step of positions below K.ATTENTION_MIN_ROWS (4 kernels a
+    layer: :func:`attends_in_qkv` must hold). Either step is right at every position;
+    the short one is faster there and slower past it (one attention block a head).
     """
+    if short and not (fused and attends_in_qkv(k, cfg)):
+        raise ValueError("short: the fused step with a ln_linear_attend that fits this model (attends_in_qkv)")
     d, p, v = cfg.n_embd, context, cfg.vocab_size
     eps = np.float32(cfg.layer_norm_epsilon)
     scale = np.float32(1.0 / math.sqrt(cfg.head_dim))
@@ -263,7 +272,7 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
             g.dispatch(k.advance, 1, [s["state"], s["seq"], s["emb_idx"]], block=32, scalars=(np.uint32(p),))
 
     if fused:
-        _record_fused_layers(g, k, cfg, w, s, attention, logits=logits)
+        _record_fused_layers(g, k, cfg, w, s, attention, logits=logits, short=short, context=p)
         finish()
         return
 
@@ -304,18 +313,46 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
 
 def _fused_gemv_shapes(k: StepKernels, cfg: Gpt2Config) -> list[tuple[Any, int, int, int | None]]:
     """(base kernel, K, N, width) of every fused GEMV of a step: what
-    :func:`_record_fused_layers` dispatches."""
+    :func:`_record_fused_layers` dispatches (the short steps' as well)."""
     d = cfg.n_embd
-    return [(k.ln_linear, d, 3 * d, d), (k.linear_residual, d, d, None), (k.ln_linear, d, 4 * d, d),
-            (k.linear_residual, 4 * d, d, None), (k.ln_linear, d, cfg.vocab_size, d)]
+    shapes = [(k.ln_linear, d, 3 * d, d), (k.linear_residual, d, d, None), (k.ln_linear, d, 4 * d, d),
+              (k.linear_residual, 4 * d, d, None), (k.ln_linear, d, cfg.vocab_size, d)]
+    if attends_in_qkv(k, cfg):
+        shapes.append((k.ln_linear_attend, d, 3 * d, d))
+    return shapes
+
+
+def attends_in_qkv(k: StepKernels, cfg: Gpt2Config) -> bool:
+    """Whether the fused step of ``cfg`` has a short form (positions below
+    K.ATTENTION_MIN_ROWS) with the attention in the QKV projection's kernel: there is a
+    ``ln_linear_attend`` and its launch fits (each block's rows of linear_launch(d, 3 d)
+    lie in one head's q, k or v rows; a power-of-two head_dim of 8..MAX_HEAD_DIM)."""
+    if k.ln_linear_attend is None:
+        return False
+    hd, d = cfg.head_dim, cfg.n_embd
+    _grid, block, ksplit = linear_launch(d, 3 * d)
+    rows = block // 32 // ksplit
+    return 8 <= hd <= MAX_HEAD_DIM and hd & (hd - 1) == 0 and d % hd == 0 and hd % rows == 0 and block == 256
 
 
 def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[str], Any], s: Mapping[str, Any],
-                         attention: Callable[[int], None], *, logits: bool) -> None:
+                         attention: Callable[[int], None], *, logits: bool, short: bool = False,
+                         context: int = 0) -> None:
     """The fused step up to the logits: embeddings, then per layer ln_1 + QKV, attention,
-    proj + residual, ln_2 + fc + GELU, proj + residual; ln_f + the tied logits."""
+    proj + residual, ln_2 + fc + GELU, proj + residual; ln_f + the tied logits. ``short``
+    (where :func:`attends_in_qkv`): ln_1 + QKV + attention as one kernel a layer."""
     d = cfg.n_embd
     eps = np.float32(cfg.layer_norm_epsilon)
+    scale = np.float32(1.0 / math.sqrt(cfg.head_dim))
+
+    def ln_linear_attend(i: int) -> None:
+        h = f"h.{i}."
+        grid, block, ksplit = linear_launch(d, 3 * d)
+        g.dispatch(k.fused_gemv(k.ln_linear_attend, d, 3 * d, d), grid,
+                   [s["x"], w(h + "ln_1.weight"), w(h + "ln_1.bias"), w(h + "attn.c_attn.weight"),
+                    w(h + "attn.c_attn.bias"), s["qkv"], s["state"], s[f"k{i}"], s[f"v{i}"], s["attn"], s["attn_sync"]],
+                   block=block, scalars=(np.uint32(d), eps, np.uint32(ksplit), np.uint32(cfg.head_dim),
+                                         np.uint32(context), scale))
 
     def ln_linear(ln: str, weight: str, bias: str, out: Any, n: int, gelu: int) -> None:
         grid, block, ksplit = linear_launch(d, n)
@@ -333,8 +370,11 @@ def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[s
                block=FK.EMBED_THREADS, scalars=(np.uint32(d),))
     for i in range(cfg.n_layer):
         h = f"h.{i}."
-        ln_linear(h + "ln_1", h + "attn.c_attn.weight", h + "attn.c_attn.bias", s["qkv"], 3 * d, 0)
-        attention(i)
+        if short:
+            ln_linear_attend(i)
+        else:
+            ln_linear(h + "ln_1", h + "attn.c_attn.weight", h + "attn.c_attn.bias", s["qkv"], 3 * d, 0)
+            attention(i)
         linear_residual(s["attn"], h + "attn.c_proj.weight", h + "attn.c_proj.bias", d)
         ln_linear(h + "ln_2", h + "mlp.c_fc.weight", h + "mlp.c_fc.bias", s["act"], 4 * d, 1)
         linear_residual(s["act"], h + "mlp.c_proj.weight", h + "mlp.c_proj.bias", 4 * d)
@@ -487,6 +527,15 @@ class DecoderSlot:
                 graphs.append(self.chunk_graph)
             #: the small chunk graph (PREFILL_SMALL_CHUNK rows), where the chunk is larger
             self.small_chunk_graph = self._record_chunk(PREFILL_SMALL_CHUNK) if has_small_chunk(self.chunk) else None
+            if self.small_chunk_graph is not None:
+                graphs.append(self.small_chunk_graph)
+            #: the short steps (positions below K.ATTENTION_MIN_ROWS), where the decoder records them
+            self.short_step_graph = self.short_prefill_graph = None
+            if decoder.short_steps:
+                self.short_step_graph = self._record(logits=True, short=True)
+                graphs.append(self.short_step_graph)
+                self.short_prefill_graph = self._record(logits=False, short=True)
+                graphs.append(self.short_prefill_graph)
         except BaseException:
             for graph in graphs:
                 graph.close()
@@ -498,10 +547,10 @@ class DecoderSlot:
 
     # -- recording ------------------------------------------------------------------
 
-    def _record(self, *, logits: bool) -> Any:
+    def _record(self, *, logits: bool, short: bool = False) -> Any:
         g = self.stream.access_graph()
         record_step(g, self.decoder.kernels, self.config, self.context, self.decoder.weights.view,
-                    self.layout.views(self.buffer), logits=logits, fused=self.decoder.fused)
+                    self.layout.views(self.buffer), logits=logits, fused=self.decoder.fused, short=short)
         return g
 
     def _record_chunk(self, rows: int) -> Any:
@@ -538,7 +587,10 @@ class DecoderSlot:
         """Process one position (replay a recorded graph); returns its Completion."""
         if self._pos >= self.context:
             raise InvalidArgument(f"step: position {self._pos} is past the context of {self.context}")
-        graph = self.step_graph if logits else self.prefill_graph
+        if self.short_step_graph is not None and self._pos < K.ATTENTION_MIN_ROWS:
+            graph = self.short_step_graph if logits else self.short_prefill_graph
+        else:
+            graph = self.step_graph if logits else self.prefill_graph
         done = graph.launch()
         self._pos += 1
         return done
@@ -658,7 +710,7 @@ class DecoderSlot:
         finally:
             self.step_graph.close()
             self.prefill_graph.close()
-            for graph in (self.chunk_graph, self.small_chunk_graph):
+            for graph in (self.chunk_graph, self.small_chunk_graph, self.short_step_graph, self.short_prefill_graph):
                 if graph is not None:
                     graph.close()
             self.buffer.close()
@@ -671,12 +723,16 @@ class Gpt2Decoder:
     bounds the pool (leasing waits for a free slot beyond it); ``prefill_chunk`` is
     the rows of a batched-prefill chunk (at most the context; 0 runs the prompt one
     position per decode-shaped step, as before batched prefill); ``fused`` records the
-    fused decode step (:mod:`.fused_kernels`), else the step of separate kernels.
+    fused decode step (:mod:`.fused_kernels`), else the step of separate kernels;
+    ``short_steps`` (with ``fused``) records a second fused step for the positions below
+    ``kernels.ATTENTION_MIN_ROWS``, with each layer's attention in its QKV kernel (4
+    kernels a layer instead of 5: the same results), where the model's shape allows
+    (:func:`attends_in_qkv`).
     """
 
     def __init__(self, weights: Gpt2Weights, device: Any, *, budget: MemoryBudget | None = None,
                  context: int | None = None, max_slots: int = 8, prefill_chunk: int = PREFILL_CHUNK,
-                 fused: bool = True) -> None:
+                 fused: bool = True, short_steps: bool = True) -> None:
         cfg = weights.config
         context = cfg.n_positions if context is None else context
         if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= cfg.n_positions:
@@ -687,6 +743,8 @@ class Gpt2Decoder:
             raise InvalidArgument(f"prefill_chunk: expected an int >= 0, got {show(prefill_chunk)}")
         if not isinstance(fused, bool):
             raise InvalidArgument(f"fused: expected a bool, got {show(fused)}")
+        if not isinstance(short_steps, bool):
+            raise InvalidArgument(f"short_steps: expected a bool, got {show(short_steps)}")
         self.kernels = StepKernels.for_device(device.info)
         self.weights = weights
         self.config = cfg
@@ -696,6 +754,8 @@ class Gpt2Decoder:
         self.max_slots = max_slots
         self.prefill_chunk = prefill_chunk
         self.fused = fused
+        #: whether slots record the short fused step (see the class docstring)
+        self.short_steps = short_steps and fused and attends_in_qkv(self.kernels, cfg)
         self._slots: list[DecoderSlot] = []
         self._idle: list[DecoderSlot] = []
         self._cond = threading.Condition()
@@ -705,14 +765,14 @@ class Gpt2Decoder:
     @classmethod
     def load(cls, directory: str | os.PathLike[str], device: Any = None, *, budget: MemoryBudget | None = None,
              context: int | None = None, max_slots: int = 8, prefill_chunk: int = PREFILL_CHUNK,
-             fused: bool = True) -> Gpt2Decoder:
+             fused: bool = True, short_steps: bool = True) -> Gpt2Decoder:
         """Load a Hugging Face GPT-2 checkpoint onto ``device`` (default: the best one).
 
         ``directory`` is a checkpoint directory or a Hugging Face repo id (``"gpt2"``),
         resolved through :func:`hrx_models.resolve.resolve_checkpoint` (cache first; offline
         or without network a missing file fails at once, listing what is missing).
         ``budget`` is charged for the weights and every slot; ``context``, ``max_slots``,
-        ``prefill_chunk`` and ``fused`` as for the constructor.
+        ``prefill_chunk``, ``fused`` and ``short_steps`` as for the constructor.
         """
         import hrx_core as hrx
 
@@ -728,7 +788,7 @@ class Gpt2Decoder:
             stream.close()  # frees the loader's staging
         try:
             return cls(weights, device, budget=budget, context=context, max_slots=max_slots, prefill_chunk=prefill_chunk,
-                       fused=fused)
+                       fused=fused, short_steps=short_steps)
         except BaseException:
             weights.close()
             raise

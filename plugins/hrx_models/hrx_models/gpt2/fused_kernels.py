@@ -31,7 +31,8 @@ from hrx_tensor.kernels import _linear_host as _tensor_linear_host
 from hrx_core.kernel import Kernel
 
 from .config import MAX_EMBD
-from .kernels import _PRELUDE, _bf, _bias_gelu_host, _layer_norm_host
+from .attention_streamed import ATTEND_STREAMED_DEVICE
+from .kernels import ATTENTION_COMMON_BODY, _attention_host, _PRELUDE, _bf, _bias_gelu_host, _layer_norm_host
 
 #: Threads of the embedding kernel.
 EMBED_THREADS = 256
@@ -48,23 +49,20 @@ extern "C" __global__ void hrx_gpt2_embed(
 }
 """
 
-LN_LINEAR_CUDA = _PRELUDE + GEMV_CUDA + f"""
+LN_GEMV_CUDA = _PRELUDE + GEMV_CUDA + f"""
 #define HRX_MAX_EMBD {MAX_EMBD}u
 """ + r"""
-// grid and block as hrx_tensor.linear (linear_launch(K, N)): xn = bf16(LN(x) g + b) into
-// shared memory by every block, then y[n] = xn . w[n] (F32), or with gelu set
-// act[n] = bf16(gelu_new(xn . w[n] + bias[n])).
-extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
-        const float* __restrict__ x, const unsigned short* __restrict__ g, const unsigned short* __restrict__ b,
-        const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias,
-        float* __restrict__ y, unsigned short* __restrict__ act,
-        unsigned int K, unsigned int N, float eps, unsigned int ksplit, unsigned int gelu) {
-    hrx_grid_dependencies();
+// The block's share of xn . w[n] with xn = bf16(LN(x) g + b), grid and block as
+// hrx_tensor.linear (linear_launch(K, N)): xn into shared memory by every block, then the
+// GEMV over it; returns the warp's combined sum (valid where r.active, r.piece == 0 and
+// r.lane == 0). The caller checks K <= HRX_MAX_EMBD, K % 8 == 0 and 256 threads.
+__device__ __forceinline__ float hrx_ln_gemv(const float* __restrict__ x, const unsigned short* __restrict__ g,
+                                             const unsigned short* __restrict__ b,
+                                             const unsigned short* __restrict__ w, unsigned int K, float eps,
+                                             const HrxGemvWarp& r) {
     __shared__ uint4 xs[HRX_MAX_EMBD / 8u];  // xn, BF16: 16 KiB at K = 8192
     __shared__ float red[32];
     __shared__ float partial[32];
-    if (K > HRX_MAX_EMBD || (K & 7u) || K == 0u || blockDim.x != 256u) return;  // the host checks: the whole grid
-    const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
     const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)(r.active ? r.out : 0u) * K);
     HrxGemvLoads first;
     if (r.active) first = hrx_gemv_first(wr, K >> 3, r);  // the weights stream during the prologue
@@ -114,11 +112,83 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
     __syncthreads();
     float s = 0.f;
     if (r.active) s = hrx_gemv_dot<true>(xs, wr, K >> 3, r, first);
-    s = hrx_gemv_combine(s, r, partial);
+    return hrx_gemv_combine(s, r, partial);
+}
+"""
+
+LN_LINEAR_CUDA = LN_GEMV_CUDA + r"""
+// grid and block as hrx_tensor.linear (linear_launch(K, N)): y[n] = xn . w[n] (F32), or
+// with gelu set act[n] = bf16(gelu_new(xn . w[n] + bias[n])), xn = bf16(LN(x) g + b).
+extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
+        const float* __restrict__ x, const unsigned short* __restrict__ g, const unsigned short* __restrict__ b,
+        const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias,
+        float* __restrict__ y, unsigned short* __restrict__ act,
+        unsigned int K, unsigned int N, float eps, unsigned int ksplit, unsigned int gelu) {
+    hrx_grid_dependencies();
+    if (K > HRX_MAX_EMBD || (K & 7u) || K == 0u || blockDim.x != 256u) return;  // the host checks: the whole grid
+    const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
+    const float s = hrx_ln_gemv(x, g, b, w, K, eps, r);
     if (r.active && r.piece == 0u && r.lane == 0) {
         if (gelu) act[r.out] = hrx_f32_to_bf16_rn(hrx_gelu_new(s + hrx_bf16_to_f32(bias[r.out])));
         else y[r.out] = s;
     }
+}
+"""
+
+LN_LINEAR_ATTEND_CUDA = LN_GEMV_CUDA + ATTENTION_COMMON_BODY + ATTEND_STREAMED_DEVICE + r"""
+// ln_1 + QKV (hrx_gpt2_ln_linear with N = 3 K, no GELU: y = qkv, F32), then the decode
+// attention of each head by the block that finishes its head's rows last: a block's rows
+// (8 / ksplit of them, dividing hd) are all one head's q, k or v rows, so each block counts
+// itself into sync[head] once its rows are written; the head's last block (3 hd / rows
+// counted) appends the position's K/V row to the cache and attends over rows 0..pos as
+// hrx_gpt2_attention_streamed does with one split (its work where pos < HRX_ATTN_MIN_ROWS),
+// then sets sync[head] back to 0. The attention's result is the streamed kernel's, bit
+// for bit, at any position; at pos >= HRX_ATTN_MIN_ROWS one block a head is slower than
+// the split kernel, which the decoder records for those positions.
+extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear_attend(
+        const float* __restrict__ x, const unsigned short* __restrict__ g, const unsigned short* __restrict__ b,
+        const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias, float* y,
+        const unsigned int* __restrict__ state, unsigned short* kc, unsigned short* vc,
+        unsigned short* __restrict__ out, unsigned int* sync,
+        unsigned int K, float eps, unsigned int ksplit, unsigned int hd, unsigned int P, float scale) {
+    hrx_grid_dependencies();
+    __shared__ float wm[HRX_ATTN_THREADS / 32u];
+    __shared__ float wl[HRX_ATTN_THREADS / 32u];
+    __shared__ float wacc[HRX_ATTN_THREADS / 32u * HRX_MAX_HEAD_DIM];
+    __shared__ unsigned int last;
+    // (the host checks all of these: a grid-wide return, so no count is left half made)
+    if (K > HRX_MAX_EMBD || (K & 7u) || K == 0u || blockDim.x != 256u || hd > HRX_MAX_HEAD_DIM || hd < 8u
+        || (hd & (hd - 1u)) || K % hd || P > HRX_MAX_POSITIONS) return;
+    const unsigned int N = 3u * K;
+    const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
+    const float s = hrx_ln_gemv(x, g, b, w, K, eps, r);
+    if (r.active && r.piece == 0u && r.lane == 0) y[r.out] = s;
+    const unsigned int rows = 8u / r.ks;
+    const unsigned int head = (blockIdx.x * rows % K) / hd;
+    __threadfence();  // this block's rows, before its count
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(sync + head, 1u) == 3u * hd / rows - 1u;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // the other blocks' rows (counted before ours), read past L1 (__ldcg)
+    const unsigned int pos = state[0], base = head * hd;
+    if (pos < P) {
+        for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
+            const unsigned int c = base + i;
+            kc[(size_t)pos * K + c] = hrx_f32_to_bf16_rn(__ldcg(y + K + c) + hrx_bf16_to_f32(bias[K + c]));
+            vc[(size_t)pos * K + c] = hrx_f32_to_bf16_rn(__ldcg(y + 2u * K + c) + hrx_bf16_to_f32(bias[2u * K + c]));
+        }
+        const unsigned int dpl = hd / HRX_ATTN_ROW_LANES;
+        if (dpl <= 2u) hrx_attend_chunked<2>(y, bias, kc, vc, K, hd, base, pos, 0u, pos + 1u, scale, wm, wl, wacc);
+        else if (dpl == 4u) hrx_attend_chunked<4>(y, bias, kc, vc, K, hd, base, pos, 0u, pos + 1u, scale, wm, wl, wacc);
+        else hrx_attend_chunked<8>(y, bias, kc, vc, K, hd, base, pos, 0u, pos + 1u, scale, wm, wl, wacc);
+        float M, l;
+        for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
+            const float a = hrx_attend_combine(i, hd, wm, wl, wacc, &M, &l);
+            out[base + i] = hrx_f32_to_bf16_rn(a / l);
+        }
+    }
+    if (threadIdx.x == 0) sync[head] = 0u;  // for the next launch (stream-ordered after this one)
 }
 """
 
@@ -168,6 +238,11 @@ def _ln_linear_host(x, g, b, w, bias, y, act, k, n, eps, ksplit, gelu) -> None:
         y[: 4 * n].view(np.float32)[:] = out
 
 
+def _ln_linear_attend_host(x, g, b, w, bias, y, state, kc, vc, out, sync, k, eps, ksplit, hd, p, scale) -> None:
+    _ln_linear_host(x, g, b, w, bias, y, y, k, 3 * int(k), eps, ksplit, 0)
+    _attention_host(y, bias, state, kc, vc, out, None, sync, k, hd, p, scale, 1)
+
+
 def _linear_residual_host(a, w, bias, x, k, n, ksplit) -> None:
     k, n = int(k), int(n)
     xf = x[: 4 * n].view(np.float32)
@@ -186,6 +261,17 @@ LN_LINEAR = Kernel(
     scalars=(np.uint32, np.uint32, np.float32, np.uint32, np.uint32),
     host=_ln_linear_host, cuda=LN_LINEAR_CUDA, programmatic=True,
 )
+#: ln_1 + QKV + the decode attention in one kernel (the fused step's first two of a layer
+#: where pos < ATTENTION_MIN_ROWS): buffers x, ln g, ln b, c_attn weight, c_attn bias,
+#: qkv (F32, written), state, K cache, V cache, attention output, the attention's sync
+#: counters (n_head, 0 between launches); scalars K = n_embd, eps, ksplit (of
+#: linear_launch(K, 3 K)), head_dim, positions, scale. Grid and block: linear_launch(K, 3 K).
+LN_LINEAR_ATTEND = Kernel(
+    "hrx_gpt2_ln_linear_attend",
+    buffers=("read", "read", "read", "read", "read", "write", "read", "read_write", "read_write", "write", "read_write"),
+    scalars=(np.uint32, np.float32, np.uint32, np.uint32, np.uint32, np.float32),
+    host=_ln_linear_attend_host, cuda=LN_LINEAR_ATTEND_CUDA, programmatic=True,
+)
 LINEAR_RESIDUAL = Kernel(
     "hrx_gpt2_linear_residual",
     buffers=("read", "read", "read", "read_write"),
@@ -193,7 +279,7 @@ LINEAR_RESIDUAL = Kernel(
     host=_linear_residual_host, cuda=LINEAR_RESIDUAL_CUDA, programmatic=True,
 )
 
-FUSED = (EMBED, LN_LINEAR, LINEAR_RESIDUAL)
+FUSED = (EMBED, LN_LINEAR, LN_LINEAR_ATTEND, LINEAR_RESIDUAL)
 
 
 # -- register budgets of the fused GEMVs (CUDA) ---------------------------------------

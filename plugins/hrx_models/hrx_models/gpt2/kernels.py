@@ -192,7 +192,7 @@ extern "C" __global__ void __launch_bounds__(1024) hrx_gpt2_residual_ln(
 
 #: What both decode attention kernels share: limits, the rows a block attends, the last
 #: block's combine of the splits' partials.
-ATTENTION_COMMON_CUDA = _PRELUDE + f"""
+ATTENTION_COMMON_BODY = f"""
 #define HRX_MAX_HEAD_DIM {MAX_HEAD_DIM}u
 #define HRX_MAX_POSITIONS {MAX_POSITIONS}u
 #define HRX_ATTN_THREADS {ATTENTION_THREADS}u
@@ -249,6 +249,7 @@ __device__ __forceinline__ void hrx_attention_finish(float* part, unsigned int* 
 }
 
 """
+ATTENTION_COMMON_CUDA = _PRELUDE + ATTENTION_COMMON_BODY
 
 #: The decode attention's own device code (dot products, hrx_attend, after the common part).
 ATTEND_CUDA = ATTENTION_COMMON_CUDA + r"""
