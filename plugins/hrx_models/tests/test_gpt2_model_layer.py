@@ -55,11 +55,12 @@ def test_same_tokens_as_the_decoder_and_reference(gpt2, decoder, reference, chun
             assert got == decoder.generate(prompt, 40).tokens
             if decoder.device.info.engine == "host":
                 assert list(got) == reference.greedy(prompt, 40)
-            prefill = [e for e in entries if e != "step"]
+            prefill = [e for e in entries if not e.startswith("step")]
             if chunk:
                 assert prefill == ["chunk"] * -(-(len(prompt) - 1) // min(chunk, 96))
-            else:
-                assert prefill == ["prefill"] * (len(prompt) - 1)
+            else:  # (below ATTENTION_MIN_ROWS positions: the short step's entry)
+                assert prefill == ["prefill_short"] * (len(prompt) - 1)
+            assert set(entries) - set(prefill) == {"step_short"}
     finally:
         model.close()
 
@@ -101,9 +102,15 @@ def test_small_chunk_entry(dev, tmp_path):
         for p, want in ((prompt, ["chunk", "chunk_small"]), (prompt[:100], ["chunk_small"])):
             entries.clear()
             got = d.generate(slot, p, 8)
-            assert [e for e in entries if e != "step"] == want
+            assert [e for e in entries if not e.startswith("step")] == want
             assert got == batched.generate(p, 8).tokens
             check_greedy(NumpyGpt2(ckpt), p, got, steps.generate(p, 8).tokens)
+        # steps at positions 119..134: the short step's entry below ATTENTION_MIN_ROWS
+        # (128), the full step's from there
+        entries.clear()
+        got = d.generate(slot, prompt[:120], 16)
+        assert [e for e in entries if e.startswith("step")] == ["step_short"] * 9 + ["step"] * 7
+        assert got == batched.generate(prompt[:120], 16).tokens
     finally:
         batched.close()
         steps.close()

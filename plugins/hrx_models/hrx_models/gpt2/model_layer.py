@@ -16,7 +16,10 @@ prompt positions through the layers as a matrix; absent with ``prefill_chunk=0``
 ``"chunk_small"`` (the same for PREFILL_SMALL_CHUNK rows, where the chunk is larger:
 a prompt's last positions up to that many go through it), ``"prefill"`` (the fused
 step of one prompt position, no logits) and ``"step"`` (the fused step with tied
-logits + greedy argmax). All take the input ``"head"`` -- the
+logits + greedy argmax), and where the model's shape allows (``attends_in_qkv``)
+``"prefill_short"`` and ``"step_short"``, the same with each layer's attention in its
+QKV kernel, which :meth:`Gpt2Definition.generate` submits for positions below
+``kernels.ATTENTION_MIN_ROWS``. All take the input ``"head"`` -- the
 state words and the prompt, uploaded with a request's first submission only -- and
 ``"step"`` outputs ``"logits"`` and ``"seq"``.
 Position and tokens stay on the device between submissions, exactly as with
@@ -40,6 +43,7 @@ from .decoder import (
     PREFILL_CHUNK,
     PREFILL_SMALL_CHUNK,
     StepKernels,
+    attends_in_qkv,
     check_request,
     has_small_chunk,
     head_words,
@@ -48,6 +52,7 @@ from .decoder import (
     record_step,
     slot_layout,
 )
+from .kernels import ATTENTION_MIN_ROWS
 from .loader import load_weights, weights_layout
 
 WEIGHTS = "weights"
@@ -77,7 +82,8 @@ class Gpt2Definition:
                 kernels = StepKernels.for_device(context.device.info)
                 loaded = {}
                 for k in (kernels.linear, kernels.gather, kernels.embed_ln, kernels.residual_ln, kernels.attention, kernels.bias_gelu,
-                          kernels.argmax, kernels.advance, kernels.embed, kernels.ln_linear, kernels.linear_residual):
+                          kernels.argmax, kernels.advance, kernels.embed, kernels.ln_linear, kernels.linear_residual,
+                          kernels.ln_linear_attend):
                     session.load_kernel(k)
                     loaded[k.name] = session.kernel(k.name)
                 stream = context.device.stream()
@@ -100,7 +106,8 @@ class Gpt2Definition:
                              loaded[kernels.residual_ln.name], loaded[kernels.attention.name],
                              loaded[kernels.bias_gelu.name], loaded[kernels.argmax.name], loaded[kernels.advance.name],
                              embed=loaded[kernels.embed.name], ln_linear=loaded[kernels.ln_linear.name],
-                             linear_residual=loaded[kernels.linear_residual.name], tensor_cores=kernels.tensor_cores,
+                             linear_residual=loaded[kernels.linear_residual.name],
+                             ln_linear_attend=loaded[kernels.ln_linear_attend.name], tensor_cores=kernels.tensor_cores,
                              gemv_sms=kernels.gemv_sms, gemv_loaded=gemv_loaded)
         return cls(definition, weights.config, shared, session)
 
@@ -134,6 +141,13 @@ class Gpt2Definition:
                 "prefill": InferenceGraph(inputs={"head": head}, outputs={"seq": seq}, graph=prefill),
                 "step": InferenceGraph(inputs={"head": head}, outputs={"logits": logits, "seq": seq}, graph=step),
             }
+            if attends_in_qkv(kernels, cfg):  # the short steps (positions below ATTENTION_MIN_ROWS)
+                for name, with_logits, outputs in (("prefill_short", False, {"seq": seq}),
+                                                   ("step_short", True, {"logits": logits, "seq": seq})):
+                    short = b.new_graph(name)
+                    short.compute(name, lambda g, with_logits=with_logits: record_step(
+                        g, kernels, cfg, context_len, w, views, logits=with_logits, fused=True, short=True))
+                    entries[name] = InferenceGraph(inputs={"head": head}, outputs=outputs, graph=short)
             if chunk:
                 rows = b.new_graph("chunk")
                 rows.compute("chunk", lambda g: record_prefill_chunk(g, kernels, cfg, context_len, chunk, w, views))
@@ -174,17 +188,23 @@ class Gpt2Definition:
         context_len, chunk = slot.model.gpt2_context, slot.model.gpt2_chunk
         ids = check_request(self.config, context_len, prompt, max_new_tokens)
         inputs: dict[str, Any] | None = {"head": self.head(context_len, ids)}
+        short = attends_in_qkv(self.kernels, self.config)
+
+        def at(entry: str, pos: int) -> str:  # the short step's entry below ATTENTION_MIN_ROWS
+            return entry + "_short" if short and pos < ATTENTION_MIN_ROWS else entry
+
         if chunk:
             entries = ["chunk" if rows == chunk else "chunk_small" for rows in prefill_launches(ids.size - 1, chunk)]
         else:
-            entries = ["prefill"] * (ids.size - 1)
+            entries = [at("prefill", pos) for pos in range(ids.size - 1)]
         for entry in entries:
             slot.submit(inputs, entry=entry)
             inputs = None
-        for _ in range(int(max_new_tokens) - 1):
-            slot.submit(inputs, entry="step")
+        first = ids.size - 1  # the position of the first step
+        for i in range(int(max_new_tokens) - 1):
+            slot.submit(inputs, entry=at("step", first + i))
             inputs = None
-        seq = slot.run(inputs, entry="step", read=["seq"])["seq"]
+        seq = slot.run(inputs, entry=at("step", first + int(max_new_tokens) - 1), read=["seq"])["seq"]
         return tuple(int(t) for t in seq[ids.size : ids.size + int(max_new_tokens)])
 
     def close(self) -> None:
