@@ -530,7 +530,8 @@ class DecoderSlot:
             if self.small_chunk_graph is not None:
                 graphs.append(self.small_chunk_graph)
             #: the short steps (positions below K.ATTENTION_MIN_ROWS), where the decoder records them
-            self.short_step_graph = self.short_prefill_graph = None
+            self.short_step_graph: Any = None
+            self.short_prefill_graph: Any = None
             if decoder.short_steps:
                 self.short_step_graph = self._record(logits=True, short=True)
                 graphs.append(self.short_step_graph)
