@@ -144,7 +144,9 @@ ATTEND_CASES = [(768, 12), (128, 4), (2048, 16), (1600, 25), (4096, 32)]
                          ids=[f"D{d}-hd{d // h}-split{linear_launch(d, 3 * d)[2]}" for d, h in ATTEND_CASES])
 def test_ln_linear_attend(dev, d, heads, blocks):
     """ln_1 + QKV + attention in one kernel == ln_linear, then the streamed attention with
-    one split: the same qkv, cache rows and output bit for bit, at positions below and past
+    one split: the same qkv and cache rows bit for bit, the same output (exactly on the
+    host, whose mirror composes the two; within F32 rounding, then one BF16 rounding, on a
+    device, whose tail sums in another order), at positions below and past
     ATTENTION_MIN_ROWS, over consecutive launches (the counters go back to 0 each time)."""
     from hrx_models.gpt2 import kernels as K
     from hrx_models.gpt2.attention_streamed import ATTENTION_STREAMED
@@ -176,9 +178,16 @@ def test_ln_linear_attend(dev, d, heads, blocks):
         r.s.dispatch(ATTENTION_STREAMED, heads, [ref["qkv"], biasb, state, ref["kc"], ref["vc"], ref["out"], part,
                                                   ref["sync"]],
                      block=K.ATTENTION_THREADS, scalars=(d, hd, p, scale, 1))
-        for name, dtype in (("qkv", np.float32), ("out", np.uint16), ("kc", np.uint16), ("vc", np.uint16)):
+        for name, dtype in (("qkv", np.float32), ("kc", np.uint16), ("vc", np.uint16)):
             got, want = r.get(a[name], dtype), r.get(ref[name], dtype)
             assert np.array_equal(got, want), f"position {pos}: {name} differs at {np.flatnonzero(got != want)[:8]}"
+        got, want = f64(r.get(a["out"], bfloat16)), f64(r.get(ref["out"], bfloat16))
+        if dev.info.engine == "host":
+            assert np.array_equal(got, want), f"position {pos}: the host mirror's output differs"
+        else:  # one BF16 ulp apart at most (sums that differ in their last F32 bits round apart)
+            tol = BF16_ULP * np.abs(want) + 1e-6
+            assert (np.abs(got - want) <= tol).all(), f"position {pos}: out {np.max(np.abs(got - want) - tol):.3g} over"
+        assert np.abs(got).max() > 0, f"position {pos}: no output"
         assert not r.get(a["sync"], np.uint32).any(), f"position {pos}: the head counters are not back to 0"
     for side in sides:
         for buf in side.values():
@@ -198,11 +207,14 @@ def test_fused_step_has_fewer_kernels(pair, tiny_config):
 
 def test_short_steps_equal_the_full_step(dev, tmp_path, tiny_config):
     """The short fused step (attention in the QKV kernel, positions below
-    ATTENTION_MIN_ROWS) and the full one: the same logits, bit for bit, at every position
-    of a prompt that crosses the threshold; each graph replayed where it should be."""
+    ATTENTION_MIN_ROWS) and the full one: the same logits at every position of a prompt
+    that crosses the threshold (exactly on the host; within BF16 tolerance on a device,
+    whose tail sums the attention in another order), the same greedy tokens wherever the
+    reference is not on a near-tie; each graph replayed where it should be."""
     import attrs
     from hrx_models.gpt2 import kernels as K
     from hrx_models.gpt2 import write_random_checkpoint
+    from hrx_models.gpt2.reference import NumpyGpt2
 
     cfg = attrs.evolve(tiny_config, n_positions=K.ATTENTION_MIN_ROWS + 24)
     path = write_random_checkpoint(tmp_path, cfg, seed=9, std=0.1)  # (the test model's: conftest.py)
@@ -215,12 +227,18 @@ def test_short_steps_equal_the_full_step(dev, tmp_path, tiny_config):
             before = s.short_step_graph.launches, s.step_graph.launches
         got, want = step_logits(short, ids), step_logits(full, ids)
         for t in range(len(ids)):
-            assert np.array_equal(got[t], want[t]), f"position {t}: short and full steps differ"
+            if dev.info.engine == "host":
+                assert np.array_equal(got[t], want[t]), f"position {t}: short and full steps differ"
+            else:
+                check_logits(got[t], want[t], f"position {t}: short vs full step")
         with short.slot() as s:
             assert s.short_step_graph.launches - before[0] == K.ATTENTION_MIN_ROWS
             assert s.step_graph.launches - before[1] == len(ids) - K.ATTENTION_MIN_ROWS
         prompt = ids[:20]
-        assert short.generate(prompt, 8).tokens == full.generate(prompt, 8).tokens
+        a_tokens, b_tokens = short.generate(prompt, 8).tokens, full.generate(prompt, 8).tokens
+        if dev.info.engine == "host":
+            assert a_tokens == b_tokens
+        check_greedy(NumpyGpt2(path), prompt, a_tokens, b_tokens)
     finally:
         short.close()
         full.close()

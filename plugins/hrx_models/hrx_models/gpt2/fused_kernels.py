@@ -135,16 +135,21 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear(
 }
 """
 
-LN_LINEAR_ATTEND_CUDA = LN_GEMV_CUDA + ATTENTION_COMMON_BODY + ATTEND_STREAMED_DEVICE + r"""
+LN_LINEAR_ATTEND_CUDA = LN_GEMV_CUDA + ATTENTION_COMMON_BODY + """
+// (the tail's attention at 32 lanes a K/V row and chunks of 2 steps: the fewest live
+// registers a lane, for the GEMV's register budget of 32 or 40)
+#define HRX_ATTN_ROW_LANES 32u
+""" + ATTEND_STREAMED_DEVICE + r"""
 // ln_1 + QKV (hrx_gpt2_ln_linear with N = 3 K, no GELU: y = qkv, F32), then the decode
 // attention of each head by the block that finishes its head's rows last: a block's rows
 // (8 / ksplit of them, dividing hd) are all one head's q, k or v rows, so each block counts
 // itself into sync[head] once its rows are written; the head's last block (3 hd / rows
 // counted) appends the position's K/V row to the cache and attends over rows 0..pos as
 // hrx_gpt2_attention_streamed does with one split (its work where pos < HRX_ATTN_MIN_ROWS),
-// then sets sync[head] back to 0. The attention's result is the streamed kernel's, bit
-// for bit, at any position; at pos >= HRX_ATTN_MIN_ROWS one block a head is slower than
-// the split kernel, which the decoder records for those positions.
+// at 32 lanes a row and chunks of 2 steps (the streamed kernel's sums in another order:
+// the same within F32 rounding), then sets sync[head] back to 0. At pos >=
+// HRX_ATTN_MIN_ROWS one block a head is slower than the split kernel, which the decoder
+// records for those positions.
 extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear_attend(
         const float* __restrict__ x, const unsigned short* __restrict__ g, const unsigned short* __restrict__ b,
         const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias, float* y,
@@ -179,9 +184,9 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear_attend(
             vc[(size_t)pos * K + c] = hrx_f32_to_bf16_rn(__ldcg(y + 2u * K + c) + hrx_bf16_to_f32(bias[2u * K + c]));
         }
         const unsigned int dpl = hd / HRX_ATTN_ROW_LANES;
-        if (dpl <= 2u) hrx_attend_chunked<2>(y, bias, kc, vc, K, hd, base, pos, 0u, pos + 1u, scale, wm, wl, wacc);
-        else if (dpl == 4u) hrx_attend_chunked<4>(y, bias, kc, vc, K, hd, base, pos, 0u, pos + 1u, scale, wm, wl, wacc);
-        else hrx_attend_chunked<8>(y, bias, kc, vc, K, hd, base, pos, 0u, pos + 1u, scale, wm, wl, wacc);
+        if (dpl <= 2u) hrx_attend_rows<2, 2u>(y, bias, kc, vc, K, hd, base, pos, 0u, pos + 1u, scale, wm, wl, wacc);
+        else if (dpl == 4u) hrx_attend_rows<4, 2u>(y, bias, kc, vc, K, hd, base, pos, 0u, pos + 1u, scale, wm, wl, wacc);
+        else hrx_attend_rows<8, 2u>(y, bias, kc, vc, K, hd, base, pos, 0u, pos + 1u, scale, wm, wl, wacc);
         float M, l;
         for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
             const float a = hrx_attend_combine(i, hd, wm, wl, wacc, &M, &l);
