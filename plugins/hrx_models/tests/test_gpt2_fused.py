@@ -195,14 +195,22 @@ def test_ln_linear_attend(dev, d, heads, blocks):
     r.s.close()
 
 
-def test_fused_step_has_fewer_kernels(pair, tiny_config):
+def test_fused_step_has_fewer_kernels(pair, tiny_config, dev, tiny_dir):
     fused, separate = pair
     layers = tiny_config.n_layer
     with fused.slot() as a, separate.slot() as b:
         assert len(a.step_graph.nodes) == 1 + 5 * layers + 2
-        assert len(a.short_step_graph.nodes) == 1 + 4 * layers + 2
         assert len(b.step_graph.nodes) == 3 + 8 * layers + 2
-        assert b.short_step_graph is None  # (the step of separate kernels has no short form)
+        assert a.short_step_graph is None and b.short_step_graph is None  # (short steps: off by default)
+    short = Gpt2Decoder.load(tiny_dir, dev, short_steps=True)
+    no_short = Gpt2Decoder.load(tiny_dir, dev, short_steps=True, fused=False)  # (no short form of separate kernels)
+    try:
+        with short.slot() as a, no_short.slot() as b:
+            assert len(a.short_step_graph.nodes) == 1 + 4 * layers + 2
+            assert b.short_step_graph is None and not no_short.short_steps
+    finally:
+        short.close()
+        no_short.close()
 
 
 def test_short_steps_equal_the_full_step(dev, tmp_path, tiny_config):
@@ -218,8 +226,8 @@ def test_short_steps_equal_the_full_step(dev, tmp_path, tiny_config):
 
     cfg = attrs.evolve(tiny_config, n_positions=K.ATTENTION_MIN_ROWS + 24)
     path = write_random_checkpoint(tmp_path, cfg, seed=9, std=0.1)  # (the test model's: conftest.py)
-    short, full = Gpt2Decoder.load(path, dev, prefill_chunk=0), Gpt2Decoder.load(path, dev, prefill_chunk=0,
-                                                                                  short_steps=False)
+    short, full = Gpt2Decoder.load(path, dev, prefill_chunk=0, short_steps=True), Gpt2Decoder.load(path, dev,
+                                                                                                    prefill_chunk=0)
     try:
         assert short.short_steps and not full.short_steps
         ids = [int(v) for v in np.random.default_rng(3).integers(0, cfg.vocab_size, K.ATTENTION_MIN_ROWS + 8)]
@@ -306,7 +314,7 @@ def test_session_loads_every_gemv_kernel_the_steps_record(tiny_config):
     import attrs
     from hrx_models.gpt2.decoder import StepKernels, record_step
 
-    kernels = attrs.evolve(StepKernels.for_engine("host"), gemv_sms=2)
+    kernels = attrs.evolve(StepKernels.for_engine("host"), gemv_sms=2, ln_linear_attend=FK.LN_LINEAR_ATTEND)
 
     class View:
         length = 4096
@@ -398,17 +406,18 @@ def test_step_kernels_budget_plan():
     assert host.gemv_sms == 0 and host.fused_gemv_kernels(SHAPES["gpt2"]) == []
     assert host.fused_gemv(FK.LN_LINEAR, 768, 2304, 768) is FK.LN_LINEAR
     # GPT-2 small: grids of 96-384 blocks at six blocks an SM, the 6283-block logits at eight
-    # (the short step's QKV kernel at the QKV projection's budget)
     assert [x.name for x in cuda.fused_gemv_kernels(SHAPES["gpt2"])] == [
-        "hrx_gpt2_ln_linear_w1024_b6", "hrx_gpt2_linear_residual_b6", "hrx_gpt2_ln_linear_w1024_b8",
-        "hrx_gpt2_ln_linear_attend_w1024_b6"]
+        "hrx_gpt2_ln_linear_w1024_b6", "hrx_gpt2_linear_residual_b6", "hrx_gpt2_ln_linear_w1024_b8"]
     # gpt2-medium and 1.3B: every GEMV at eight
     for shape, width in (("gpt2-medium", 1024), ("1b", 2048)):
         assert [x.name for x in cuda.fused_gemv_kernels(SHAPES[shape])] == [
-            f"hrx_gpt2_ln_linear_w{width}_b8", "hrx_gpt2_linear_residual_b8", f"hrx_gpt2_ln_linear_attend_w{width}_b8"], shape
-    no_short = attrs.evolve(cuda, ln_linear_attend=None)
-    assert [x.name for x in no_short.fused_gemv_kernels(SHAPES["gpt2"])] == [
-        "hrx_gpt2_ln_linear_w1024_b6", "hrx_gpt2_linear_residual_b6", "hrx_gpt2_ln_linear_w1024_b8"]
+            f"hrx_gpt2_ln_linear_w{width}_b8", "hrx_gpt2_linear_residual_b8"], shape
+    # with the short step: its QKV kernel at the QKV projection's budget
+    short = attrs.evolve(cuda, ln_linear_attend=FK.LN_LINEAR_ATTEND)
+    assert [x.name for x in short.fused_gemv_kernels(SHAPES["gpt2"])] == [
+        "hrx_gpt2_ln_linear_w1024_b6", "hrx_gpt2_linear_residual_b6", "hrx_gpt2_ln_linear_w1024_b8",
+        "hrx_gpt2_ln_linear_attend_w1024_b6"]
+    assert short.fused_gemv_kernels(SHAPES["1b"])[-1].name == "hrx_gpt2_ln_linear_attend_w2048_b8"
     loaded = object()
     k2 = attrs.evolve(cuda, gemv_loaded={"hrx_gpt2_linear_residual_b8": loaded})
     assert k2.fused_gemv(FK.LINEAR_RESIDUAL, 2048, 2048) is loaded  # a session's loaded kernel wins
@@ -421,8 +430,8 @@ def test_budget_plan_decoder(dev, tiny_dir, reference):
     (exactly on the host, whose mirrors are the same; within BF16 tolerance on cuda)."""
     import attrs
 
-    plan = Gpt2Decoder.load(tiny_dir, dev)
-    generic = Gpt2Decoder.load(tiny_dir, dev)
+    plan = Gpt2Decoder.load(tiny_dir, dev, short_steps=True)
+    generic = Gpt2Decoder.load(tiny_dir, dev, short_steps=True)
     try:
         if not plan.kernels.gemv_sms:
             plan.kernels = attrs.evolve(plan.kernels, gemv_sms=2)

@@ -55,12 +55,11 @@ def test_same_tokens_as_the_decoder_and_reference(gpt2, decoder, reference, chun
             assert got == decoder.generate(prompt, 40).tokens
             if decoder.device.info.engine == "host":
                 assert list(got) == reference.greedy(prompt, 40)
-            prefill = [e for e in entries if not e.startswith("step")]
+            prefill = [e for e in entries if e != "step"]
             if chunk:
                 assert prefill == ["chunk"] * -(-(len(prompt) - 1) // min(chunk, 96))
-            else:  # (below ATTENTION_MIN_ROWS positions: the short step's entry)
-                assert prefill == ["prefill_short"] * (len(prompt) - 1)
-            assert set(entries) - set(prefill) == {"step_short"}
+            else:
+                assert prefill == ["prefill"] * (len(prompt) - 1)
     finally:
         model.close()
 
@@ -70,7 +69,8 @@ def test_small_chunk_entry(dev, tmp_path):
     many go through the "chunk_small" entry (a 300-token prompt: "chunk" then
     "chunk_small"; a 100-token one: "chunk_small" alone), with the tokens of the
     stream-level decoder with the same chunks, and those of prefill one position a step
-    wherever the reference is not on a near-tie."""
+    wherever the reference is not on a near-tie. Both with short steps, which the model
+    layer's steps take below ATTENTION_MIN_ROWS positions."""
     from hrx_models.gpt2 import Gpt2Config, Gpt2Decoder, write_random_checkpoint
     from hrx_models.gpt2.decoder import PREFILL_SMALL_CHUNK, prefill_launches
     from hrx_models.gpt2.model_layer import Gpt2Definition
@@ -84,9 +84,9 @@ def test_small_chunk_entry(dev, tmp_path):
     config = Gpt2Config(n_embd=128, n_layer=2, n_head=4, n_positions=320, vocab_size=512)
     ckpt = write_random_checkpoint(tmp_path / "long", config, seed=5, std=0.1)
     ctx = model_layer.ModelContext(dev, RuntimeOptions())
-    d = Gpt2Definition.load(ckpt, ctx)
+    d = Gpt2Definition.load(ckpt, ctx, short_steps=True)
     model = d.prepare(slots=1, context=320, prefill_chunk=256)
-    batched = Gpt2Decoder.load(ckpt, dev, context=320, prefill_chunk=256)
+    batched = Gpt2Decoder.load(ckpt, dev, context=320, prefill_chunk=256, short_steps=True)
     steps = Gpt2Decoder.load(ckpt, dev, context=320, prefill_chunk=0)
     try:
         slot = model.slot(0)
@@ -105,8 +105,8 @@ def test_small_chunk_entry(dev, tmp_path):
             assert [e for e in entries if not e.startswith("step")] == want
             assert got == batched.generate(p, 8).tokens
             check_greedy(NumpyGpt2(ckpt), p, got, steps.generate(p, 8).tokens)
-        # steps at positions 119..134: the short step's entry below ATTENTION_MIN_ROWS
-        # (128), the full step's from there
+        # steps at positions 119..134 (short_steps=True, here and in ``batched``): the short
+        # step's entry below ATTENTION_MIN_ROWS (128), the full step's from there
         entries.clear()
         got = d.generate(slot, prompt[:120], 16)
         assert [e for e in entries if e.startswith("step")] == ["step_short"] * 9 + ["step"] * 7

@@ -162,10 +162,10 @@ class StepKernels:
     advance: Any = K.ADVANCE
     embed: Any = FK.EMBED
     ln_linear: Any = FK.LN_LINEAR
-    #: ln_1 + QKV + attention in one kernel (fused_kernels.LN_LINEAR_ATTEND), for the
-    #: fused step's positions below K.ATTENTION_MIN_ROWS (where the split attention runs
-    #: one block a head anyway); None: those positions run the two kernels as well
-    ln_linear_attend: Any = FK.LN_LINEAR_ATTEND
+    #: ln_1 + QKV + attention in one kernel (fused_kernels.LN_LINEAR_ATTEND) for the short
+    #: fused step (positions below K.ATTENTION_MIN_ROWS, where the split attention runs
+    #: one block a head anyway); None (the default): no short step
+    ln_linear_attend: Any = None
     linear_residual: Any = FK.LINEAR_RESIDUAL
     embed_rows: Any = PK.EMBED_ROWS
     gemm: Any = PK.GEMM
@@ -725,15 +725,16 @@ class Gpt2Decoder:
     the rows of a batched-prefill chunk (at most the context; 0 runs the prompt one
     position per decode-shaped step, as before batched prefill); ``fused`` records the
     fused decode step (:mod:`.fused_kernels`), else the step of separate kernels;
-    ``short_steps`` (with ``fused``) records a second fused step for the positions below
+    ``short_steps`` (with ``fused``; off by default, see docs/model_gpt2.md: not yet
+    faster) records a second fused step for the positions below
     ``kernels.ATTENTION_MIN_ROWS``, with each layer's attention in its QKV kernel (4
-    kernels a layer instead of 5: the same results), where the model's shape allows
-    (:func:`attends_in_qkv`).
+    kernels a layer instead of 5: the same results within F32 rounding), where the
+    model's shape allows (:func:`attends_in_qkv`).
     """
 
     def __init__(self, weights: Gpt2Weights, device: Any, *, budget: MemoryBudget | None = None,
                  context: int | None = None, max_slots: int = 8, prefill_chunk: int = PREFILL_CHUNK,
-                 fused: bool = True, short_steps: bool = True) -> None:
+                 fused: bool = True, short_steps: bool = False) -> None:
         cfg = weights.config
         context = cfg.n_positions if context is None else context
         if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= cfg.n_positions:
@@ -747,6 +748,8 @@ class Gpt2Decoder:
         if not isinstance(short_steps, bool):
             raise InvalidArgument(f"short_steps: expected a bool, got {show(short_steps)}")
         self.kernels = StepKernels.for_device(device.info)
+        if short_steps:
+            self.kernels = attrs.evolve(self.kernels, ln_linear_attend=FK.LN_LINEAR_ATTEND)
         self.weights = weights
         self.config = cfg
         self.device = device
@@ -766,7 +769,7 @@ class Gpt2Decoder:
     @classmethod
     def load(cls, directory: str | os.PathLike[str], device: Any = None, *, budget: MemoryBudget | None = None,
              context: int | None = None, max_slots: int = 8, prefill_chunk: int = PREFILL_CHUNK,
-             fused: bool = True, short_steps: bool = True) -> Gpt2Decoder:
+             fused: bool = True, short_steps: bool = False) -> Gpt2Decoder:
         """Load a Hugging Face GPT-2 checkpoint onto ``device`` (default: the best one).
 
         ``directory`` is a checkpoint directory or a Hugging Face repo id (``"gpt2"``),

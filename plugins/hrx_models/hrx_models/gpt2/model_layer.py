@@ -16,8 +16,8 @@ prompt positions through the layers as a matrix; absent with ``prefill_chunk=0``
 ``"chunk_small"`` (the same for PREFILL_SMALL_CHUNK rows, where the chunk is larger:
 a prompt's last positions up to that many go through it), ``"prefill"`` (the fused
 step of one prompt position, no logits) and ``"step"`` (the fused step with tied
-logits + greedy argmax), and where the model's shape allows (``attends_in_qkv``)
-``"prefill_short"`` and ``"step_short"``, the same with each layer's attention in its
+logits + greedy argmax), and with ``short_steps`` where the model's shape allows
+(``attends_in_qkv``) ``"prefill_short"`` and ``"step_short"``, the same with each layer's attention in its
 QKV kernel, which :meth:`Gpt2Definition.generate` submits for positions below
 ``kernels.ATTENTION_MIN_ROWS``. All take the input ``"head"`` -- the
 state words and the prompt, uploaded with a request's first submission only -- and
@@ -34,10 +34,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 
 from hrx_core.errors import InvalidArgument, show
 
+from . import fused_kernels as FK
 from .config import Gpt2Config
 from .decoder import (
     PREFILL_CHUNK,
@@ -70,20 +72,27 @@ class Gpt2Definition:
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str], context: Any, *, name: str = "gpt2",
-             budget: Any = None) -> Gpt2Definition:
+             budget: Any = None, short_steps: bool = False) -> Gpt2Definition:
         """Load a Hugging Face GPT-2 checkpoint into ``context`` (a ModelContext) and freeze it.
 
         The weights are charged to ``budget`` (default: the context's) once.
+        ``short_steps`` as for :class:`~hrx_models.gpt2.decoder.Gpt2Decoder`: the slots'
+        ``"prefill_short"`` / ``"step_short"`` entries, submitted below
+        ATTENTION_MIN_ROWS positions.
         """
+        if not isinstance(short_steps, bool):
+            raise InvalidArgument(f"short_steps: expected a bool, got {show(short_steps)}")
         session = context.session(name)
         try:
             charge_to = budget if budget is not None else context.budget
             with session.in_context(charge_to):
                 kernels = StepKernels.for_device(context.device.info)
+                if short_steps:
+                    kernels = attrs.evolve(kernels, ln_linear_attend=FK.LN_LINEAR_ATTEND)
                 loaded = {}
                 for k in (kernels.linear, kernels.gather, kernels.embed_ln, kernels.residual_ln, kernels.attention, kernels.bias_gelu,
                           kernels.argmax, kernels.advance, kernels.embed, kernels.ln_linear, kernels.linear_residual,
-                          kernels.ln_linear_attend):
+                          *([kernels.ln_linear_attend] if short_steps else [])):
                     session.load_kernel(k)
                     loaded[k.name] = session.kernel(k.name)
                 stream = context.device.stream()
@@ -107,7 +116,8 @@ class Gpt2Definition:
                              loaded[kernels.bias_gelu.name], loaded[kernels.argmax.name], loaded[kernels.advance.name],
                              embed=loaded[kernels.embed.name], ln_linear=loaded[kernels.ln_linear.name],
                              linear_residual=loaded[kernels.linear_residual.name],
-                             ln_linear_attend=loaded[kernels.ln_linear_attend.name], tensor_cores=kernels.tensor_cores,
+                             ln_linear_attend=loaded[kernels.ln_linear_attend.name] if short_steps else None,
+                             tensor_cores=kernels.tensor_cores,
                              gemv_sms=kernels.gemv_sms, gemv_loaded=gemv_loaded)
         return cls(definition, weights.config, shared, session)
 
