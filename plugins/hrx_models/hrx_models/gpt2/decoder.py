@@ -246,7 +246,8 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
     ``fused`` records the fused step (:mod:`.fused_kernels`: 5 kernels a layer, not 8);
     ``short`` with it, the fused step of positions below K.ATTENTION_MIN_ROWS (4 kernels a
     layer: :func:`attends_in_qkv` must hold). Either step is right at every position;
-    the short one is faster there and slower past it (one attention block a head).
+    the short one is meant for those positions (past them its one attention block a head
+    is slower than the split kernel) and is not yet faster there (docs/model_gpt2.md).
     """
     if short and not (fused and attends_in_qkv(k, cfg)):
         raise ValueError("short: the fused step with a ln_linear_attend that fits this model (attends_in_qkv)")
