@@ -47,14 +47,14 @@ def gelu_new(v):
 LN_CASES = [(768, 2304), (768, 3072), (1600, 300), (200, 72), (2048, 40), (4096, 64), (8192, 33), (768, 50257)]
 
 
-def budget_kernel(dev, kernel, blocks, width=None):
+def budget_kernel(dev, kernel, blocks, width=None, head_dim=None):
     """``kernel`` as the decoder dispatches it at register budget ``blocks`` (None: as
     given); the budgets change only CUDA code, so they run on cuda alone."""
     if blocks is None:
         return kernel
     if dev.info.engine != "cuda":
         pytest.skip("register budgets specialize CUDA code only (the host mirror is the base kernel's)")
-    return FK.specialize(kernel, blocks=blocks, width=width)
+    return FK.specialize(kernel, blocks=blocks, width=width, head_dim=head_dim)
 
 
 BUDGETS = [None, *FK.FUSED_GEMV_BUDGETS]
@@ -160,7 +160,7 @@ def test_ln_linear_attend(dev, d, heads, blocks):
     r = Run(dev)
     wb, gb, bb, biasb = r.buf(w), r.buf(g), r.buf(b), r.buf(bias)
     grid, block, ks = linear_launch(d, 3 * d)
-    fused_kernel = budget_kernel(dev, FK.LN_LINEAR_ATTEND, blocks, d)
+    fused_kernel = budget_kernel(dev, FK.LN_LINEAR_ATTEND, blocks, d, hd)
     ln_kernel = budget_kernel(dev, FK.LN_LINEAR, blocks, d)
     sides = []
     for _ in range(2):
@@ -372,12 +372,29 @@ def test_specialize():
     assert "__launch_bounds__(256) hrx_gpt2_ln_linear(" in FK.LN_LINEAR.sources["cuda"]
 
 
+def test_specialize_attend():
+    """ln_linear_attend specialized for a head_dim compiles that head_dim's tail alone
+    (HRX_ATTN_DPL), refuses the others grid-wide (a launch of the wrong kernel changes
+    nothing), and is one kernel a DPL class, width class and budget."""
+    k = FK.specialize(FK.LN_LINEAR_ATTEND, blocks=8, width=2048, head_dim=128)
+    assert k.name == "hrx_gpt2_ln_linear_attend_w2048_d4_b8" and k.entry == k.name
+    assert FK.specialize(FK.LN_LINEAR_ATTEND, blocks=8, width=1600, head_dim=128) is k
+    src = k.sources["cuda"]
+    assert src.startswith("#define HRX_ATTN_DPL 4\n") and "#define HRX_MAX_EMBD 2048u" in src
+    assert "__launch_bounds__(256, 8) hrx_gpt2_ln_linear_attend_w2048_d4_b8(" in src
+    assert [FK.attend_dpl(h) for h in (8, 32, 64, 128, 256)] == [2, 2, 2, 4, 8]
+    assert FK.specialize(FK.LN_LINEAR_ATTEND, blocks=6, width=768, head_dim=32).name.endswith("_d2_b6")
+
+
 @pytest.mark.parametrize("kernel,kwargs,match", [
     (FK.LN_LINEAR, {"blocks": 7, "width": 768}, "blocks 7"),
     (FK.LN_LINEAR, {"blocks": 6}, "width is for ln_linear"),
     (FK.LINEAR_RESIDUAL, {"blocks": 6, "width": 768}, "width is for ln_linear"),
     (FK.EMBED, {"blocks": 6}, "no CUDA source with a register budget"),
     (FK.LN_LINEAR, {"blocks": 6, "width": 8193}, "n_embd 8193"),
+    (FK.LN_LINEAR_ATTEND, {"blocks": 6, "width": 768}, "head_dim is for ln_linear_attend"),
+    (FK.LN_LINEAR, {"blocks": 6, "width": 768, "head_dim": 64}, "head_dim is for ln_linear_attend"),
+    (FK.LN_LINEAR_ATTEND, {"blocks": 6, "width": 768, "head_dim": 48}, "head_dim 48"),
 ])
 def test_specialize_refuses(kernel, kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -416,8 +433,8 @@ def test_step_kernels_budget_plan():
     short = attrs.evolve(cuda, ln_linear_attend=FK.LN_LINEAR_ATTEND)
     assert [x.name for x in short.fused_gemv_kernels(SHAPES["gpt2"])] == [
         "hrx_gpt2_ln_linear_w1024_b6", "hrx_gpt2_linear_residual_b6", "hrx_gpt2_ln_linear_w1024_b8",
-        "hrx_gpt2_ln_linear_attend_w1024_b6"]
-    assert short.fused_gemv_kernels(SHAPES["1b"])[-1].name == "hrx_gpt2_ln_linear_attend_w2048_b8"
+        "hrx_gpt2_ln_linear_attend_w1024_d2_b6"]  # (head_dim 64: two values a lane of a K/V row)
+    assert short.fused_gemv_kernels(SHAPES["1b"])[-1].name == "hrx_gpt2_ln_linear_attend_w2048_d4_b8"
     loaded = object()
     k2 = attrs.evolve(cuda, gemv_loaded={"hrx_gpt2_linear_residual_b8": loaded})
     assert k2.fused_gemv(FK.LINEAR_RESIDUAL, 2048, 2048) is loaded  # a session's loaded kernel wins

@@ -185,15 +185,16 @@ class StepKernels:
     #: specialized kernels already loaded (a model session's), by name
     gemv_loaded: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
 
-    def fused_gemv(self, base: Any, k: int, n: int, width: int | None = None) -> Any:
+    def fused_gemv(self, base: Any, k: int, n: int, width: int | None = None, head_dim: int | None = None) -> Any:
         """The kernel a fused GEMV of K = ``k`` and ``n`` rows dispatches: ``base``
-        (``ln_linear``, with the model's ``width``, or ``linear_residual``) specialized
-        for its register budget where ``gemv_sms`` is set, else ``base``."""
+        (``ln_linear``, with the model's ``width``; ``ln_linear_attend``, with its
+        ``head_dim`` too; or ``linear_residual``) specialized for its register budget
+        where ``gemv_sms`` is set, else ``base``."""
         if not self.gemv_sms:
             return base
         grid, _block, ksplit = linear_launch(k, n)
         blocks = FK.fused_gemv_blocks(grid, self.gemv_sms, FK.lane_share(k, ksplit))
-        spec = FK.specialize(base, blocks=blocks, width=width)
+        spec = FK.specialize(base, blocks=blocks, width=width, head_dim=head_dim)
         return self.gemv_loaded.get(spec.name, spec)
 
     def fused_gemv_kernels(self, cfg: Gpt2Config) -> list[Any]:
@@ -202,8 +203,8 @@ class StepKernels:
         if not self.gemv_sms:
             return []
         found: dict[str, Any] = {}
-        for base, k, n, width in _fused_gemv_shapes(self, cfg):
-            spec = self.fused_gemv(base, k, n, width)
+        for base, k, n, width, head_dim in _fused_gemv_shapes(self, cfg):
+            spec = self.fused_gemv(base, k, n, width, head_dim)
             found.setdefault(spec.name, spec)
         return list(found.values())
 
@@ -312,14 +313,15 @@ def record_step(g: Any, k: StepKernels, cfg: Gpt2Config, context: int, w: Callab
     finish()
 
 
-def _fused_gemv_shapes(k: StepKernels, cfg: Gpt2Config) -> list[tuple[Any, int, int, int | None]]:
-    """(base kernel, K, N, width) of every fused GEMV of a step: what
+def _fused_gemv_shapes(k: StepKernels, cfg: Gpt2Config) -> list[tuple[Any, int, int, int | None, int | None]]:
+    """(base kernel, K, N, width, head_dim) of every fused GEMV of a step: what
     :func:`_record_fused_layers` dispatches (the short steps' as well)."""
     d = cfg.n_embd
-    shapes = [(k.ln_linear, d, 3 * d, d), (k.linear_residual, d, d, None), (k.ln_linear, d, 4 * d, d),
-              (k.linear_residual, 4 * d, d, None), (k.ln_linear, d, cfg.vocab_size, d)]
+    shapes: list[tuple[Any, int, int, int | None, int | None]] = [
+        (k.ln_linear, d, 3 * d, d, None), (k.linear_residual, d, d, None, None), (k.ln_linear, d, 4 * d, d, None),
+        (k.linear_residual, 4 * d, d, None, None), (k.ln_linear, d, cfg.vocab_size, d, None)]
     if attends_in_qkv(k, cfg):
-        shapes.append((k.ln_linear_attend, d, 3 * d, d))
+        shapes.append((k.ln_linear_attend, d, 3 * d, d, cfg.head_dim))
     return shapes
 
 
@@ -349,7 +351,7 @@ def _record_fused_layers(g: Any, k: StepKernels, cfg: Gpt2Config, w: Callable[[s
     def ln_linear_attend(i: int) -> None:
         h = f"h.{i}."
         grid, block, ksplit = linear_launch(d, 3 * d)
-        g.dispatch(k.fused_gemv(k.ln_linear_attend, d, 3 * d, d), grid,
+        g.dispatch(k.fused_gemv(k.ln_linear_attend, d, 3 * d, d, cfg.head_dim), grid,
                    [s["x"], w(h + "ln_1.weight"), w(h + "ln_1.bias"), w(h + "attn.c_attn.weight"),
                     w(h + "attn.c_attn.bias"), s["qkv"], s["state"], s[f"k{i}"], s[f"v{i}"], s["attn"], s["attn_sync"]],
                    block=block, scalars=(np.uint32(d), eps, np.uint32(ksplit), np.uint32(cfg.head_dim),

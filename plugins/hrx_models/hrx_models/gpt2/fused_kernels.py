@@ -30,7 +30,7 @@ from hrx_tensor.kernels import _linear_host as _tensor_linear_host
 
 from hrx_core.kernel import Kernel
 
-from .config import MAX_EMBD
+from .config import MAX_EMBD, MAX_HEAD_DIM
 from .attention_streamed import ATTEND_STREAMED_DEVICE
 from .kernels import ATTENTION_COMMON_BODY, _attention_host, _PRELUDE, _bf, _bias_gelu_host, _layer_norm_host
 
@@ -164,6 +164,9 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear_attend(
     // (the host checks all of these: a grid-wide return, so no count is left half made)
     if (K > HRX_MAX_EMBD || (K & 7u) || K == 0u || blockDim.x != 256u || hd > HRX_MAX_HEAD_DIM || hd < 8u
         || (hd & (hd - 1u)) || K % hd || P > HRX_MAX_POSITIONS) return;
+#ifdef HRX_ATTN_DPL  // (specialize(head_dim=): the one tail its head_dim takes)
+    if ((hd / HRX_ATTN_ROW_LANES > 2u ? hd / HRX_ATTN_ROW_LANES : 2u) != HRX_ATTN_DPL) return;
+#endif
     const unsigned int N = 3u * K;
     const HrxGemvWarp r = hrx_gemv_warp(ksplit, N);
     const float s = hrx_ln_gemv(x, g, b, w, K, eps, r);
@@ -183,10 +186,14 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear_attend(
             kc[(size_t)pos * K + c] = hrx_f32_to_bf16_rn(__ldcg(y + K + c) + hrx_bf16_to_f32(bias[K + c]));
             vc[(size_t)pos * K + c] = hrx_f32_to_bf16_rn(__ldcg(y + 2u * K + c) + hrx_bf16_to_f32(bias[2u * K + c]));
         }
+#ifdef HRX_ATTN_DPL
+        hrx_attend_rows<HRX_ATTN_DPL, 2u>(y, bias, kc, vc, K, hd, base, pos, 0u, pos + 1u, scale, wm, wl, wacc);
+#else  // (the generic kernel: all three tails, whose registers the GEMV's budget holds at once)
         const unsigned int dpl = hd / HRX_ATTN_ROW_LANES;
         if (dpl <= 2u) hrx_attend_rows<2, 2u>(y, bias, kc, vc, K, hd, base, pos, 0u, pos + 1u, scale, wm, wl, wacc);
         else if (dpl == 4u) hrx_attend_rows<4, 2u>(y, bias, kc, vc, K, hd, base, pos, 0u, pos + 1u, scale, wm, wl, wacc);
         else hrx_attend_rows<8, 2u>(y, bias, kc, vc, K, hd, base, pos, 0u, pos + 1u, scale, wm, wl, wacc);
+#endif
         float M, l;
         for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
             const float a = hrx_attend_combine(i, hd, wm, wl, wacc, &M, &l);
@@ -315,13 +322,25 @@ def width_class(n_embd: int) -> int:
 _SPECIALIZED: dict[tuple[Any, ...], Kernel] = {}
 
 
-def specialize(kernel: Kernel, *, blocks: int, width: int | None = None) -> Kernel:
-    """``kernel`` (``ln_linear`` or ``linear_residual``, or a variant of either's source)
-    compiled for a register budget: at least ``blocks`` blocks an SM with
-    FUSED_GEMV_BUDGETS[blocks] loads in flight a lane, and (``ln_linear``) layer norms of
-    at most width_class(``width``) values. A kernel of its own name (``..._w2048_b8``),
-    so that sessions hold several; the host mirror is the base kernel's (the budget
-    changes only the CUDA code). Cached: equal requests get the same Kernel."""
+def attend_dpl(head_dim: int) -> int:
+    """BF16 values a lane of ``ln_linear_attend``'s attention tail takes of a K/V row (32
+    lanes a row, at least 2): the tail a kernel specialized for ``head_dim`` compiles."""
+    if not (8 <= head_dim <= MAX_HEAD_DIM and head_dim & (head_dim - 1) == 0):
+        raise ValueError(f"head_dim {head_dim}: expected a power of two in 8..{MAX_HEAD_DIM}")
+    return max(2, head_dim // 32)
+
+
+def specialize(kernel: Kernel, *, blocks: int, width: int | None = None, head_dim: int | None = None) -> Kernel:
+    """``kernel`` (``ln_linear``, ``ln_linear_attend`` or ``linear_residual``, or a variant
+    of their sources) compiled for a register budget: at least ``blocks`` blocks an SM with
+    FUSED_GEMV_BUDGETS[blocks] loads in flight a lane, (``ln_linear*``) layer norms of at
+    most width_class(``width``) values and (``ln_linear_attend``, required there) only the
+    attention tail of ``head_dim`` (:func:`attend_dpl`: the generic kernel's three tails
+    spill under a budget; one does not at head_dim 64 -- ``python
+    bench/tools/kernel_spills.py``). A kernel of its own name (``..._w2048_b8``,
+    ``..._w2048_d4_b8``), so that sessions hold several; the host mirror is the base
+    kernel's (the budget changes only the CUDA code). Cached: equal requests get the same
+    Kernel."""
     if blocks not in FUSED_GEMV_BUDGETS:
         raise ValueError(f"blocks {blocks}: expected one of {sorted(FUSED_GEMV_BUDGETS)}")
     src = kernel.sources.get("cuda")
@@ -333,14 +352,21 @@ def specialize(kernel: Kernel, *, blocks: int, width: int | None = None) -> Kern
         raise ValueError(f"kernel {kernel.name!r}: width is for ln_linear (and required there)")
     if ln:
         width = width_class(width)  # type: ignore[arg-type]
-    key = (kernel.name, src, blocks, width)
+    attend = "#ifdef HRX_ATTN_DPL" in src
+    if attend != (head_dim is not None):
+        raise ValueError(f"kernel {kernel.name!r}: head_dim is for ln_linear_attend (and required there)")
+    dpl = attend_dpl(head_dim) if head_dim is not None else None
+    key = (kernel.name, src, blocks, width, dpl)
     found = _SPECIALIZED.get(key)
     if found is not None:
         return found
-    name = f"{kernel.name}_w{width}_b{blocks}" if ln else f"{kernel.name}_b{blocks}"
+    name = f"{kernel.name}_w{width}" if ln else kernel.name
+    name += f"_d{dpl}_b{blocks}" if attend else f"_b{blocks}"
     body = budget_source(src, kernel.name, name, blocks)  # (ValueError where it has no launch bounds to set)
     if ln:
         body = body.replace(embd, f"#define HRX_MAX_EMBD {width}u\n")
+    if attend:
+        body = f"#define HRX_ATTN_DPL {dpl}\n" + body
     sources = {**kernel.sources, "cuda": body}
     found = Kernel(name, buffers=kernel.buffer_access, scalars=kernel.scalar_types, sources=sources,
                    options=kernel.options, programmatic=kernel.programmatic)
