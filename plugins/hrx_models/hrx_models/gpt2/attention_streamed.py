@@ -172,6 +172,18 @@ __device__ __forceinline__ void hrx_attend_chunked(const float* qkv, const unsig
     else hrx_attend_rows<DPL, 32u / DPL>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);
 }
 
+// Row ``pos`` of the K and V caches (the head's columns from ``base``) from qkv + bias,
+// rounded to BF16 (qkv read past L1, as in hrx_attend_rows), by the block's threads.
+__device__ __forceinline__ void hrx_attend_append(const float* qkv, const unsigned short* __restrict__ bias,
+                                                  unsigned short* kc, unsigned short* vc, unsigned int D,
+                                                  unsigned int hd, unsigned int base, unsigned int pos) {
+    for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
+        const unsigned int c = base + i;
+        kc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(__ldcg(qkv + D + c) + hrx_bf16_to_f32(bias[D + c]));
+        vc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(__ldcg(qkv + 2u * D + c) + hrx_bf16_to_f32(bias[2u * D + c]));
+    }
+}
+
 // The block's result from the warps' (hrx_attend_rows): dimension i's unnormalized sum
 // relative to the block's maximum score M; M and the sum of exponentials in *mo, *lo.
 __device__ __forceinline__ float hrx_attend_combine(unsigned int i, unsigned int hd, const float* wm, const float* wl,
@@ -217,13 +229,7 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_attention_streamed(
     const unsigned int base = head * hd;
     // the split holding row pos appends the new key/value row (BF16); nothing in this
     // launch reads it back from the cache (hrx_attend_rows takes it from qkv)
-    if (t1 == n) {
-        for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
-            const unsigned int c = base + i;
-            kc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(qkv[D + c] + hrx_bf16_to_f32(bias[D + c]));
-            vc[(size_t)pos * D + c] = hrx_f32_to_bf16_rn(qkv[2u * D + c] + hrx_bf16_to_f32(bias[2u * D + c]));
-        }
-    }
+    if (t1 == n) hrx_attend_append(qkv, bias, kc, vc, D, hd, base, pos);
     // DPL dimensions a lane: HRX_ATTN_ROW_LANES lanes a row where that gives 2..8
     const unsigned int dpl = hd / HRX_ATTN_ROW_LANES;
     if (dpl <= 2u) hrx_attend_chunked<2>(qkv, bias, kc, vc, D, hd, base, pos, t0, t1, scale, wm, wl, wacc);

@@ -325,6 +325,12 @@ def _fused_gemv_shapes(k: StepKernels, cfg: Gpt2Config) -> list[tuple[Any, int, 
     return shapes
 
 
+def short_position(pos: int) -> bool:
+    """Whether a slot with short steps replays the short one at position ``pos``: below
+    K.ATTENTION_MIN_ROWS, where the split attention runs one block a head anyway."""
+    return pos < K.ATTENTION_MIN_ROWS
+
+
 def attends_in_qkv(k: StepKernels, cfg: Gpt2Config) -> bool:
     """Whether the fused step of ``cfg`` has a short form (positions below
     K.ATTENTION_MIN_ROWS) with the attention in the QKV projection's kernel: there is a
@@ -591,7 +597,7 @@ class DecoderSlot:
         """Process one position (replay a recorded graph); returns its Completion."""
         if self._pos >= self.context:
             raise InvalidArgument(f"step: position {self._pos} is past the context of {self.context}")
-        if self.short_step_graph is not None and self._pos < K.ATTENTION_MIN_ROWS:
+        if self.short_step_graph is not None and short_position(self._pos):
             graph = self.short_step_graph if logits else self.short_prefill_graph
         else:
             graph = self.step_graph if logits else self.prefill_graph

@@ -181,11 +181,7 @@ extern "C" __global__ void __launch_bounds__(256) hrx_gpt2_ln_linear_attend(
     __threadfence();  // the other blocks' rows (counted before ours), read past L1 (__ldcg)
     const unsigned int pos = state[0], base = head * hd;
     if (pos < P) {
-        for (unsigned int i = threadIdx.x; i < hd; i += blockDim.x) {
-            const unsigned int c = base + i;
-            kc[(size_t)pos * K + c] = hrx_f32_to_bf16_rn(__ldcg(y + K + c) + hrx_bf16_to_f32(bias[K + c]));
-            vc[(size_t)pos * K + c] = hrx_f32_to_bf16_rn(__ldcg(y + 2u * K + c) + hrx_bf16_to_f32(bias[2u * K + c]));
-        }
+        hrx_attend_append(y, bias, kc, vc, K, hd, base, pos);
 #ifdef HRX_ATTN_DPL
         hrx_attend_rows<HRX_ATTN_DPL, 2u>(y, bias, kc, vc, K, hd, base, pos, 0u, pos + 1u, scale, wm, wl, wacc);
 #else  // (the generic kernel: all three tails, whose registers the GEMV's budget holds at once)

@@ -52,9 +52,9 @@ from .decoder import (
     prefill_launches,
     record_prefill_chunk,
     record_step,
+    short_position,
     slot_layout,
 )
-from .kernels import ATTENTION_MIN_ROWS
 from .loader import load_weights, weights_layout
 
 WEIGHTS = "weights"
@@ -200,8 +200,8 @@ class Gpt2Definition:
         inputs: dict[str, Any] | None = {"head": self.head(context_len, ids)}
         short = attends_in_qkv(self.kernels, self.config)
 
-        def at(entry: str, pos: int) -> str:  # the short step's entry below ATTENTION_MIN_ROWS
-            return entry + "_short" if short and pos < ATTENTION_MIN_ROWS else entry
+        def at(entry: str, pos: int) -> str:  # the short step's entry where the decoder's slot takes it
+            return entry + "_short" if short and short_position(pos) else entry
 
         if chunk:
             entries = ["chunk" if rows == chunk else "chunk_small" for rows in prefill_launches(ids.size - 1, chunk)]
